@@ -1,0 +1,123 @@
+//! The one YAML file: reading it, validating it, and the typed [`Config`] it becomes.
+//!
+//! Architecture invariant: the rest of the program never sees YAML. It receives a [`Config`]
+//! whose invariants validation has checked, or nothing at all.
+
+pub mod diagnostic;
+mod model;
+pub mod raw;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
+
+pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
+pub use model::*;
+pub use validate::{IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallFiles, RealFiles};
+
+/// A config that passed validation, with the warnings it raised.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Problems,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("can't read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not YAML of the expected shape; serde stops at the first such error.
+    #[error("{0}")]
+    Syntax(SyntaxError),
+    #[error("{}", .0.summary())]
+    Invalid(Problems),
+}
+
+impl LoadError {
+    /// The error as the operator should see it, every problem with its line and column.
+    pub fn render(&self, style: RenderStyle) -> String {
+        match self {
+            LoadError::Read { .. } => format!("error: {self}\n"),
+            LoadError::Syntax(e) => e.render(style),
+            LoadError::Invalid(problems) => problems.render(style),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct SyntaxError {
+    report: miette::Report,
+    file: String,
+}
+
+impl std::fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.file, self.report)
+    }
+}
+
+impl SyntaxError {
+    fn render(&self, style: RenderStyle) -> String {
+        let theme = match style {
+            RenderStyle::Color => GraphicalTheme::unicode(),
+            RenderStyle::Plain => GraphicalTheme::unicode_nocolor(),
+        };
+        let mut out = String::new();
+        let handler = GraphicalReportHandler::new_themed(theme)
+            .with_width(100)
+            .with_links(false);
+        let _ = handler.render_report(&mut out, self.report.as_ref());
+        out.push_str(&format!("\n{}: 1 error, 0 warnings\n", self.file));
+        out
+    }
+}
+
+/// Reads and validates the config at `path`; relative paths inside it are relative to its folder.
+pub fn load(path: &Path, files: &dyn InstallFiles) -> Result<Loaded, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    parse(&text, &path.display().to_string(), dir, files)
+}
+
+/// Validates config text that came from `name`, resolving relative paths against `dir`.
+pub fn parse(
+    text: &str,
+    name: &str,
+    dir: &Path,
+    files: &dyn InstallFiles,
+) -> Result<Loaded, LoadError> {
+    let options = serde_saphyr::options! { strict_booleans: true };
+    let raw: raw::RawConfig = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        LoadError::Syntax(SyntaxError {
+            report: serde_saphyr::miette::to_miette_report_with_options(
+                &e,
+                text,
+                name,
+                serde_saphyr::render_options! { source_name: Some(name) },
+            ),
+            file: name.to_owned(),
+        })
+    })?;
+    let mut problems = Problems::new(Arc::new(NamedSource::new(name, text.to_owned())));
+    match validate::validate(&raw, dir, files, &mut problems) {
+        Some(config) => Ok(Loaded {
+            config,
+            warnings: problems,
+        }),
+        None => Err(LoadError::Invalid(problems)),
+    }
+}

@@ -1,0 +1,297 @@
+//! The validated configuration: typed, complete (every default filled in), free of spans.
+//!
+//! Architecture invariant: a value of [`Config`] is only ever built by `validate`, so every
+//! invariant that validation checks (unique addresses, nodes inside the subnet, one bootstrap at
+//! most, at least one master) holds for every `Config` the rest of the program sees.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+use crate::records::RecordData;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub cluster: Cluster,
+    pub network: Network,
+    pub nodes: Vec<Node>,
+    pub install: Install,
+    pub dns: Dns,
+    pub lb: Lb,
+    pub listen: Listen,
+    pub run_as: Option<RunAs>,
+    pub state_dir: PathBuf,
+}
+
+impl Config {
+    pub fn nodes_with_role(&self, role: Role) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(move |n| n.role == role)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// A host label, the first label of the cluster domain.
+    pub name: String,
+    /// Lowercase, without a trailing dot.
+    pub base_domain: String,
+}
+
+impl Cluster {
+    /// `<name>.<base_domain>`, lowercase, without a trailing dot.
+    pub fn domain(&self) -> String {
+        format!("{}.{}", self.name, self.base_domain)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    pub interface: Option<String>,
+    pub v4: Ipv4Network,
+    pub v6: Option<Ipv6Network>,
+    /// Resolvers the forwarder asks for names outside the cluster; port 53 unless given.
+    pub upstream_dns: Vec<SocketAddr>,
+    pub ntp: Vec<Ipv4Addr>,
+    pub mtu: Option<u16>,
+    pub dhcp_pool: Option<Pool>,
+    pub lease_time: Duration,
+    pub domain_search: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ipv4Network {
+    pub subnet: Ipv4Net,
+    pub gateway: Option<Ipv4Addr>,
+    pub appliance: Ipv4Addr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ipv6Network {
+    pub subnet: Ipv6Net,
+    pub gateway: Option<Ipv6Addr>,
+    pub appliance: Ipv6Addr,
+}
+
+/// An inclusive range of dynamic addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    pub start: Ipv4Addr,
+    pub end: Ipv4Addr,
+}
+
+impl Pool {
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        self.start <= ip && ip <= self.end
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Bootstrap,
+    Master,
+    Worker,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Bootstrap, Role::Master, Role::Worker];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Bootstrap => "bootstrap",
+            Role::Master => "master",
+            Role::Worker => "worker",
+        }
+    }
+
+    /// The file `openshift-install create ignition-configs` writes for this role.
+    pub fn ignition_file(self) -> &'static str {
+        match self {
+            Role::Bootstrap => "bootstrap.ign",
+            Role::Master => "master.ign",
+            Role::Worker => "worker.ign",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub role: Role,
+    pub mac: MacAddr,
+    pub ipv4: Ipv4Addr,
+    pub ipv6: Option<Ipv6Addr>,
+    /// The disk CoreOS installs to; the install default when absent.
+    pub install_dev: Option<String>,
+    pub kernel_args: Vec<String>,
+}
+
+/// An Ethernet address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// Group (multicast or broadcast) addresses can't belong to a network card.
+    pub fn is_group(self) -> bool {
+        self.0[0] & 1 == 1
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == [0; 6]
+    }
+
+    /// `52-54-00-00-00-02`, the form used in URLs and file names.
+    pub fn hyphenated(self) -> String {
+        let [a, b, c, d, e, g] = self.0;
+        format!("{a:02x}-{b:02x}-{c:02x}-{d:02x}-{e:02x}-{g:02x}")
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a MAC address: expected six hex octets separated by ':' or '-'")]
+pub struct MacAddrParseError;
+
+impl FromStr for MacAddr {
+    type Err = MacAddrParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let sep = if s.contains('-') { '-' } else { ':' };
+        let mut out = [0u8; 6];
+        let mut parts = s.split(sep);
+        for byte in &mut out {
+            let part = parts.next().ok_or(MacAddrParseError)?;
+            if part.len() != 2 {
+                return Err(MacAddrParseError);
+            }
+            *byte = u8::from_str_radix(part, 16).map_err(|_| MacAddrParseError)?;
+        }
+        if parts.next().is_some() {
+            return Err(MacAddrParseError);
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Install {
+    pub ignition_dir: PathBuf,
+    pub artifacts_dir: PathBuf,
+    pub install_dev: String,
+    pub kernel_args: Vec<String>,
+    /// `http://host[:port]` without a trailing slash: where nodes reach the boot server.
+    pub base_url: String,
+    pub artifacts: Artifacts,
+}
+
+/// File names of the CoreOS live PXE artifacts inside the artifacts directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifacts {
+    pub kernel: String,
+    pub initramfs: String,
+    pub rootfs: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dns {
+    pub ttl: u32,
+    pub records: Vec<ExtraRecord>,
+    pub recursion_allowed: Vec<IpNet>,
+    pub axfr_allowed: Vec<IpNet>,
+    pub legacy_etcd: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraRecord {
+    /// Absolute, lowercase, with a trailing dot; always inside the cluster domain.
+    pub name: String,
+    pub ttl: Option<u32>,
+    pub data: RecordData,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lb {
+    pub balance: Balance,
+    pub health: HealthSettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    RoundRobin,
+    LeastConnections,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthSettings {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring a backend up.
+    pub rise: u32,
+    /// Consecutive failures that take it down.
+    pub fall: u32,
+    pub ingress_check: IngressCheck,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngressCheck {
+    /// HTTP GET /healthz/ready on the router's stats port 1936.
+    Http,
+    /// A TCP connect to the service port.
+    Tcp,
+}
+
+/// Where each service listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    pub dns: Vec<SocketAddr>,
+    pub dhcp: Vec<SocketAddr>,
+    pub http: Vec<SocketAddr>,
+    pub api: Vec<SocketAddr>,
+    pub machine_config: Vec<SocketAddr>,
+    pub ingress_https: Vec<SocketAddr>,
+    pub ingress_http: Vec<SocketAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: String,
+    pub group: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_parses_both_separators_and_prints_lowercase() {
+        let mac: MacAddr = "52:54:00:AB:00:07".parse().unwrap();
+        assert_eq!(mac.to_string(), "52:54:00:ab:00:07");
+        assert_eq!("52-54-00-ab-00-07".parse::<MacAddr>(), Ok(mac));
+        assert_eq!(mac.hyphenated(), "52-54-00-ab-00-07");
+        for bad in [
+            "52:54:00:ab:00",
+            "52:54:00:ab:00:07:08",
+            "5:54:00:ab:00:07",
+            "zz:54:00:ab:00:07",
+            "",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+        assert!("01:00:5e:00:00:01".parse::<MacAddr>().unwrap().is_group());
+    }
+}

@@ -1,0 +1,162 @@
+//! The node-event journal: what happened to which node, published by every service.
+//!
+//! Architecture invariant: the journal records and fans out; it never acts on an event. Readers
+//! (status, the control module) subscribe or read the recent history. Publishing never blocks:
+//! a slow subscriber loses old events (and is told how many), the publisher never waits.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::broadcast;
+
+use crate::config::MacAddr;
+
+/// Events kept for readers that arrive late (`status`).
+const HISTORY: usize = 4096;
+/// Events buffered per live subscriber before it starts losing the oldest.
+const FANOUT: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// The DHCP server acknowledged a lease.
+    DhcpAck { mac: MacAddr, ip: IpAddr },
+    /// A node fetched its iPXE script.
+    ScriptFetched { from: SocketAddr },
+    /// A node fetched its ignition config.
+    IgnitionFetched { from: SocketAddr },
+    /// A load-balancer backend changed health.
+    BackendHealth {
+        frontend: String,
+        backend: SocketAddr,
+        up: bool,
+    },
+    /// A new plan is being served.
+    PlanLoaded { serial: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub at: SystemTime,
+    /// The node the event concerns, when it is known.
+    pub node: Option<String>,
+    pub kind: EventKind,
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(node) = &self.node {
+            write!(f, "{node}: ")?;
+        }
+        match &self.kind {
+            EventKind::DhcpAck { mac, ip } => write!(f, "dhcp ack {ip} to {mac}"),
+            EventKind::ScriptFetched { from } => write!(f, "ipxe script fetched by {from}"),
+            EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
+            EventKind::BackendHealth {
+                frontend,
+                backend,
+                up,
+            } => {
+                write!(
+                    f,
+                    "{frontend} backend {backend} is {}",
+                    if *up { "up" } else { "down" }
+                )
+            }
+            EventKind::PlanLoaded { serial } => write!(f, "plan {serial} loaded"),
+        }
+    }
+}
+
+/// A cheap handle; clones publish into the same journal.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    history: Mutex<VecDeque<Event>>,
+    live: broadcast::Sender<Event>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Journal {
+    pub fn new() -> Self {
+        let (live, _) = broadcast::channel(FANOUT);
+        Self {
+            inner: Arc::new(Inner {
+                history: Mutex::new(VecDeque::with_capacity(HISTORY)),
+                live,
+            }),
+        }
+    }
+
+    pub fn publish(&self, node: Option<String>, kind: EventKind) {
+        let event = Event {
+            at: SystemTime::now(),
+            node,
+            kind,
+        };
+        tracing::info!(target: "journal", "{event}");
+        {
+            let mut history = self.inner.history.lock().unwrap_or_else(|e| e.into_inner());
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(event.clone());
+        }
+        // No subscriber is not an error: the history still has it.
+        let _ = self.inner.live.send(event);
+    }
+
+    /// Events published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.inner.live.subscribe()
+    }
+
+    /// The most recent events, oldest first.
+    pub fn recent(&self) -> Vec<Event> {
+        let history = self.inner.history.lock().unwrap_or_else(|e| e.into_inner());
+        history.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn subscribers_see_events_and_history_is_bounded() {
+        let journal = Journal::new();
+        let mut rx = journal.subscribe();
+        journal.publish(Some("master-0".into()), EventKind::PlanLoaded { serial: 1 });
+        let got = rx.recv().await.unwrap();
+        assert_eq!(got.node.as_deref(), Some("master-0"));
+        for serial in 0..(HISTORY as u32 + 10) {
+            journal.publish(None, EventKind::PlanLoaded { serial });
+        }
+        let recent = journal.recent();
+        assert_eq!(recent.len(), HISTORY);
+        assert_eq!(
+            recent.last().unwrap().kind,
+            EventKind::PlanLoaded {
+                serial: HISTORY as u32 + 9
+            }
+        );
+    }
+
+    #[test]
+    fn publishing_without_subscribers_is_fine() {
+        let journal = Journal::new();
+        journal.publish(None, EventKind::PlanLoaded { serial: 7 });
+        assert_eq!(journal.recent().len(), 1);
+    }
+}

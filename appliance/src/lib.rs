@@ -1,0 +1,12 @@
+//! okd-appliance: DNS, DHCP, the load balancer and the boot files of a user-provisioned
+//! OKD/OpenShift 4 cluster, derived from one YAML file and served by one process.
+//!
+//! The data flows one way: config file -> validated [`config::Config`] -> derived
+//! [`plan::Plan`] -> services. See docs/architecture.md for the map.
+
+pub mod config;
+pub mod journal;
+pub mod plan;
+pub mod records;
+pub mod render;
+pub mod supervisor;

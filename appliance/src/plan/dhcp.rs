@@ -1,0 +1,77 @@
+//! DHCPv4 reservations and the options every client gets.
+//!
+//! Architecture invariant: values only. Option codes, packet encoding and lease bookkeeping
+//! belong to the DHCP service.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+
+use crate::config::{Config, MacAddr, Pool};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpPlan {
+    /// The server identifier (option 54): the appliance's address.
+    pub server_id: Ipv4Addr,
+    pub subnet: Ipv4Net,
+    pub router: Option<Ipv4Addr>,
+    pub dns_servers: Vec<Ipv4Addr>,
+    /// Option 15: the cluster domain.
+    pub domain_name: String,
+    /// Option 119: the cluster domain first, then the configured extras.
+    pub domain_search: Vec<String>,
+    pub ntp_servers: Vec<Ipv4Addr>,
+    pub mtu: Option<u16>,
+    pub lease_time: Duration,
+    /// T1: renew with the same server after half the lease (RFC 2131 section 4.4.5).
+    pub renewal_time: Duration,
+    /// T2: rebind with any server after 7/8 of the lease.
+    pub rebinding_time: Duration,
+    pub pool: Option<Pool>,
+    /// Sorted by IP address.
+    pub reservations: Vec<Reservation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    /// Option 12: the node's short name; Kubernetes takes the node name from it.
+    pub host_name: String,
+    /// The per-node iPXE script an iPXE client is sent to (DHCP option 67 / the file field).
+    pub ipxe_script_url: String,
+}
+
+pub fn derive(config: &Config) -> DhcpPlan {
+    let net = &config.network;
+    let domain = config.cluster.domain();
+    let mut domain_search = vec![domain.clone()];
+    domain_search.extend(net.domain_search.iter().filter(|d| **d != domain).cloned());
+    let mut reservations: Vec<Reservation> = config
+        .nodes
+        .iter()
+        .map(|n| Reservation {
+            mac: n.mac,
+            ip: n.ipv4,
+            host_name: n.name.clone(),
+            ipxe_script_url: super::boot::script_url(&config.install.base_url, n.mac),
+        })
+        .collect();
+    reservations.sort_by_key(|r| r.ip);
+    DhcpPlan {
+        server_id: net.v4.appliance,
+        subnet: net.v4.subnet,
+        router: net.v4.gateway,
+        dns_servers: vec![net.v4.appliance],
+        domain_name: domain,
+        domain_search,
+        ntp_servers: net.ntp.clone(),
+        mtu: net.mtu,
+        lease_time: net.lease_time,
+        renewal_time: net.lease_time / 2,
+        rebinding_time: net.lease_time * 7 / 8,
+        pool: net.dhcp_pool,
+        reservations,
+    }
+}

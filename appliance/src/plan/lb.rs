@@ -1,0 +1,166 @@
+//! Load-balancer frontends and the pools behind them, derived from node roles.
+//!
+//! Architecture invariant: who belongs in which pool and how to check them; not whether a
+//! backend is up right now (that is the LB service's live state).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::config::{Balance, Config, IngressCheck, Role};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbPlan {
+    pub balance: Balance,
+    pub frontends: Vec<Frontend>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrontendKind {
+    /// Kubernetes API, 6443.
+    Api,
+    /// Machine config server, 22623 (ignition for joining nodes).
+    MachineConfig,
+    /// Ingress routers, 443.
+    IngressHttps,
+    /// Ingress routers, 80.
+    IngressHttp,
+}
+
+impl FrontendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::MachineConfig => "machine-config",
+            Self::IngressHttps => "ingress-https",
+            Self::IngressHttp => "ingress-http",
+        }
+    }
+
+    /// The port the backends listen on.
+    pub fn backend_port(self) -> u16 {
+        match self {
+            Self::Api => 6443,
+            Self::MachineConfig => 22623,
+            Self::IngressHttps => 443,
+            Self::IngressHttp => 80,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frontend {
+    pub kind: FrontendKind,
+    pub listen: Vec<SocketAddr>,
+    pub backends: Vec<Backend>,
+    pub check: HealthCheck,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// The node's name.
+    pub name: String,
+    pub role: Role,
+    pub addr: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub probe: Probe,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+/// How a backend proves it is ready, as OpenShift documents for user-provisioned load balancers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// GET over TLS without verifying the node's self-signed certificate; ready on 200.
+    Https { port: u16, path: &'static str },
+    /// GET over plain HTTP; ready on 200.
+    Http { port: u16, path: &'static str },
+    /// A TCP handshake on the service port.
+    Tcp,
+}
+
+pub fn derive(config: &Config) -> LbPlan {
+    let h = &config.lb.health;
+    let check = |probe| HealthCheck {
+        probe,
+        interval: h.interval,
+        timeout: h.timeout,
+        rise: h.rise,
+        fall: h.fall,
+    };
+    let control_plane: Vec<&crate::config::Node> = config
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.role, Role::Bootstrap | Role::Master))
+        .collect();
+    let workers: Vec<&crate::config::Node> = config.nodes_with_role(Role::Worker).collect();
+    // Without workers the routers run on the masters (a compact cluster).
+    let ingress: Vec<&crate::config::Node> = if workers.is_empty() {
+        config.nodes_with_role(Role::Master).collect()
+    } else {
+        workers
+    };
+    let ingress_probe = match h.ingress_check {
+        IngressCheck::Http => Probe::Http {
+            port: 1936,
+            path: "/healthz/ready",
+        },
+        IngressCheck::Tcp => Probe::Tcp,
+    };
+    let frontend = |kind: FrontendKind,
+                    listen: &[SocketAddr],
+                    nodes: &[&crate::config::Node],
+                    probe| Frontend {
+        kind,
+        listen: listen.to_vec(),
+        backends: nodes
+            .iter()
+            .map(|n| Backend {
+                name: n.name.clone(),
+                role: n.role,
+                addr: SocketAddr::new(IpAddr::V4(n.ipv4), kind.backend_port()),
+            })
+            .collect(),
+        check: check(probe),
+    };
+    let l = &config.listen;
+    LbPlan {
+        balance: config.lb.balance,
+        frontends: vec![
+            frontend(
+                FrontendKind::Api,
+                &l.api,
+                &control_plane,
+                Probe::Https {
+                    port: 6443,
+                    path: "/readyz",
+                },
+            ),
+            frontend(
+                FrontendKind::MachineConfig,
+                &l.machine_config,
+                &control_plane,
+                Probe::Https {
+                    port: 22623,
+                    path: "/healthz",
+                },
+            ),
+            frontend(
+                FrontendKind::IngressHttps,
+                &l.ingress_https,
+                &ingress,
+                ingress_probe.clone(),
+            ),
+            frontend(
+                FrontendKind::IngressHttp,
+                &l.ingress_http,
+                &ingress,
+                ingress_probe,
+            ),
+        ],
+    }
+}

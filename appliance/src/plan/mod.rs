@@ -1,0 +1,66 @@
+//! The plan: everything the services serve, derived from a validated config by a pure function.
+//!
+//! Architecture invariant: no I/O and no clock. [`Plan::derive`] is a function of the config and
+//! the SOA serial the caller picks, so the same inputs give the same plan, golden tests pin it,
+//! and a reload can build the next plan beside the current one and swap it in whole.
+
+pub mod boot;
+pub mod dhcp;
+pub mod lb;
+pub mod reverse;
+pub mod zones;
+
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+
+use crate::config::{Config, Listen};
+
+pub use boot::BootParams;
+pub use dhcp::{DhcpPlan, Reservation};
+pub use lb::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
+pub use zones::{Record, Zone};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// `<cluster>.<base_domain>`, without a trailing dot.
+    pub cluster_domain: String,
+    /// The forward zone first, then the reverse zones (IPv4, then IPv6).
+    pub zones: Vec<Zone>,
+    pub resolver: ResolverPolicy,
+    pub dhcp: DhcpPlan,
+    pub lb: LbPlan,
+    pub boot: Vec<BootParams>,
+    pub listen: Listen,
+    /// The DHCP service's interface, when one is configured.
+    pub interface: Option<String>,
+}
+
+/// Who may use the forwarder and where it forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolverPolicy {
+    pub upstreams: Vec<SocketAddr>,
+    pub recursion_allowed: Vec<IpNet>,
+    pub axfr_allowed: Vec<IpNet>,
+}
+
+impl Plan {
+    /// Derives the plan. `serial` becomes the SOA serial of every zone; callers pass a value
+    /// that grows with each reload (seconds since the epoch work).
+    pub fn derive(config: &Config, serial: u32) -> Plan {
+        Plan {
+            cluster_domain: config.cluster.domain(),
+            zones: zones::derive(config, serial),
+            resolver: ResolverPolicy {
+                upstreams: config.network.upstream_dns.clone(),
+                recursion_allowed: config.dns.recursion_allowed.clone(),
+                axfr_allowed: config.dns.axfr_allowed.clone(),
+            },
+            dhcp: dhcp::derive(config),
+            lb: lb::derive(config),
+            boot: boot::derive(config),
+            listen: config.listen.clone(),
+            interface: config.network.interface.clone(),
+        }
+    }
+}

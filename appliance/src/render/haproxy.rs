@@ -1,0 +1,79 @@
+//! The HAProxy configuration with the same frontends, pools and health checks as the plan
+//! (`mode tcp`, as OpenShift's user-provisioned install documents it).
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use super::short_duration;
+use crate::config::Balance;
+use crate::plan::{Plan, Probe};
+
+pub(super) fn render(plan: &Plan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# HAProxy equivalent of the okd-appliance plan for {}",
+        plan.cluster_domain
+    );
+    let timeout = plan
+        .lb
+        .frontends
+        .first()
+        .map_or("1s".to_owned(), |f| short_duration(f.check.timeout));
+    let _ = writeln!(
+        o,
+        "global\n    maxconn 20000\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n    timeout check {timeout}"
+    );
+    let balance = match plan.lb.balance {
+        Balance::RoundRobin => "roundrobin",
+        Balance::LeastConnections => "leastconn",
+    };
+    for f in &plan.lb.frontends {
+        if f.listen.is_empty() {
+            continue;
+        }
+        let name = f.kind.name();
+        let _ = writeln!(o, "\nfrontend {name}");
+        for addr in &f.listen {
+            let _ = writeln!(o, "    bind {}", bind_addr(*addr));
+        }
+        let _ = writeln!(o, "    default_backend {name}");
+        let _ = writeln!(o, "\nbackend {name}\n    balance {balance}");
+        let c = &f.check;
+        let timers = format!(
+            "inter {} fall {} rise {}",
+            short_duration(c.interval),
+            c.fall,
+            c.rise
+        );
+        let server_opts = match &c.probe {
+            Probe::Https { port, path } => {
+                let _ = writeln!(
+                    o,
+                    "    option httpchk GET {path}\n    http-check expect status 200"
+                );
+                format!("check check-ssl verify none port {port} {timers}")
+            }
+            Probe::Http { port, path } => {
+                let _ = writeln!(
+                    o,
+                    "    option httpchk GET {path}\n    http-check expect status 200"
+                );
+                format!("check port {port} {timers}")
+            }
+            Probe::Tcp => format!("check {timers}"),
+        };
+        for b in &f.backends {
+            let _ = writeln!(o, "    server {} {} {server_opts}", b.name, b.addr);
+        }
+    }
+    o
+}
+
+fn bind_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => a.to_string(),
+        // HAProxy reads an IPv6 address up to its last colon; the family prefix makes it explicit.
+        SocketAddr::V6(a) => format!("ipv6@{}:{}", a.ip(), a.port()),
+    }
+}

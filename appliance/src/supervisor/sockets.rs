@@ -1,0 +1,200 @@
+//! Binding every listening socket before anything is served.
+//!
+//! Architecture invariant: this is the only place in the program that binds. Services receive
+//! sockets that are already bound, so tests hand them port-0 sockets and privileges can be
+//! dropped before the first packet is read.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// The network services, by what they listen for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    Dns,
+    Dhcp,
+    Http,
+    Api,
+    MachineConfig,
+    IngressHttps,
+    IngressHttp,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Dns => "dns",
+            Service::Dhcp => "dhcp",
+            Service::Http => "http",
+            Service::Api => "api",
+            Service::MachineConfig => "machine-config",
+            Service::IngressHttps => "ingress-https",
+            Service::IngressHttp => "ingress-http",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Udp,
+    Tcp,
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Proto::Udp => "udp",
+            Proto::Tcp => "tcp",
+        })
+    }
+}
+
+/// One socket to bind: for which service, which protocol, where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    pub service: Service,
+    pub proto: Proto,
+    pub addr: SocketAddr,
+    /// Bind to this interface only (SO_BINDTODEVICE), as DHCP must.
+    pub device: Option<String>,
+}
+
+/// A bound socket and the address it really got (port 0 resolved).
+#[derive(Debug)]
+pub struct BoundSocket {
+    pub spec: ListenerSpec,
+    pub local_addr: SocketAddr,
+    pub socket: Socket,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("can't bind {service}/{proto} on {addr}: {reason}")]
+pub struct BindError {
+    pub service: &'static str,
+    pub proto: Proto,
+    pub addr: SocketAddr,
+    pub reason: String,
+}
+
+/// Binds every spec. Either all succeed, or every failure is returned (none is left bound).
+pub fn bind_all(specs: &[ListenerSpec]) -> Result<Vec<BoundSocket>, Vec<BindError>> {
+    let mut bound = Vec::with_capacity(specs.len());
+    let mut failed = Vec::new();
+    for spec in specs {
+        match bind(spec) {
+            Ok(socket) => bound.push(socket),
+            Err(e) => failed.push(BindError {
+                service: spec.service.name(),
+                proto: spec.proto,
+                addr: spec.addr,
+                reason: explain(&e, spec.addr),
+            }),
+        }
+    }
+    if failed.is_empty() {
+        Ok(bound)
+    } else {
+        Err(failed)
+    }
+}
+
+fn bind(spec: &ListenerSpec) -> io::Result<BoundSocket> {
+    let domain = Domain::for_address(spec.addr);
+    let socket = match spec.proto {
+        Proto::Udp => Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?,
+        Proto::Tcp => Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?,
+    };
+    if spec.addr.is_ipv6() {
+        // An IPv6 listener never swallows IPv4: each family is configured on its own.
+        socket.set_only_v6(true)?;
+    }
+    if spec.proto == Proto::Tcp {
+        // Restart without waiting for old connections in TIME_WAIT.
+        socket.set_reuse_address(true)?;
+    }
+    if let Some(device) = &spec.device {
+        socket.bind_device(Some(device.as_bytes()))?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&spec.addr.into())?;
+    if spec.proto == Proto::Tcp {
+        socket.listen(1024)?;
+    }
+    let local_addr = socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
+    Ok(BoundSocket {
+        spec: spec.clone(),
+        local_addr,
+        socket,
+    })
+}
+
+/// The reason with what usually causes it.
+fn explain(e: &io::Error, addr: SocketAddr) -> String {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => format!("{e} (another process listens there)"),
+        io::ErrorKind::AddrNotAvailable => {
+            format!(
+                "{e} (no interface has {}; is the cluster NIC up and addressed?)",
+                addr.ip()
+            )
+        }
+        io::ErrorKind::PermissionDenied if addr.port() < 1024 => {
+            format!("{e} (ports below 1024 need root or CAP_NET_BIND_SERVICE)")
+        }
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(proto: Proto, addr: &str) -> ListenerSpec {
+        ListenerSpec {
+            service: Service::Dns,
+            proto,
+            addr: addr.parse().unwrap(),
+            device: None,
+        }
+    }
+
+    #[test]
+    fn port_zero_resolves_to_a_real_port() {
+        let bound = bind_all(&[
+            spec(Proto::Udp, "127.0.0.1:0"),
+            spec(Proto::Tcp, "127.0.0.1:0"),
+        ])
+        .unwrap();
+        assert!(bound.iter().all(|b| b.local_addr.port() != 0));
+    }
+
+    #[test]
+    fn every_failure_is_reported_with_its_address() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let errors = bind_all(&[
+            spec(Proto::Tcp, &format!("127.0.0.1:{port}")),
+            spec(Proto::Udp, "127.0.0.1:0"),
+            // TEST-NET-1 is on no interface here.
+            spec(Proto::Udp, "192.0.2.1:0"),
+        ])
+        .unwrap_err();
+        assert_eq!(errors.len(), 2);
+        assert!(
+            errors[0].to_string().contains(&format!("127.0.0.1:{port}")),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].reason.contains("another process"),
+            "{}",
+            errors[0]
+        );
+        assert!(errors[1].to_string().contains("192.0.2.1"), "{}", errors[1]);
+    }
+}

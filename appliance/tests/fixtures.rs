@@ -1,0 +1,160 @@
+//! Config fixtures: every shipped config validates and derives the golden plan; every file in
+//! `config/bad/` fails with exactly the golden diagnostics beside it; `config/warn/` files pass
+//! with exactly their golden warnings.
+//!
+//! `UPDATE_GOLDEN=1 cargo test --test fixtures` rewrites the golden files; review the diff.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use okd_appliance::config::{self, InstallFiles, LoadError, RenderStyle};
+use okd_appliance::plan::Plan;
+use okd_appliance::render::{self, Format};
+
+/// Every ignition file exists and is an hour old: fixtures test the config, not a machine.
+struct FreshInstall;
+
+impl InstallFiles for FreshInstall {
+    fn age(&self, _: &Path) -> io::Result<Duration> {
+        Ok(Duration::from_secs(3600))
+    }
+}
+
+const SERIAL: u32 = 2_026_010_101;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Loads a fixture under the name it has relative to the repository, so goldens are portable.
+fn load(path: &Path) -> Result<config::Loaded, LoadError> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let name = path.strip_prefix(repo()).unwrap().display().to_string();
+    config::parse(&text, &name, path.parent().unwrap(), &FreshInstall)
+}
+
+/// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN is set.
+fn check_golden(golden: &Path, actual: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(golden, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(golden)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", golden.display()));
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the golden file at line {}:\n--- expected\n{}\n--- actual\n{}\n(UPDATE_GOLDEN=1 rewrites it)",
+            golden.display(),
+            first + 1,
+            expected
+                .lines()
+                .skip(first)
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            actual
+                .lines()
+                .skip(first)
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+}
+
+#[test]
+fn shipped_configs_validate_and_derive_the_golden_plan() {
+    let files = yaml_files(&repo().join("config"));
+    assert!(
+        files.len() >= 5,
+        "expected the shipped examples, found {files:?}"
+    );
+    for path in files {
+        let loaded = load(&path).unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+        assert!(
+            loaded.warnings.is_empty(),
+            "{}",
+            loaded.warnings.render(RenderStyle::Plain)
+        );
+        let plan = Plan::derive(&loaded.config, SERIAL);
+        let stem = path.file_stem().unwrap().to_str().unwrap();
+        let text = &render::render(&plan, Format::Human)[0].text;
+        check_golden(
+            &repo().join(format!("appliance/tests/golden/{stem}.plan")),
+            text,
+        );
+    }
+}
+
+#[test]
+fn lab_renders_the_golden_peer_configs() {
+    let loaded = load(&repo().join("config/lab.yml")).unwrap();
+    let plan = Plan::derive(&loaded.config, SERIAL);
+    for (format, ext) in [
+        (Format::Dnsmasq, "dnsmasq.conf"),
+        (Format::Haproxy, "haproxy.cfg"),
+    ] {
+        let text = &render::render(&plan, format)[0].text;
+        check_golden(
+            &repo().join(format!("appliance/tests/golden/lab.{ext}")),
+            text,
+        );
+    }
+    let zones = render::render(&plan, Format::Bind);
+    assert_eq!(zones.len(), 2);
+    check_golden(
+        &repo().join("appliance/tests/golden/lab.zone"),
+        &zones[0].text,
+    );
+}
+
+#[test]
+fn bad_configs_fail_with_the_golden_diagnostics() {
+    let files = yaml_files(&repo().join("config/bad"));
+    assert!(
+        files.len() >= 15,
+        "expected at least 15 bad fixtures, found {}",
+        files.len()
+    );
+    for path in files {
+        let Err(err) = load(&path) else {
+            panic!("{} validated but is in config/bad", path.display())
+        };
+        check_golden(
+            &path.with_extension("stderr"),
+            &err.render(RenderStyle::Plain),
+        );
+    }
+}
+
+#[test]
+fn warning_configs_pass_with_the_golden_warnings() {
+    for path in yaml_files(&repo().join("config/warn")) {
+        let loaded = load(&path).unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+        assert!(
+            !loaded.warnings.is_empty(),
+            "{} raised no warning",
+            path.display()
+        );
+        check_golden(
+            &path.with_extension("stderr"),
+            &loaded.warnings.render(RenderStyle::Plain),
+        );
+    }
+}

@@ -1,0 +1,5 @@
+//! End-to-end tests of okd-appliance in network namespaces. Each module is one area; tests that
+//! need root or third-party tools call `harness::require_root()` / `require_tool()` first (loud
+//! skip outside CI, failure with `CI=true`).
+
+mod harness_selftest;

@@ -1,0 +1,28 @@
+//! Test harness for okd-appliance's end-to-end tests: network namespaces, bridges, veth pairs and
+//! tap devices created by the test itself, processes run inside them, and bounded waits.
+//!
+//! Every resource is a guard that removes what it created on `Drop`, also when the test panics.
+//! Network rules: traffic only goes to loopback or to namespaces created here; nothing in this
+//! crate touches the host's interfaces or routes (all `ip` calls run with `-n NAMESPACE` or
+//! `ip netns exec NAMESPACE`).
+//!
+//! Privileged tests start with [`require_root`] (and [`require_tool`] for third-party clients):
+//! they skip loudly outside CI and fail when `CI=true`.
+
+mod cmd;
+pub mod link;
+pub mod netns;
+pub mod prereq;
+pub mod process;
+pub mod topology;
+pub mod wait;
+
+pub use link::{Bridge, Tap, Veth};
+pub use netns::{Netns, list_netns, netns_exists};
+pub use prereq::{
+    Outcome, in_ci, outcome, require_path, require_root, require_tool, require_tools, skip_or_fail,
+    which,
+};
+pub use process::Process;
+pub use topology::{Node, Topology};
+pub use wait::{pid_alive, wait_for, wait_until};
