@@ -165,6 +165,7 @@ fn serve(file: &Path) -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_target(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -3,3 +3,6 @@
 //! skip outside CI, failure with `CI=true`).
 
 mod harness_selftest;
+mod render_peers;
+mod support;
+mod systemd_unit;

@@ -9,6 +9,7 @@
 //! Privileged tests start with [`require_root`] (and [`require_tool`] for third-party clients):
 //! they skip loudly outside CI and fail when `CI=true`.
 
+pub mod appliance;
 mod cmd;
 pub mod link;
 pub mod netns;
@@ -17,6 +18,7 @@ pub mod process;
 pub mod topology;
 pub mod wait;
 
+pub use appliance::{appliance_bin, repo_root, write_install_dir};
 pub use link::{Bridge, Tap, Veth};
 pub use netns::{Netns, list_netns, netns_exists};
 pub use prereq::{

@@ -79,14 +79,7 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
 /// Runs the appliance until SIGTERM or SIGINT, or until a service fails.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let loaded = load(config_path).await?;
-    for line in loaded
-        .warnings
-        .render(RenderStyle::Plain)
-        .lines()
-        .filter(|l| !l.is_empty())
-    {
-        tracing::warn!("{line}");
-    }
+    log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
 
     let (wanted, not_built): (Vec<ListenerSpec>, Vec<ListenerSpec>) = listener_specs(&plan)
@@ -207,14 +200,7 @@ async fn reload(path: &Path, handle: &PlanHandle, journal: &Journal) {
     tracing::info!("SIGHUP: reloading {}", path.display());
     match load(path).await {
         Ok(loaded) => {
-            for line in loaded
-                .warnings
-                .render(RenderStyle::Plain)
-                .lines()
-                .filter(|l| !l.is_empty())
-            {
-                tracing::warn!("{line}");
-            }
+            log_warnings(&loaded.warnings);
             let current = handle.load();
             let mut plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
             if plan.listen != current.listen || plan.interface != current.interface {
@@ -244,6 +230,19 @@ async fn reload(path: &Path, handle: &PlanHandle, journal: &Journal) {
         }
     }
     notify(&[sd_notify::NotifyState::Ready]);
+}
+
+fn log_warnings(warnings: &config::Problems) {
+    if warnings.is_empty() {
+        return;
+    }
+    for line in warnings
+        .render(RenderStyle::Plain)
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        tracing::warn!("{line}");
+    }
 }
 
 fn first_serial(plan: &Plan) -> u32 {

@@ -1,0 +1,69 @@
+//! The command line's contract: exit codes 0 (ok), 1 (invalid config), 2 (usage), `--version`,
+//! and diagnostics on stderr with file, line and column.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn fixture(rel: &str) -> String {
+    format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = run(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("okd-appliance {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(run(&[]).status.code(), Some(2));
+    assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        run(&["render", "x.yml", "--format", "nginx"]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn an_invalid_config_exits_1_with_every_problem_located() {
+    let out = run(&["check", &fixture("config/bad/many-problems.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("many-problems.yml:3:36"), "{stderr}");
+    // Eight mistakes in the file, plus its ignition directory, which does not exist here.
+    assert!(
+        stderr.contains("many-problems.yml: 9 errors, 0 warnings"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_file_exits_1() {
+    let out = run(&["check", "/nonexistent/okd.yml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("can't read /nonexistent/okd.yml"));
+}
+
+#[test]
+fn check_reports_missing_ignition_files_with_the_fix() {
+    // The shipped lab config points at ./install_dir, which the repository does not ship.
+    let out = run(&["check", &fixture("config/lab.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ignition directory"), "{stderr}");
+    assert!(
+        stderr.contains("openshift-install create ignition-configs"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,110 @@
+//! The ignition checks against a real directory: files must exist for every role present and be
+//! younger than 24 hours (a warning after 12), because their certificates expire.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use okd_appliance::config::{self, LoadError, RealFiles, RenderStyle, Severity};
+
+const CONFIG: &str = r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
+nodes:
+  - { name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.0.0.7 }
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+"#;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn write(dir: &Path, file: &str, age: Duration) {
+    let path = dir.join("install_dir").join(file);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, "{}").unwrap();
+    File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(SystemTime::now() - age)
+        .unwrap();
+}
+
+fn load(dir: &Path) -> Result<config::Loaded, LoadError> {
+    config::parse(
+        CONFIG,
+        "okd.yml",
+        dir,
+        &RealFiles {
+            now: SystemTime::now(),
+        },
+    )
+}
+
+fn errors(dir: &Path) -> String {
+    match load(dir) {
+        Ok(_) => panic!("expected the config to be refused"),
+        Err(e) => e.render(RenderStyle::Plain),
+    }
+}
+
+#[test]
+fn fresh_files_for_the_roles_present_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", HOUR);
+    write(dir.path(), "master.ign", HOUR);
+    // No worker.ign: the config has no workers.
+    let loaded = load(dir.path()).unwrap();
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn a_missing_directory_is_one_error_with_the_command_that_creates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = errors(dir.path());
+    assert!(out.contains("ignition directory"), "{out}");
+    assert!(out.contains("it does not exist"), "{out}");
+    assert!(
+        out.contains("openshift-install create ignition-configs --dir ./install_dir"),
+        "{out}"
+    );
+    assert!(out.contains("okd.yml: 1 error, 0 warnings"), "{out}");
+}
+
+#[test]
+fn a_missing_role_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", HOUR);
+    let out = errors(dir.path());
+    assert!(
+        out.contains("master.ign for the master nodes can't be read"),
+        "{out}"
+    );
+    assert!(!out.contains("bootstrap.ign"), "{out}");
+}
+
+#[test]
+fn files_older_than_24_hours_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", 30 * HOUR);
+    write(dir.path(), "master.ign", HOUR);
+    let out = errors(dir.path());
+    assert!(out.contains("bootstrap.ign was written 30 h ago"), "{out}");
+    assert!(out.contains("expire 24 hours after creation"), "{out}");
+}
+
+#[test]
+fn files_older_than_12_hours_warn_but_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", 13 * HOUR);
+    write(dir.path(), "master.ign", HOUR);
+    let loaded = load(dir.path()).unwrap();
+    let warnings: Vec<_> = loaded.warnings.iter().collect();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].severity(), Severity::Warning);
+    assert!(
+        warnings[0]
+            .message()
+            .contains("bootstrap.ign was written 13 h ago")
+    );
+}

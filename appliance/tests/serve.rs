@@ -1,0 +1,175 @@
+//! `okd-appliance serve` as a process: it starts, reloads on SIGHUP (keeping the old plan when
+//! the new file is invalid), stops cleanly on SIGTERM, and refuses to start when it can't bind.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const NODES: &str = r#"
+  - { name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.0.0.7 }
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }"#;
+
+fn config(nodes: &str, dns_listen: &str) -> String {
+    format!(
+        r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network:
+  subnet: 10.0.0.0/24
+  appliance_ip: 10.0.0.1
+nodes:{nodes}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+listen:
+  dns: ["{dns_listen}"]
+  dhcp: []
+  http: ["127.0.0.1:0"]
+  api: ["127.0.0.1:0"]
+  machine_config: ["127.0.0.1:0"]
+  ingress_https: ["127.0.0.1:0"]
+  ingress_http: ["127.0.0.1:0"]
+"#
+    )
+}
+
+fn write_install_dir(dir: &Path) {
+    std::fs::create_dir_all(dir.join("install_dir")).unwrap();
+    for role in ["bootstrap", "master", "worker"] {
+        std::fs::write(
+            dir.join(format!("install_dir/{role}.ign")),
+            r#"{"ignition":{"version":"3.2.0"}}"#,
+        )
+        .unwrap();
+    }
+}
+
+/// A running `serve` whose log lines arrive on a channel; killed on drop.
+struct Serve {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn start(config: &Path) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+            .arg("serve")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (bounded) for a log line containing `needle`.
+    fn expect_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "no log line containing {needle:?}; log so far:\n{}",
+                        self.seen.join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("serve did not exit; log:\n{}", self.seen.join("\n"));
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_reloads_keeps_the_old_plan_on_a_bad_edit_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    write_install_dir(dir.path());
+    let path = dir.path().join("okd.yml");
+    std::fs::write(&path, config(NODES, "127.0.0.1:0")).unwrap();
+
+    let mut serve = Serve::start(&path);
+    serve.expect_line("plan ");
+    serve.expect_line("ready");
+
+    // A duplicate MAC: the reload fails, every problem is logged, the old plan stays.
+    let bad = NODES.to_owned()
+        + r#"
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:02", ip: 10.0.0.5 }"#;
+    std::fs::write(&path, config(&bad, "127.0.0.1:0")).unwrap();
+    serve.signal(Signal::SIGHUP);
+    serve.expect_line("MAC address 52:54:00:00:00:02 is used twice");
+    serve.expect_line("reload failed: still serving the previous plan");
+
+    // A good edit is picked up.
+    let good = NODES.to_owned()
+        + r#"
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.0.0.5 }"#;
+    std::fs::write(&path, config(&good, "127.0.0.1:0")).unwrap();
+    serve.signal(Signal::SIGHUP);
+    serve.expect_line("reloaded: now serving plan");
+
+    serve.signal(Signal::SIGTERM);
+    serve.expect_line("SIGTERM: stopping");
+    serve.expect_line("stopped");
+    assert!(serve.wait_exit().success());
+}
+
+#[test]
+fn serve_refuses_an_invalid_config_before_doing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    write_install_dir(dir.path());
+    let path = dir.path().join("okd.yml");
+    std::fs::write(
+        &path,
+        config(NODES, "127.0.0.1:0").replace("10.0.0.7", "10.0.9.7"),
+    )
+    .unwrap();
+    let mut serve = Serve::start(&path);
+    serve.expect_line("outside the subnet");
+    assert_eq!(serve.wait_exit().code(), Some(1));
+}

@@ -1,0 +1,56 @@
+//! Helpers shared by the end-to-end modules: a shipped config copied next to a fresh install
+//! directory, and running the appliance binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use harness::{appliance_bin, repo_root, write_install_dir};
+
+/// Copies `config/<name>.yml` into `dir` with its ignition directory pointed at a freshly
+/// written `dir/install_dir`, as an operator's services host would have it.
+pub fn stage_config(name: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo_root().join("config").join(format!("{name}.yml")))
+        .unwrap_or_else(|e| panic!("config/{name}.yml: {e}"));
+    let staged: String = text
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("ignition_dir:") {
+                "  ignition_dir: ./install_dir".to_owned()
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    write_install_dir(&dir.join("install_dir")).unwrap();
+    let path = dir.join(format!("{name}.yml"));
+    std::fs::write(&path, staged + "\n").unwrap();
+    path
+}
+
+/// Runs `okd-appliance ARGS` to completion.
+pub fn appliance<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(appliance_bin().unwrap())
+        .args(args)
+        .output()
+        .expect("okd-appliance runs")
+}
+
+/// Runs a third-party tool; panics with its output when it fails.
+pub fn run_ok(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

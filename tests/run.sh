@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite: installs the Debian packages the tests drive (when run as root), then
+# formatting, lints, unit, fixture, integration and network-namespace tests.
+#
+# Run as root: the end-to-end tests create network namespaces. As another user they print
+# "SKIPPED <test>: needs root" and pass; with CI=true a missing prerequisite fails instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Third-party peers the tests run or compare against (see ../shared/brief/testing.md).
+PACKAGES=(
+  iproute2 iputils-ping procps
+  nsd knot knot-dnssecutils knot-dnsutils bind9 bind9-utils bind9-dnsutils
+  dnsmasq haproxy
+  cmake pkg-config systemd
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "installing: ${missing[*]}"
+    # Packaged daemons must not start system-wide on install; the tests start their own,
+    # inside network namespaces.
+    created_policy=
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+      chmod +x /usr/sbin/policy-rc.d
+      created_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
+    [[ -n $created_policy ]] && rm -f /usr/sbin/policy-rc.d
+  else
+    echo "not root: can't install ${missing[*]}; tests that need them will say SKIPPED" >&2
+  fi
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+# Builds the okd-appliance binary the end-to-end tests run, then every test of the workspace.
+cargo build --workspace
+cargo test --workspace
