@@ -5,6 +5,7 @@
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
 pub mod config;
+pub mod dns;
 pub mod journal;
 pub mod plan;
 pub mod records;

@@ -214,6 +214,16 @@ pub struct Dns {
     pub recursion_allowed: Vec<IpNet>,
     pub axfr_allowed: Vec<IpNet>,
     pub legacy_etcd: bool,
+    pub rate_limit: RateLimit,
+}
+
+/// Response rate limiting (as BIND and Knot do it) against reflection attacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Identical answers per second to one /24 (IPv4) or /56 (IPv6); 0 is off.
+    pub responses_per_second: u32,
+    /// Every `slip`-th limited answer is sent truncated so real clients retry over TCP.
+    pub slip: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

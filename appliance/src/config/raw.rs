@@ -141,6 +141,20 @@ pub struct RawDns {
     /// Publish etcd-N and `_etcd-server-ssl._tcp` records (OpenShift before 4.4).
     #[serde(default)]
     pub legacy_etcd: Option<Spanned<bool>>,
+    /// Response rate limiting for clients outside `recursion_allowed`.
+    #[serde(default)]
+    pub rate_limit: Option<RawRateLimit>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    /// Identical answers per second to one client network; 0 turns limiting off.
+    #[serde(default)]
+    pub responses_per_second: Option<Spanned<u32>>,
+    /// Every n-th limited answer goes out truncated (TC) instead of being dropped; 0 drops all.
+    #[serde(default)]
+    pub slip: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

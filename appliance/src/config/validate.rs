@@ -27,6 +27,9 @@ pub const IGNITION_WARN_AGE: Duration = Duration::from_secs(12 * 3600);
 const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
 const DEFAULT_INSTALL_DEV: &str = "/dev/sda";
 const DEFAULT_TTL: u32 = 300;
+/// Generous: a node or a resolver never gets near it; a reflection attack does.
+const DEFAULT_RRL_RATE: u32 = 50;
+const DEFAULT_RRL_SLIP: u32 = 2;
 const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(3600);
 
 /// Names the plan publishes itself; a node may not take one.
@@ -1281,12 +1284,31 @@ impl Validator<'_> {
                 data,
             });
         }
+        let rrl = raw.rate_limit.as_ref();
+        let slip = match rrl.and_then(|r| r.slip.as_ref()) {
+            None => DEFAULT_RRL_SLIP,
+            Some(v) if v.value <= 10 => v.value,
+            Some(v) => {
+                self.p
+                    .error("config::rate-limit", v.referenced, "slip must be from 0 to 10", "out of range")
+                    .hint("2 (every other limited answer truncated) is the usual value; 0 drops them all");
+                ok = false;
+                0
+            }
+        };
+        let rate_limit = RateLimit {
+            responses_per_second: rrl
+                .and_then(|r| r.responses_per_second.as_ref())
+                .map_or(DEFAULT_RRL_RATE, |v| v.value),
+            slip,
+        };
         ok.then_some(Dns {
             ttl,
             records,
             recursion_allowed,
             axfr_allowed,
             legacy_etcd,
+            rate_limit,
         })
     }
 

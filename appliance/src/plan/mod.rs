@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use crate::config::{Config, Listen};
+use crate::config::{Config, Listen, RateLimit};
 
 pub use boot::BootParams;
 pub use dhcp::{DhcpPlan, Reservation};
@@ -42,6 +42,8 @@ pub struct ResolverPolicy {
     pub upstreams: Vec<SocketAddr>,
     pub recursion_allowed: Vec<IpNet>,
     pub axfr_allowed: Vec<IpNet>,
+    /// Applies to clients outside `recursion_allowed`.
+    pub rate_limit: RateLimit,
 }
 
 impl Plan {
@@ -55,6 +57,7 @@ impl Plan {
                 upstreams: config.network.upstream_dns.clone(),
                 recursion_allowed: config.dns.recursion_allowed.clone(),
                 axfr_allowed: config.dns.axfr_allowed.clone(),
+                rate_limit: config.dns.rate_limit,
             },
             dhcp: dhcp::derive(config),
             lb: lb::derive(config),

@@ -53,6 +53,16 @@ pub(super) fn render(plan: &Plan) -> String {
         },
         allowed.join(", ")
     );
+    let rrl = plan.resolver.rate_limit;
+    if rrl.responses_per_second == 0 {
+        let _ = writeln!(o, "  response rate limiting off");
+    } else {
+        let _ = writeln!(
+            o,
+            "  response rate limiting: {} identical answers/s per client network (slip {}) for other clients",
+            rrl.responses_per_second, rrl.slip
+        );
+    }
     for zone in &plan.zones {
         let _ = writeln!(o, "  zone {} (serial {})", zone.origin, zone.soa().serial);
         let width = zone.records.iter().map(|r| r.name.len()).max().unwrap_or(0);

@@ -31,7 +31,7 @@ pub type PlanHandle = Arc<ArcSwap<Plan>>;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Services this build serves. The others' listen addresses are reported and left closed.
-const BUILT_IN: &[Service] = &[];
+const BUILT_IN: &[Service] = &[Service::Dns];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -117,7 +117,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let serial = first_serial(&plan);
     let handle: PlanHandle = Arc::new(ArcSwap::from_pointee(plan));
     let token = CancellationToken::new();
-    let mut services = start_services(sockets, &handle, &journal, &token);
+    let mut services = start_services(sockets, &handle, &journal, &token)?;
     journal.publish(None, EventKind::PlanLoaded { serial });
     notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!("ready");
@@ -152,16 +152,45 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 /// Hands each built-in service its sockets; each runs until the token is cancelled.
 fn start_services(
     sockets: Vec<BoundSocket>,
-    _plan: &PlanHandle,
+    plan: &PlanHandle,
     _journal: &Journal,
-    _token: &CancellationToken,
-) -> JoinSet<(&'static str, anyhow::Result<()>)> {
-    let services = JoinSet::new();
-    // Only BUILT_IN services get sockets, and none is built in yet.
-    if let Some(socket) = sockets.into_iter().next() {
-        unreachable!("no service takes {} sockets", socket.spec.service.name());
+    token: &CancellationToken,
+) -> Result<JoinSet<(&'static str, anyhow::Result<()>)>, ServeError> {
+    let mut services = JoinSet::new();
+    let dns = crate::dns::server::Shared::new(Arc::clone(plan));
+    for bound in sockets {
+        let service = bound.spec.service;
+        let adopt = |e: std::io::Error| ServeError::Service {
+            service: service.name(),
+            source: anyhow::Error::new(e)
+                .context(format!("adopting the socket on {}", bound.local_addr)),
+        };
+        match (service, bound.spec.proto) {
+            (Service::Dns, Proto::Udp) => {
+                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
+                let (dns, token) = (Arc::clone(&dns), token.clone());
+                services.spawn(async move {
+                    (
+                        "dns/udp",
+                        crate::dns::server::serve_udp(socket, dns, token).await,
+                    )
+                });
+            }
+            (Service::Dns, Proto::Tcp) => {
+                let listener =
+                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
+                let (dns, token) = (Arc::clone(&dns), token.clone());
+                services.spawn(async move {
+                    (
+                        "dns/tcp",
+                        crate::dns::server::serve_tcp(listener, dns, token).await,
+                    )
+                });
+            }
+            (other, proto) => unreachable!("{}/{proto} is not built in", other.name()),
+        }
     }
-    services
+    Ok(services)
 }
 
 fn service_failure(

@@ -1,0 +1,375 @@
+//! The zones of a plan, indexed for answering: every name in lowercase wire form mapped to its
+//! RRsets, already encoded, so answering copies bytes and allocates nothing.
+//!
+//! Lookup follows RFC 1034 section 4.3.2 with the wildcard rules of RFC 4592: a name that
+//! exists (even as an empty non-terminal) is never covered by a wildcard; a wildcard answers
+//! for the query name; CNAMEs are followed inside the zones the appliance serves. Responses are
+//! minimal: no NS records in the authority section of positive answers, addresses of NS, MX
+//! and SRV targets in the additional section.
+//!
+//! Architecture invariant: knows zones and records, not clients, transports or forwarding.
+
+use std::collections::HashMap;
+
+use super::wire::{self, MAX_NAME, Reply, Section, encode_tail, name_to_wire, rcode, rtype};
+use crate::plan::{Plan, Zone};
+use crate::records::RecordData;
+
+/// A record for zone transfers: owner in wire form, then its tail.
+pub type TransferRecord = (Box<[u8]>, Vec<u8>);
+
+/// CNAME chains longer than this stop (RFC 1034 leaves the limit to the server).
+const MAX_CNAME_CHAIN: usize = 8;
+
+#[derive(Debug, Default)]
+pub struct Authority {
+    zones: Vec<ZoneIndex>,
+    by_origin: HashMap<Box<[u8]>, usize>,
+}
+
+#[derive(Debug)]
+pub struct ZoneIndex {
+    pub origin: Box<[u8]>,
+    nodes: HashMap<Box<[u8]>, Node>,
+    /// The SOA record with the TTL of negative answers: min(SOA TTL, MINIMUM) (RFC 2308).
+    negative_soa: Vec<u8>,
+    /// The apex SOA as stored, for IXFR-over-UDP and transfers.
+    soa: Vec<u8>,
+    ttl: u32,
+    /// Every record in zone-file order (SOA first) for zone transfers.
+    transfer: Vec<TransferRecord>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    rrsets: Vec<RRset>,
+}
+
+#[derive(Debug)]
+struct RRset {
+    rtype: u16,
+    count: u16,
+    tails: Vec<u8>,
+    /// For CNAME: the target, in wire form.
+    cname: Option<Box<[u8]>>,
+    /// Names whose addresses go into the additional section (NS, MX, SRV targets).
+    targets: Vec<Box<[u8]>>,
+}
+
+/// How a lookup ended, before any CNAME was followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not in any zone served here.
+    NotOurs,
+    Answered,
+    NoData,
+    NxDomain,
+}
+
+impl Authority {
+    pub fn from_plan(plan: &Plan) -> Authority {
+        let mut authority = Authority::default();
+        for zone in &plan.zones {
+            let index = ZoneIndex::build(zone);
+            authority
+                .by_origin
+                .insert(index.origin.clone(), authority.zones.len());
+            authority.zones.push(index);
+        }
+        authority
+    }
+
+    pub fn zone(&self, origin: &[u8]) -> Option<&ZoneIndex> {
+        self.by_origin.get(origin).map(|&i| &self.zones[i])
+    }
+
+    /// The zone holding `name` (the longest origin that is a suffix on a label boundary).
+    fn zone_of(&self, name: &[u8]) -> Option<&ZoneIndex> {
+        let mut offsets = [0u8; 128];
+        let n = wire::label_offsets(name, &mut offsets);
+        offsets[..n]
+            .iter()
+            .find_map(|&off| self.by_origin.get(&name[usize::from(off)..]))
+            .map(|&i| &self.zones[i])
+    }
+
+    /// Answers `qname` (lowercase wire form) / `qtype` into `reply`; sets the rcode.
+    pub fn answer(&self, qname: &[u8], qtype: u16, reply: &mut Reply<'_>) -> Outcome {
+        let Some(zone) = self.zone_of(qname) else {
+            return Outcome::NotOurs;
+        };
+        let outcome = self.answer_in(zone, qname, qtype, reply, Owner::QueryName, 0);
+        if outcome == Outcome::NxDomain {
+            reply.set_rcode(rcode::NXDOMAIN);
+        }
+        outcome
+    }
+
+    fn answer_in(
+        &self,
+        zone: &ZoneIndex,
+        name: &[u8],
+        qtype: u16,
+        reply: &mut Reply<'_>,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Outcome {
+        let mut wildcard = [0u8; MAX_NAME];
+        let Some(node) = zone.find(name, &mut wildcard) else {
+            zone.push_negative_soa(reply);
+            return Outcome::NxDomain;
+        };
+        if qtype == rtype::ANY {
+            // RFC 8482: one synthesized HINFO instead of everything at the name.
+            if node.rrsets.is_empty() {
+                zone.push_negative_soa(reply);
+                return Outcome::NoData;
+            }
+            let mut tail = Vec::with_capacity(20);
+            encode_tail(&mut tail, rtype::HINFO, zone.ttl, b"\x07RFC8482\x00");
+            owner.push(reply, Section::Answer, &tail, 1);
+            return Outcome::Answered;
+        }
+        if let Some(set) = node.rrset(qtype) {
+            owner.push(reply, Section::Answer, &set.tails, set.count);
+            self.push_additional(set, reply);
+            return Outcome::Answered;
+        }
+        if let Some(cname) = node.rrset(rtype::CNAME) {
+            owner.push(reply, Section::Answer, &cname.tails, cname.count);
+            let target = cname
+                .cname
+                .as_deref()
+                .expect("CNAME sets carry their target");
+            if depth + 1 >= MAX_CNAME_CHAIN {
+                return Outcome::Answered;
+            }
+            if let Some(target_zone) = self.zone_of(target) {
+                let next = self.answer_in(
+                    target_zone,
+                    target,
+                    qtype,
+                    reply,
+                    Owner::Name(target),
+                    depth + 1,
+                );
+                // RFC 6604: the rcode describes the last name in the chain.
+                if next == Outcome::NxDomain {
+                    reply.set_rcode(rcode::NXDOMAIN);
+                }
+            }
+            return Outcome::Answered;
+        }
+        zone.push_negative_soa(reply);
+        Outcome::NoData
+    }
+
+    fn push_additional(&self, set: &RRset, reply: &mut Reply<'_>) {
+        for target in &set.targets {
+            let Some(zone) = self.zone_of(target) else {
+                continue;
+            };
+            let Some(node) = zone.nodes.get(target) else {
+                continue;
+            };
+            for t in [rtype::A, rtype::AAAA] {
+                if let Some(addr) = node.rrset(t) {
+                    reply.push_owned(Section::Additional, target, &addr.tails, addr.count);
+                }
+            }
+        }
+    }
+
+    /// Every record of the zone at `origin`, SOA first, for AXFR.
+    pub fn transfer(&self, origin: &[u8]) -> Option<&[TransferRecord]> {
+        self.zone(origin).map(|z| z.transfer.as_slice())
+    }
+}
+
+/// Who owns the records being written.
+#[derive(Debug, Clone, Copy)]
+enum Owner<'a> {
+    /// The name in the question: written as a pointer, so the query's case is kept.
+    QueryName,
+    Name(&'a [u8]),
+}
+
+impl Owner<'_> {
+    fn push(self, reply: &mut Reply<'_>, section: Section, tails: &[u8], count: u16) {
+        match self {
+            Owner::QueryName => reply.push_at_qname(section, tails, count),
+            Owner::Name(name) => reply.push_owned(section, name, tails, count),
+        }
+    }
+}
+
+impl Node {
+    fn rrset(&self, rtype: u16) -> Option<&RRset> {
+        self.rrsets.iter().find(|s| s.rtype == rtype)
+    }
+}
+
+impl ZoneIndex {
+    fn build(zone: &Zone) -> ZoneIndex {
+        let origin: Box<[u8]> = name_to_wire(&zone.origin).into();
+        let mut nodes: HashMap<Box<[u8]>, Node> = HashMap::new();
+        let mut transfer = Vec::with_capacity(zone.records.len());
+        let mut soa = Vec::new();
+        let mut negative_soa = Vec::new();
+        let mut ttl = 0;
+        for record in &zone.records {
+            let owner: Box<[u8]> = name_to_wire(&record.name).into();
+            let rtype = record_type(&record.data);
+            let rdata = encode_rdata(&record.data);
+            let mut tail = Vec::with_capacity(10 + rdata.len());
+            encode_tail(&mut tail, rtype, record.ttl, &rdata);
+            if let RecordData::Soa(s) = &record.data {
+                soa.clone_from(&tail);
+                ttl = record.ttl;
+                encode_tail(&mut negative_soa, rtype, record.ttl.min(s.minimum), &rdata);
+            }
+            // Every ancestor up to the apex exists, if only as an empty non-terminal.
+            let mut offsets = [0u8; 128];
+            let n = wire::label_offsets(&owner, &mut offsets);
+            for &off in &offsets[..n] {
+                let ancestor = &owner[usize::from(off)..];
+                if ancestor.len() < origin.len() {
+                    break;
+                }
+                nodes.entry(ancestor.into()).or_default();
+            }
+            let node = nodes.get_mut(&owner).expect("inserted above");
+            let set = match node.rrsets.iter_mut().position(|s| s.rtype == rtype) {
+                Some(i) => &mut node.rrsets[i],
+                None => {
+                    node.rrsets.push(RRset {
+                        rtype,
+                        count: 0,
+                        tails: Vec::new(),
+                        cname: None,
+                        targets: Vec::new(),
+                    });
+                    node.rrsets.last_mut().expect("just pushed")
+                }
+            };
+            set.count += 1;
+            set.tails.extend_from_slice(&tail);
+            match &record.data {
+                RecordData::Cname(target) => set.cname = Some(name_to_wire(target).into()),
+                RecordData::Ns(target)
+                | RecordData::Mx {
+                    exchange: target, ..
+                }
+                | RecordData::Srv { target, .. } => {
+                    set.targets.push(name_to_wire(target).into());
+                }
+                _ => {}
+            }
+            transfer.push((owner, tail));
+        }
+        ZoneIndex {
+            origin,
+            nodes,
+            negative_soa,
+            soa,
+            ttl,
+            transfer,
+        }
+    }
+
+    /// The node for `name`: an exact match, or else the wildcard at its closest encloser
+    /// (RFC 4592 section 3.3.1). `scratch` holds the wildcard's name.
+    fn find<'z>(&'z self, name: &[u8], scratch: &mut [u8; MAX_NAME]) -> Option<&'z Node> {
+        if let Some(node) = self.nodes.get(name) {
+            return Some(node);
+        }
+        let mut offsets = [0u8; 128];
+        let n = wire::label_offsets(name, &mut offsets);
+        for &off in &offsets[1..n] {
+            let ancestor = &name[usize::from(off)..];
+            if ancestor.len() < self.origin.len() {
+                return None;
+            }
+            if self.nodes.contains_key(ancestor) {
+                // The closest encloser: only its wildcard child may answer.
+                scratch[0] = 1;
+                scratch[1] = b'*';
+                scratch[2..2 + ancestor.len()].copy_from_slice(ancestor);
+                return self.nodes.get(&scratch[..2 + ancestor.len()]);
+            }
+        }
+        None
+    }
+
+    fn push_negative_soa(&self, reply: &mut Reply<'_>) {
+        reply.push_owned(Section::Authority, &self.origin, &self.negative_soa, 1);
+    }
+
+    /// The apex SOA record's tail.
+    pub fn soa(&self) -> &[u8] {
+        &self.soa
+    }
+}
+
+fn record_type(data: &RecordData) -> u16 {
+    match data {
+        RecordData::A(_) => rtype::A,
+        RecordData::Aaaa(_) => rtype::AAAA,
+        RecordData::Ns(_) => rtype::NS,
+        RecordData::Cname(_) => rtype::CNAME,
+        RecordData::Ptr(_) => rtype::PTR,
+        RecordData::Mx { .. } => rtype::MX,
+        RecordData::Srv { .. } => rtype::SRV,
+        RecordData::Txt(_) => rtype::TXT,
+        RecordData::Soa(_) => rtype::SOA,
+    }
+}
+
+/// RDATA in wire form, names uncompressed (RFC 3597 section 4 forbids compressing new types;
+/// for the old ones it is optional).
+fn encode_rdata(data: &RecordData) -> Vec<u8> {
+    match data {
+        RecordData::A(ip) => ip.octets().to_vec(),
+        RecordData::Aaaa(ip) => ip.octets().to_vec(),
+        RecordData::Ns(n) | RecordData::Cname(n) | RecordData::Ptr(n) => name_to_wire(n),
+        RecordData::Mx {
+            preference,
+            exchange,
+        } => {
+            let mut out = preference.to_be_bytes().to_vec();
+            out.extend(name_to_wire(exchange));
+            out
+        }
+        RecordData::Srv {
+            priority,
+            weight,
+            port,
+            target,
+        } => {
+            let mut out = Vec::with_capacity(6 + target.len() + 2);
+            out.extend_from_slice(&priority.to_be_bytes());
+            out.extend_from_slice(&weight.to_be_bytes());
+            out.extend_from_slice(&port.to_be_bytes());
+            out.extend(name_to_wire(target));
+            out
+        }
+        RecordData::Txt(strings) => {
+            let mut out = Vec::new();
+            for s in strings {
+                // Validation keeps each string within 255 bytes.
+                let bytes = &s.as_bytes()[..s.len().min(255)];
+                out.push(bytes.len() as u8);
+                out.extend_from_slice(bytes);
+            }
+            out
+        }
+        RecordData::Soa(soa) => {
+            let mut out = name_to_wire(&soa.mname);
+            out.extend(name_to_wire(&soa.rname));
+            for v in [soa.serial, soa.refresh, soa.retry, soa.expire, soa.minimum] {
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! From one request to one action: a reply written into a buffer, a query to forward, a zone
+//! transfer, or nothing. A pure function of the packet and a [`Context`]; the socket layers
+//! around it do the I/O, and the fuzz target drives it directly.
+
+use super::authority::{Authority, Outcome};
+use super::wire::{
+    self, CLASS_IN, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Malformed, Query, Reply, ReplyEdns,
+    ReplyFlags, rcode, rtype,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// What the responder knows about the request besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    pub authority: &'a Authority,
+    pub transport: Transport,
+    /// The client may use the forwarder (it is in an allowed network and upstreams exist).
+    pub recursion: bool,
+    /// The client may transfer zones (AXFR).
+    pub transfer_allowed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `buf[..len]` is the reply; `lower[..qname_len]` the query name (0 when unparsed).
+    Reply {
+        len: usize,
+        outcome: Outcome,
+        qname_len: usize,
+    },
+    /// Not ours; ask the upstreams. `lower[..query.qname_len]` is the lowercase name.
+    Forward(Query),
+    /// Stream the zone whose origin is the query name (TCP only).
+    Transfer(Query),
+    Drop,
+}
+
+/// Handles one request. `lower` receives the query name in lowercase wire form.
+pub fn respond(
+    packet: &[u8],
+    ctx: &Context<'_>,
+    lower: &mut [u8; MAX_NAME],
+    buf: &mut Vec<u8>,
+) -> Action {
+    let query = match wire::parse_query(packet, lower) {
+        Ok(q) => q,
+        Err(Malformed::Drop) => return Action::Drop,
+        Err(Malformed::Reply {
+            rcode,
+            question_end,
+        }) => {
+            let flags = ReplyFlags {
+                authoritative: false,
+                recursion_available: false,
+                rcode,
+            };
+            let len = Reply::start(buf, packet, question_end, flags).finish(None, usize::MAX);
+            return Action::Reply {
+                len,
+                outcome: Outcome::NotOurs,
+                qname_len: 0,
+            };
+        }
+    };
+    let limit = match ctx.transport {
+        Transport::Tcp => usize::from(u16::MAX),
+        Transport::Udp => query
+            .edns
+            .map_or(CLASSIC_UDP, |e| usize::from(e.udp_size.min(EDNS_UDP))),
+    };
+    let edns = query.edns.map(|e| ReplyEdns {
+        upper_rcode: 0,
+        dnssec_ok: e.dnssec_ok,
+    });
+    let reply = |buf: &mut Vec<u8>, rcode: u8, authoritative: bool, edns: Option<ReplyEdns>| {
+        let flags = ReplyFlags {
+            authoritative,
+            recursion_available: ctx.recursion,
+            rcode,
+        };
+        let len = Reply::start(buf, packet, Some(query.question_end), flags).finish(edns, limit);
+        Action::Reply {
+            len,
+            outcome: Outcome::NotOurs,
+            qname_len: query.qname_len,
+        }
+    };
+
+    if let Some(e) = query.edns
+        && e.version != 0
+    {
+        // RFC 6891 section 6.1.3: BADVERS (16) is 1 in the OPT's upper bits, 0 in the header.
+        let edns = Some(ReplyEdns {
+            upper_rcode: (rcode::BADVERS >> 4) as u8,
+            dnssec_ok: e.dnssec_ok,
+        });
+        return reply(buf, rcode::NOERROR, false, edns);
+    }
+    let qname = &lower[..query.qname_len];
+    match query.qtype {
+        rtype::OPT => return reply(buf, rcode::FORMERR, false, edns),
+        rtype::MAILA | rtype::MAILB => return reply(buf, rcode::NOTIMP, false, edns),
+        rtype::AXFR | rtype::IXFR => return transfer(packet, &query, qname, ctx, buf, limit, edns),
+        _ => {}
+    }
+    if query.qclass != CLASS_IN {
+        return reply(buf, rcode::REFUSED, false, edns);
+    }
+
+    let flags = ReplyFlags {
+        authoritative: true,
+        recursion_available: ctx.recursion,
+        rcode: rcode::NOERROR,
+    };
+    let mut answer = Reply::start(buf, packet, Some(query.question_end), flags);
+    let outcome = ctx.authority.answer(qname, query.qtype, &mut answer);
+    if outcome == Outcome::NotOurs {
+        if ctx.recursion {
+            return Action::Forward(query);
+        }
+        return reply(buf, rcode::REFUSED, false, edns);
+    }
+    let len = answer.finish(edns, limit);
+    Action::Reply {
+        len,
+        outcome,
+        qname_len: query.qname_len,
+    }
+}
+
+/// AXFR and IXFR: refused unless allowed; over UDP an allowed IXFR gets the SOA alone, which
+/// tells the client to come back over TCP (RFC 1995 section 2), and AXFR is not defined.
+fn transfer(
+    packet: &[u8],
+    query: &Query,
+    qname: &[u8],
+    ctx: &Context<'_>,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    edns: Option<ReplyEdns>,
+) -> Action {
+    let zone = ctx.authority.zone(qname);
+    let rcode_only = |buf: &mut Vec<u8>, rcode: u8| {
+        let flags = ReplyFlags {
+            authoritative: false,
+            recursion_available: ctx.recursion,
+            rcode,
+        };
+        let len = Reply::start(buf, packet, Some(query.question_end), flags).finish(edns, limit);
+        Action::Reply {
+            len,
+            outcome: Outcome::NotOurs,
+            qname_len: query.qname_len,
+        }
+    };
+    let Some(zone) = zone.filter(|_| ctx.transfer_allowed && query.qclass == CLASS_IN) else {
+        return rcode_only(buf, rcode::REFUSED);
+    };
+    match (ctx.transport, query.qtype) {
+        (Transport::Tcp, _) => Action::Transfer(*query),
+        (Transport::Udp, rtype::IXFR) => {
+            let flags = ReplyFlags {
+                authoritative: true,
+                recursion_available: ctx.recursion,
+                rcode: rcode::NOERROR,
+            };
+            let mut reply = Reply::start(buf, packet, Some(query.question_end), flags);
+            reply.push_at_qname(wire::Section::Answer, zone.soa(), 1);
+            let len = reply.finish(edns, limit);
+            Action::Reply {
+                len,
+                outcome: Outcome::Answered,
+                qname_len: query.qname_len,
+            }
+        }
+        (Transport::Udp, _) => rcode_only(buf, rcode::FORMERR),
+    }
+}

@@ -1,0 +1,464 @@
+//! DNS wire format (RFC 1035 section 4, RFC 6891 EDNS): just enough to read a query and write a
+//! reply without allocating.
+//!
+//! Architecture invariant: bytes in, bytes out. No knowledge of zones, clients or sockets.
+
+pub const HEADER_LEN: usize = 12;
+/// The largest name on the wire (RFC 1035 section 2.3.4).
+pub const MAX_NAME: usize = 255;
+/// A reply to a query without EDNS must fit in this (RFC 1035 section 4.2.1).
+pub const CLASSIC_UDP: usize = 512;
+/// The EDNS payload size we advertise and never exceed over UDP (DNS flag day 2020).
+pub const EDNS_UDP: u16 = 1232;
+
+pub mod rtype {
+    pub const A: u16 = 1;
+    pub const NS: u16 = 2;
+    pub const CNAME: u16 = 5;
+    pub const SOA: u16 = 6;
+    pub const PTR: u16 = 12;
+    pub const HINFO: u16 = 13;
+    pub const MX: u16 = 15;
+    pub const TXT: u16 = 16;
+    pub const AAAA: u16 = 28;
+    pub const SRV: u16 = 33;
+    pub const OPT: u16 = 41;
+    pub const TSIG: u16 = 250;
+    pub const IXFR: u16 = 251;
+    pub const AXFR: u16 = 252;
+    pub const MAILB: u16 = 253;
+    pub const MAILA: u16 = 254;
+    pub const ANY: u16 = 255;
+}
+
+pub const CLASS_IN: u16 = 1;
+
+pub mod rcode {
+    pub const NOERROR: u8 = 0;
+    pub const FORMERR: u8 = 1;
+    pub const SERVFAIL: u8 = 2;
+    pub const NXDOMAIN: u8 = 3;
+    pub const NOTIMP: u8 = 4;
+    pub const REFUSED: u8 = 5;
+    /// Extended: 16 = BADVERS (RFC 6891 section 9), carried as 1 in the OPT's upper bits.
+    pub const BADVERS: u16 = 16;
+}
+
+/// EDNS parameters a query carried in its OPT record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edns {
+    /// The requestor's UDP payload size (values below 512 count as 512).
+    pub udp_size: u16,
+    pub version: u8,
+    pub dnssec_ok: bool,
+}
+
+/// A parsed query. Borrowed from the packet; the lowercase name lives in the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Query {
+    pub id: u16,
+    pub opcode: u8,
+    pub recursion_desired: bool,
+    pub checking_disabled: bool,
+    pub qtype: u16,
+    pub qclass: u16,
+    /// Offset just past the question; `packet[12..question_end]` is the question as sent.
+    pub question_end: usize,
+    /// Length of the qname in wire form (including the root label).
+    pub qname_len: usize,
+    pub edns: Option<Edns>,
+}
+
+/// Why a packet gets no normal answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Not worth a reply: too short for a header, or a response rather than a query.
+    Drop,
+    /// Answer with this rcode; `question_end` is set when the question parsed and can be echoed.
+    Reply {
+        rcode: u8,
+        question_end: Option<usize>,
+    },
+}
+
+/// Reads a query, writing its name in lowercase wire form into `lower`.
+pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, Malformed> {
+    if packet.len() < HEADER_LEN {
+        return Err(Malformed::Drop);
+    }
+    let flags = u16::from_be_bytes([packet[2], packet[3]]);
+    if flags & 0x8000 != 0 {
+        return Err(Malformed::Drop);
+    }
+    let opcode = ((flags >> 11) & 0xf) as u8;
+    let count = |i: usize| u16::from_be_bytes([packet[i], packet[i + 1]]);
+    let (qdcount, ancount, nscount, arcount) = (count(4), count(6), count(8), count(10));
+    if qdcount != 1 {
+        let rcode = if opcode == 0 {
+            rcode::FORMERR
+        } else {
+            rcode::NOTIMP
+        };
+        return Err(Malformed::Reply {
+            rcode,
+            question_end: None,
+        });
+    }
+    let formerr = Malformed::Reply {
+        rcode: rcode::FORMERR,
+        question_end: None,
+    };
+    let qname_len = read_question_name(packet, HEADER_LEN, lower).ok_or(formerr)?;
+    let mut pos = HEADER_LEN + qname_len;
+    if packet.len() < pos + 4 {
+        return Err(formerr);
+    }
+    let qtype = u16::from_be_bytes([packet[pos], packet[pos + 1]]);
+    let qclass = u16::from_be_bytes([packet[pos + 2], packet[pos + 3]]);
+    pos += 4;
+    let question_end = pos;
+    if opcode != 0 {
+        return Err(Malformed::Reply {
+            rcode: rcode::NOTIMP,
+            question_end: Some(question_end),
+        });
+    }
+    let formerr = Malformed::Reply {
+        rcode: rcode::FORMERR,
+        question_end: Some(question_end),
+    };
+    for _ in 0..(u32::from(ancount) + u32::from(nscount)) {
+        pos = skip_record(packet, pos).ok_or(formerr)?.end;
+    }
+    let mut edns = None;
+    for _ in 0..arcount {
+        let rr = skip_record(packet, pos).ok_or(formerr)?;
+        if rr.rtype == rtype::OPT {
+            // One OPT, owned by the root (RFC 6891 section 6.1.1).
+            if edns.is_some() || rr.owner_len != 1 || packet[pos] != 0 {
+                return Err(formerr);
+            }
+            edns = Some(Edns {
+                udp_size: rr.class.max(CLASSIC_UDP as u16),
+                version: (rr.ttl >> 16) as u8,
+                dnssec_ok: rr.ttl & 0x8000 != 0,
+            });
+        } else if rr.rtype == rtype::TSIG {
+            // Signed requests need keys we don't have.
+            return Err(Malformed::Reply {
+                rcode: rcode::NOTIMP,
+                question_end: Some(question_end),
+            });
+        }
+        pos = rr.end;
+    }
+    Ok(Query {
+        id: u16::from_be_bytes([packet[0], packet[1]]),
+        opcode,
+        recursion_desired: flags & 0x0100 != 0,
+        checking_disabled: flags & 0x0010 != 0,
+        qtype,
+        qclass,
+        question_end,
+        qname_len,
+        edns,
+    })
+}
+
+/// An uncompressed name at `start` (a query's first name can't point anywhere), lowercased into
+/// `lower`. Returns its wire length.
+fn read_question_name(packet: &[u8], start: usize, lower: &mut [u8; MAX_NAME]) -> Option<usize> {
+    let mut pos = start;
+    loop {
+        let len = usize::from(*packet.get(pos)?);
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        let end = pos + 1 + len;
+        if end - start > MAX_NAME || end > packet.len() {
+            return None;
+        }
+        lower[pos - start] = len as u8;
+        for (i, b) in packet[pos + 1..end].iter().enumerate() {
+            lower[pos - start + 1 + i] = b.to_ascii_lowercase();
+        }
+        pos = end;
+        if len == 0 {
+            return Some(pos - start);
+        }
+    }
+}
+
+/// What `skip_record` learns about a resource record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub owner_len: usize,
+    pub rtype: u16,
+    pub class: u16,
+    pub ttl: u32,
+    /// Offset of the TTL field.
+    pub ttl_at: usize,
+    pub rdata_at: usize,
+    pub end: usize,
+}
+
+/// Walks one resource record at `pos` (owner possibly compressed).
+pub fn skip_record(packet: &[u8], pos: usize) -> Option<RecordHeader> {
+    let name_end = skip_name(packet, pos)?;
+    let fixed = packet.get(name_end..name_end + 10)?;
+    let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
+    let end = name_end + 10 + rdlen;
+    if end > packet.len() {
+        return None;
+    }
+    Some(RecordHeader {
+        owner_len: name_end - pos,
+        rtype: u16::from_be_bytes([fixed[0], fixed[1]]),
+        class: u16::from_be_bytes([fixed[2], fixed[3]]),
+        ttl: u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]),
+        ttl_at: name_end + 4,
+        rdata_at: name_end + 10,
+        end,
+    })
+}
+
+/// The offset past a possibly compressed name at `pos`.
+pub fn skip_name(packet: &[u8], mut pos: usize) -> Option<usize> {
+    let mut total = 0usize;
+    loop {
+        let len = *packet.get(pos)?;
+        match len & 0xc0 {
+            0x00 => {
+                total += usize::from(len) + 1;
+                if total > MAX_NAME {
+                    return None;
+                }
+                pos += usize::from(len) + 1;
+                if len == 0 {
+                    return (pos <= packet.len()).then_some(pos);
+                }
+            }
+            0xc0 => {
+                packet.get(pos + 1)?;
+                return Some(pos + 2);
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Reads a possibly compressed name at `pos` into lowercase wire form; pointers must point
+/// backwards, so a hostile packet can't loop.
+pub fn read_name(packet: &[u8], mut pos: usize, out: &mut [u8; MAX_NAME]) -> Option<usize> {
+    let mut written = 0usize;
+    let mut limit = pos;
+    loop {
+        let len = *packet.get(pos)?;
+        match len & 0xc0 {
+            0x00 => {
+                let len = usize::from(len);
+                if written + len + 1 > MAX_NAME {
+                    return None;
+                }
+                out[written] = len as u8;
+                for (i, b) in packet.get(pos + 1..pos + 1 + len)?.iter().enumerate() {
+                    out[written + 1 + i] = b.to_ascii_lowercase();
+                }
+                written += len + 1;
+                if len == 0 {
+                    return Some(written);
+                }
+                pos += len + 1;
+            }
+            0xc0 => {
+                let target = usize::from(u16::from_be_bytes([len, *packet.get(pos + 1)?]) & 0x3fff);
+                if target >= limit {
+                    return None;
+                }
+                limit = target;
+                pos = target;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Offsets of the labels of a wire name (the root label excluded): `[0, 4, 8]` for
+/// `\3api\3okd\4test\0`.
+pub fn label_offsets(name: &[u8], out: &mut [u8; 128]) -> usize {
+    let mut n = 0;
+    let mut pos = 0;
+    while pos < name.len() && name[pos] != 0 && n < out.len() {
+        out[n] = pos as u8;
+        n += 1;
+        pos += usize::from(name[pos]) + 1;
+    }
+    n
+}
+
+/// Converts `api.okd.test.` (or without the trailing dot) to lowercase wire form.
+pub fn name_to_wire(name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + 2);
+    for label in name
+        .trim_end_matches('.')
+        .split('.')
+        .filter(|l| !l.is_empty())
+    {
+        out.push(label.len() as u8);
+        out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
+    }
+    out.push(0);
+    out
+}
+
+/// Builds a reply in a reusable buffer: header, the question copied as sent (its case kept),
+/// then records in section order; `finish` adds the OPT record and truncates to the size the
+/// client accepts.
+#[derive(Debug)]
+pub struct Reply<'b> {
+    buf: &'b mut Vec<u8>,
+    counts: [u16; 3],
+    question_end: usize,
+    section: Section,
+}
+
+/// The reply sections, in wire order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Section {
+    Answer = 0,
+    Authority = 1,
+    Additional = 2,
+}
+
+/// Header bits of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyFlags {
+    pub authoritative: bool,
+    pub recursion_available: bool,
+    pub rcode: u8,
+}
+
+/// What the OPT record of a reply carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyEdns {
+    /// The upper 8 bits of a 12-bit extended rcode (1 for BADVERS).
+    pub upper_rcode: u8,
+    /// Copied from the query (RFC 3225 section 3).
+    pub dnssec_ok: bool,
+}
+
+impl<'b> Reply<'b> {
+    /// Starts a reply to the query in `packet`, echoing `packet[12..question_end]`.
+    pub fn start(
+        buf: &'b mut Vec<u8>,
+        packet: &[u8],
+        question_end: Option<usize>,
+        flags: ReplyFlags,
+    ) -> Self {
+        buf.clear();
+        let request_flags = u16::from_be_bytes([packet[2], packet[3]]);
+        // QR set; the request's opcode, RD and CD copied; AA and RA as given.
+        let mut f = 0x8000 | (request_flags & 0x7800) | (request_flags & 0x0110);
+        if flags.authoritative {
+            f |= 0x0400;
+        }
+        if flags.recursion_available {
+            f |= 0x0080;
+        }
+        f |= u16::from(flags.rcode & 0xf);
+        buf.extend_from_slice(&packet[0..2]);
+        buf.extend_from_slice(&f.to_be_bytes());
+        let qd: u16 = question_end.is_some().into();
+        buf.extend_from_slice(&qd.to_be_bytes());
+        buf.extend_from_slice(&[0; 6]);
+        if let Some(end) = question_end {
+            buf.extend_from_slice(&packet[HEADER_LEN..end]);
+        }
+        let question_end = buf.len();
+        Reply {
+            buf,
+            counts: [0; 3],
+            question_end,
+            section: Section::Answer,
+        }
+    }
+
+    pub fn set_rcode(&mut self, rcode: u8) {
+        self.buf[3] = (self.buf[3] & 0xf0) | (rcode & 0xf);
+    }
+
+    fn enter(&mut self, section: Section) {
+        debug_assert!(section >= self.section, "sections are written in order");
+        self.section = section;
+    }
+
+    /// Appends `count` records owned by the query name (a pointer to offset 12), stored back
+    /// to back in `tails` as type, class, TTL, length and data.
+    pub fn push_at_qname(&mut self, section: Section, tails: &[u8], count: u16) {
+        self.enter(section);
+        let mut pos = 0;
+        for _ in 0..count {
+            let len = tail_len(&tails[pos..]);
+            self.buf.extend_from_slice(&[0xc0, 0x0c]);
+            self.buf.extend_from_slice(&tails[pos..pos + len]);
+            pos += len;
+        }
+        self.counts[section as usize] += count;
+    }
+
+    /// Appends `count` records owned by `owner` (wire form), stored back to back in `tails`.
+    pub fn push_owned(&mut self, section: Section, owner: &[u8], tails: &[u8], count: u16) {
+        self.enter(section);
+        let mut pos = 0;
+        for _ in 0..count {
+            let len = tail_len(&tails[pos..]);
+            self.buf.extend_from_slice(owner);
+            self.buf.extend_from_slice(&tails[pos..pos + len]);
+            pos += len;
+        }
+        self.counts[section as usize] += count;
+    }
+
+    /// Writes the counts and the OPT record (when the query had EDNS) and truncates to `limit`:
+    /// a reply that does not fit keeps only its question and gets TC (RFC 2181 section 9), and
+    /// the OPT record is kept (RFC 6891 section 7). Returns the reply's length.
+    pub fn finish(self, edns: Option<ReplyEdns>, limit: usize) -> usize {
+        const OPT_LEN: usize = 11;
+        let opt_len = if edns.is_some() { OPT_LEN } else { 0 };
+        let mut counts = self.counts;
+        if self.buf.len() + opt_len > limit {
+            self.buf.truncate(self.question_end);
+            counts = [0; 3];
+            self.buf[2] |= 0x02;
+        }
+        self.buf[6..8].copy_from_slice(&counts[0].to_be_bytes());
+        self.buf[8..10].copy_from_slice(&counts[1].to_be_bytes());
+        let mut arcount = counts[2];
+        if let Some(e) = edns {
+            // Root owner, type OPT, class = our payload size, TTL = extended rcode, version 0, DO.
+            self.buf.push(0);
+            self.buf.extend_from_slice(&rtype::OPT.to_be_bytes());
+            self.buf.extend_from_slice(&EDNS_UDP.to_be_bytes());
+            let ttl = (u32::from(e.upper_rcode) << 24) | if e.dnssec_ok { 0x8000 } else { 0 };
+            self.buf.extend_from_slice(&ttl.to_be_bytes());
+            self.buf.extend_from_slice(&0u16.to_be_bytes());
+            arcount += 1;
+        }
+        self.buf[10..12].copy_from_slice(&arcount.to_be_bytes());
+        self.buf.len()
+    }
+}
+
+/// Length of one stored record tail: type, class, TTL, RDLENGTH (10 bytes) and the data.
+fn tail_len(tail: &[u8]) -> usize {
+    10 + usize::from(u16::from_be_bytes([tail[8], tail[9]]))
+}
+
+/// Encodes a record tail: type, class IN, TTL, RDLENGTH and `rdata`.
+pub fn encode_tail(out: &mut Vec<u8>, rtype: u16, ttl: u32, rdata: &[u8]) {
+    out.extend_from_slice(&rtype.to_be_bytes());
+    out.extend_from_slice(&CLASS_IN.to_be_bytes());
+    out.extend_from_slice(&ttl.to_be_bytes());
+    out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    out.extend_from_slice(rdata);
+}
