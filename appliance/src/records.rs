@@ -135,6 +135,12 @@ pub fn is_domain_name(s: &str) -> bool {
         })
 }
 
+/// Whether `s` (without a trailing dot) is a host-style domain name: labels of letters, digits
+/// and hyphens, as `openshift-install` wants the base domain.
+pub fn is_host_domain(s: &str) -> bool {
+    is_domain_name(s) && !s.contains('_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,3 +108,14 @@ fn files_older_than_12_hours_warn_but_pass() {
             .contains("bootstrap.ign was written 13 h ago")
     );
 }
+
+#[test]
+fn only_bootstrap_ign_ages_out() {
+    // master.ign and worker.ign only point at the machine config server: a services host
+    // restarted weeks after the install must still start.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", HOUR);
+    write(dir.path(), "master.ign", 30 * 24 * HOUR);
+    let loaded = load(dir.path()).unwrap();
+    assert!(loaded.warnings.is_empty());
+}

@@ -133,6 +133,8 @@ fn serve_reloads_keeps_the_old_plan_on_a_bad_edit_and_stops_on_sigterm() {
     std::fs::write(&path, config(NODES, "127.0.0.1:0")).unwrap();
 
     let mut serve = Serve::start(&path);
+    serve.expect_line("listening for dns/udp on 127.0.0.1:");
+    serve.expect_line("listening for dns/tcp on 127.0.0.1:");
     serve.expect_line("plan ");
     serve.expect_line("ready");
 
@@ -152,6 +154,16 @@ fn serve_reloads_keeps_the_old_plan_on_a_bad_edit_and_stops_on_sigterm() {
     std::fs::write(&path, config(&good, "127.0.0.1:0")).unwrap();
     serve.signal(Signal::SIGHUP);
     serve.expect_line("reloaded: now serving plan");
+
+    // The same file again: nothing changes, not even the SOA serial.
+    serve.signal(Signal::SIGHUP);
+    serve.expect_line("config unchanged: still serving plan");
+
+    // Listen addresses are bound once; moving them needs a restart, and the old plan stays.
+    std::fs::write(&path, config(&good, "127.0.0.1:1")).unwrap();
+    serve.signal(Signal::SIGHUP);
+    serve.expect_line("restart to apply");
+    serve.expect_line("reload refused: still serving the previous plan");
 
     serve.signal(Signal::SIGTERM);
     serve.expect_line("SIGTERM: stopping");

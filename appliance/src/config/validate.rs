@@ -17,7 +17,7 @@ use serde_saphyr::{Location, Spanned};
 use super::diagnostic::Problems;
 use super::model::*;
 use super::raw::*;
-use crate::records::{RecordData, is_domain_name, is_host_label};
+use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
 
 /// Ignition configs embed certificates that expire 24 hours after `openshift-install` wrote them.
 pub const IGNITION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -71,7 +71,35 @@ pub fn validate(
 ) -> Option<Config> {
     let mut v = Validator { p: problems };
     let config = v.config(raw, config_dir, files);
+    if config.is_none() && !v.p.has_errors() {
+        // Every path that gives up reports why; this catches one that forgot to.
+        v.p.error(
+            "config::internal",
+            raw.version.referenced,
+            "the config was refused without a reason: this is a bug in okd-appliance",
+            "while reading this file",
+        );
+    }
     if v.p.has_errors() { None } else { config }
+}
+
+/// What node addresses are checked against. Parts that failed validation are absent, so a
+/// mistake in the network section does not hide the nodes' own mistakes.
+#[derive(Debug)]
+struct AddressSpace {
+    subnet: Option<Ipv4Net>,
+    gateway: Option<Ipv4Addr>,
+    appliance: Option<Ipv4Addr>,
+    pool: Option<Pool>,
+    v6: V6Space,
+}
+
+#[derive(Debug, Clone)]
+enum V6Space {
+    Absent,
+    /// Configured but invalid (its error is reported).
+    Invalid,
+    Valid(Ipv6Network),
 }
 
 struct Validator<'a> {
@@ -90,21 +118,35 @@ impl Validator<'_> {
                 )
                 .hint("this okd-appliance reads `version: 1`");
         }
-        let cluster = self.cluster(&raw.cluster);
-        let network = self.network(&raw.network);
         let legacy_etcd = raw.dns.legacy_etcd.as_ref().is_some_and(|b| b.value);
-        let nodes = self.nodes(&raw.nodes, network.as_ref(), legacy_etcd);
-        let listen = network.as_ref().and_then(|n| self.listen(&raw.listen, n));
-        let install = match (&network, &listen, &nodes) {
-            (Some(n), Some(l), nodes) => self.install(&raw.install, dir, n, l, nodes, files),
-            _ => None,
-        };
+        let cluster = self.cluster(&raw.cluster, legacy_etcd);
+        let (network, space) = self.network(&raw.network);
+        let nodes = self.nodes(&raw.nodes, &space, legacy_etcd);
+        if let Some(c) = &cluster {
+            self.node_name_lengths(&raw.nodes, &c.domain());
+        }
+        let listen = self.listen(&raw.listen, &raw.network, network.as_ref());
+        // The roles as written, so a node with another mistake still asks for its ignition file.
+        let roles: Vec<Role> = raw
+            .nodes
+            .value
+            .iter()
+            .filter_map(|n| parse_role(&n.role.value))
+            .collect();
+        let install = self.install(
+            &raw.install,
+            dir,
+            network.as_ref(),
+            listen.as_ref(),
+            &roles,
+            files,
+        );
         let dns = match (&cluster, &network) {
             (Some(c), Some(n)) => self.dns(&raw.dns, c, n, &nodes),
             _ => None,
         };
         if let Some(l) = &listen {
-            self.forwarding_loop(&raw.network, l);
+            self.forwarding_loop(&raw.network, network.as_ref(), l);
         }
         let lb = self.lb(&raw.lb);
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
@@ -138,14 +180,14 @@ impl Validator<'_> {
         })
     }
 
-    fn cluster(&mut self, raw: &RawCluster) -> Option<Cluster> {
+    fn cluster(&mut self, raw: &RawCluster, legacy_etcd: bool) -> Option<Cluster> {
         let name = self.host_label(&raw.name, "cluster name");
         let base = raw
             .base_domain
             .value
             .trim_end_matches('.')
             .to_ascii_lowercase();
-        let base = if is_domain_name(&base) {
+        let base = if is_host_domain(&base) {
             Some(base)
         } else {
             self.p
@@ -159,18 +201,40 @@ impl Validator<'_> {
             None
         };
         let (name, base_domain) = (name?, base?);
-        // The longest derived name is api-int.<cluster>.<base>; a wildcard answer can be longer,
-        // but that is the client's name.
-        if "api-int.".len() + name.len() + 1 + base_domain.len() > 253 {
+        // The longest fixed name the plan derives; node names are checked with the nodes.
+        let longest = if legacy_etcd {
+            "_etcd-server-ssl._tcp."
+        } else {
+            "api-int."
+        };
+        if longest.len() + name.len() + 1 + base_domain.len() > 253 {
             self.p.error(
                 "config::domain",
                 raw.base_domain.referenced,
-                "cluster domain too long: api-int.<name>.<base_domain> exceeds 253 characters",
+                format!(
+                    "cluster domain too long: {longest}<name>.<base_domain> exceeds 253 characters"
+                ),
                 "too long",
             );
             return None;
         }
         Some(Cluster { name, base_domain })
+    }
+
+    /// Every node's name fits in a domain name once the cluster domain is appended.
+    fn node_name_lengths(&mut self, raw: &Spanned<Vec<RawNode>>, domain: &str) {
+        for n in &raw.value {
+            if is_host_label(&n.name.value) && n.name.value.len() + 1 + domain.len() > 253 {
+                self.p
+                    .error(
+                        "config::name",
+                        n.name.referenced,
+                        format!("`{}.{domain}` is longer than 253 characters", n.name.value),
+                        "too long with the cluster domain",
+                    )
+                    .hint("shorten the node name or the cluster domain");
+            }
+        }
     }
 
     fn host_label(&mut self, raw: &Text, what: &str) -> Option<String> {
@@ -195,9 +259,21 @@ impl Validator<'_> {
         None
     }
 
-    fn network(&mut self, raw: &RawNetwork) -> Option<Network> {
-        let v4 = self.ipv4_network(raw);
-        let v6 = raw.ipv6.as_ref().map(|r| self.ipv6_network(r));
+    fn network(&mut self, raw: &RawNetwork) -> (Option<Network>, AddressSpace) {
+        let subnet = self.ipv4_subnet(&raw.subnet);
+        let host = |v: &mut Self, raw: &Text, what: &str| match subnet {
+            Some(net) => v.host_in_v4_subnet(raw, net, what),
+            // The subnet is broken: check the address's syntax only.
+            None => v.ipv4(raw, what),
+        };
+        let gateway = raw.gateway.as_ref().and_then(|g| host(self, g, "gateway"));
+        let appliance = host(self, &raw.appliance_ip, "appliance address");
+        let v6 = match &raw.ipv6 {
+            None => V6Space::Absent,
+            Some(r) => self
+                .ipv6_network(r)
+                .map_or(V6Space::Invalid, V6Space::Valid),
+        };
         let upstream_dns = raw
             .upstream_dns
             .iter()
@@ -229,7 +305,7 @@ impl Validator<'_> {
                 t,
                 "lease time",
                 Duration::from_secs(60),
-                Duration::from_secs(u64::from(u32::MAX)),
+                Duration::from_secs(365 * 86_400),
             ),
         };
         let domain_search = raw
@@ -237,7 +313,7 @@ impl Validator<'_> {
             .iter()
             .filter_map(|d| {
                 let name = d.value.trim_end_matches('.').to_ascii_lowercase();
-                if is_domain_name(&name) {
+                if is_host_domain(&name) {
                     Some(name)
                 } else {
                     self.p.error(
@@ -250,35 +326,40 @@ impl Validator<'_> {
                 }
             })
             .collect();
-        // Parts that failed are left out; their errors already fail the load, and the nodes
-        // are still checked against what did parse.
-        let v4 = v4?;
-        let dhcp_pool = raw.dhcp_pool.as_ref().and_then(|p| self.pool(p, &v4));
-        Some(Network {
-            interface: raw.interface.as_ref().map(|i| i.value.clone()),
-            v4,
-            v6: v6.flatten(),
-            upstream_dns,
-            ntp,
-            mtu,
-            dhcp_pool,
-            lease_time: lease_time.unwrap_or(DEFAULT_LEASE_TIME),
-            domain_search,
-        })
-    }
-
-    fn ipv4_network(&mut self, raw: &RawNetwork) -> Option<Ipv4Network> {
-        let subnet = self.ipv4_subnet(&raw.subnet)?;
-        let gateway = raw
-            .gateway
-            .as_ref()
-            .and_then(|g| self.host_in_v4_subnet(g, subnet, "gateway"));
-        let appliance = self.host_in_v4_subnet(&raw.appliance_ip, subnet, "appliance address")?;
-        Some(Ipv4Network {
+        let pool = match (subnet, &raw.dhcp_pool) {
+            (Some(subnet), Some(p)) => self.pool(p, subnet, appliance, gateway),
+            _ => None,
+        };
+        let space = AddressSpace {
             subnet,
             gateway,
             appliance,
-        })
+            pool,
+            v6: v6.clone(),
+        };
+        // Parts that failed are left out; their errors already fail the load.
+        let network = match (subnet, appliance) {
+            (Some(subnet), Some(appliance)) => Some(Network {
+                interface: raw.interface.as_ref().map(|i| i.value.clone()),
+                v4: Ipv4Network {
+                    subnet,
+                    gateway,
+                    appliance,
+                },
+                v6: match v6 {
+                    V6Space::Valid(v6) => Some(v6),
+                    V6Space::Absent | V6Space::Invalid => None,
+                },
+                upstream_dns,
+                ntp,
+                mtu,
+                dhcp_pool: pool,
+                lease_time: lease_time.unwrap_or(DEFAULT_LEASE_TIME),
+                domain_search,
+            }),
+            _ => None,
+        };
+        (network, space)
     }
 
     fn ipv4_subnet(&mut self, raw: &Text) -> Option<Ipv4Net> {
@@ -308,6 +389,22 @@ impl Validator<'_> {
                     "host bits set",
                 )
                 .hint(format!("did you mean {}?", net.trunc()));
+            return None;
+        }
+        let first = net.network();
+        if first.is_multicast()
+            || first.is_loopback()
+            || first.is_unspecified()
+            || first.octets()[0] >= 240
+        {
+            self.p
+                .error(
+                    "config::subnet",
+                    raw.referenced,
+                    format!("{net} is not a unicast network"),
+                    "multicast, loopback, reserved or 0.0.0.0/8",
+                )
+                .hint("the cluster network is a private unicast range such as 10.0.0.0/24 or 192.168.50.0/24");
             return None;
         }
         if !(8..=30).contains(&net.prefix_len()) {
@@ -421,6 +518,23 @@ impl Validator<'_> {
                 .hint(format!("did you mean {}?", subnet.trunc()));
             return None;
         }
+        let first = subnet.network();
+        if first.is_multicast()
+            || first.is_loopback()
+            || first.is_unspecified()
+            || first.is_unicast_link_local()
+            || first.to_ipv4_mapped().is_some()
+        {
+            self.p
+                .error(
+                    "config::subnet",
+                    raw.subnet.referenced,
+                    format!("{subnet} is not a routable unicast IPv6 network"),
+                    "multicast, link-local, loopback or mapped IPv4",
+                )
+                .hint("use a ULA (fd00::/8) or global prefix, usually a /64");
+            return None;
+        }
         if !(16..=124).contains(&subnet.prefix_len()) {
             self.p
                 .error(
@@ -511,9 +625,15 @@ impl Validator<'_> {
         }
     }
 
-    fn pool(&mut self, raw: &RawPool, net: &Ipv4Network) -> Option<Pool> {
-        let start = self.host_in_v4_subnet(&raw.start, net.subnet, "pool start");
-        let end = self.host_in_v4_subnet(&raw.end, net.subnet, "pool end");
+    fn pool(
+        &mut self,
+        raw: &RawPool,
+        subnet: Ipv4Net,
+        appliance: Option<Ipv4Addr>,
+        gateway: Option<Ipv4Addr>,
+    ) -> Option<Pool> {
+        let start = self.host_in_v4_subnet(&raw.start, subnet, "pool start");
+        let end = self.host_in_v4_subnet(&raw.end, subnet, "pool end");
         let (start, end) = (start?, end?);
         if start > end {
             self.p
@@ -527,10 +647,7 @@ impl Validator<'_> {
             return None;
         }
         let pool = Pool { start, end };
-        for (ip, what) in [
-            (Some(net.appliance), "appliance address"),
-            (net.gateway, "gateway"),
-        ] {
+        for (ip, what) in [(appliance, "appliance address"), (gateway, "gateway")] {
             if let Some(ip) = ip.filter(|ip| pool.contains(*ip)) {
                 self.p
                     .error(
@@ -550,7 +667,7 @@ impl Validator<'_> {
     fn nodes(
         &mut self,
         raw: &Spanned<Vec<RawNode>>,
-        net: Option<&Network>,
+        space: &AddressSpace,
         legacy_etcd: bool,
     ) -> Vec<Node> {
         let mut names: HashMap<String, Location> = HashMap::new();
@@ -608,7 +725,7 @@ impl Validator<'_> {
                     .also(first, "first use")
                     .hint("every node needs its own network card address for its DHCP reservation");
             }
-            let ipv4 = self.node_ipv4(&n.ip, net);
+            let ipv4 = self.node_ipv4(&n.ip, space);
             if let Some(ip) = ipv4
                 && let Some(first) = first_use(&mut ipv4s, ip, n.ip.referenced)
             {
@@ -622,7 +739,7 @@ impl Validator<'_> {
                     .also(first, "first use");
             }
             let ipv6 = n.ipv6.as_ref().map(|raw| {
-                let ip = self.node_ipv6(raw, net);
+                let ip = self.node_ipv6(raw, space);
                 if let Some(ip) = ip
                     && let Some(first) = first_use(&mut ipv6s, ip, raw.referenced)
                 {
@@ -716,11 +833,10 @@ impl Validator<'_> {
     }
 
     fn role(&mut self, raw: &Text) -> Option<Role> {
-        match raw.value.as_str() {
-            "bootstrap" => Some(Role::Bootstrap),
-            "master" => Some(Role::Master),
-            "worker" => Some(Role::Worker),
-            other => {
+        match parse_role(&raw.value) {
+            Some(role) => Some(role),
+            None => {
+                let other = &raw.value;
                 self.p
                     .error(
                         "config::role",
@@ -763,16 +879,15 @@ impl Validator<'_> {
         Some(mac)
     }
 
-    fn node_ipv4(&mut self, raw: &Text, net: Option<&Network>) -> Option<Ipv4Addr> {
-        let Some(net) = net else {
+    fn node_ipv4(&mut self, raw: &Text, space: &AddressSpace) -> Option<Ipv4Addr> {
+        let Some(subnet) = space.subnet else {
             // The subnet itself is broken: only the address's syntax can be checked.
             return self.ipv4(raw, "node address");
         };
-        let v4 = &net.v4;
-        let ip = self.host_in_v4_subnet(raw, v4.subnet, "node address")?;
-        let taken = if ip == v4.appliance {
+        let ip = self.host_in_v4_subnet(raw, subnet, "node address")?;
+        let taken = if Some(ip) == space.appliance {
             Some("the appliance address")
-        } else if Some(ip) == v4.gateway {
+        } else if Some(ip) == space.gateway {
             Some("the gateway")
         } else {
             None
@@ -786,7 +901,7 @@ impl Validator<'_> {
             );
             return None;
         }
-        if let Some(pool) = net.dhcp_pool.filter(|p| p.contains(ip)) {
+        if let Some(pool) = space.pool.filter(|p| p.contains(ip)) {
             self.p
                 .error(
                     "config::pool",
@@ -803,19 +918,23 @@ impl Validator<'_> {
         Some(ip)
     }
 
-    fn node_ipv6(&mut self, raw: &Text, net: Option<&Network>) -> Option<Ipv6Addr> {
+    fn node_ipv6(&mut self, raw: &Text, space: &AddressSpace) -> Option<Ipv6Addr> {
         let ip = self.ipv6(raw, "node IPv6 address")?;
-        let Some(net) = net else { return Some(ip) };
-        let Some(v6) = &net.v6 else {
-            self.p
-                .error(
-                    "config::no-ipv6",
-                    raw.referenced,
-                    "node has an IPv6 address but the network has no IPv6 subnet",
-                    "IPv6 address",
-                )
-                .hint("add network.ipv6 with its subnet and the appliance's IPv6 address");
-            return None;
+        let v6 = match &space.v6 {
+            V6Space::Valid(v6) => v6,
+            // network.ipv6 has its own error; one per node would only repeat it.
+            V6Space::Invalid => return Some(ip),
+            V6Space::Absent => {
+                self.p
+                    .error(
+                        "config::no-ipv6",
+                        raw.referenced,
+                        "node has an IPv6 address but the network has no IPv6 subnet",
+                        "IPv6 address",
+                    )
+                    .hint("add network.ipv6 with its subnet and the appliance's IPv6 address");
+                return None;
+            }
         };
         if !v6.subnet.contains(&ip) || ip == v6.subnet.network() {
             self.p.error(
@@ -893,26 +1012,43 @@ impl Validator<'_> {
         ok.then(|| raw.iter().map(|a| a.value.clone()).collect())
     }
 
-    fn listen(&mut self, raw: &RawListen, net: &Network) -> Option<Listen> {
-        let defaults = |port: u16| -> Vec<SocketAddr> {
+    fn listen(
+        &mut self,
+        raw: &RawListen,
+        raw_net: &RawNetwork,
+        net: Option<&Network>,
+    ) -> Option<Listen> {
+        let defaults = |port: u16| -> Option<Vec<SocketAddr>> {
+            let net = net?;
             let mut v = vec![SocketAddr::new(IpAddr::V4(net.v4.appliance), port)];
             if let Some(v6) = &net.v6 {
                 v.push(SocketAddr::new(IpAddr::V6(v6.appliance), port));
             }
-            v
+            Some(v)
         };
-        let mut ok = true;
-        let mut list = |v: &mut Self,
-                        raw: &Option<Vec<Text>>,
-                        default: Vec<SocketAddr>,
-                        service: &str| {
-            let Some(items) = raw else { return default };
-            items
-                .iter()
-                .filter_map(|t| match t.value.parse::<SocketAddr>() {
-                    Ok(a) => Some(a),
+        // DHCP answers broadcasts, so it must be bound to the cluster NIC: without
+        // network.interface it stays off unless listen.dhcp says otherwise.
+        let dhcp_default = Some(if raw_net.interface.is_some() {
+            vec![SocketAddr::from(([0, 0, 0, 0], 67))]
+        } else {
+            Vec::new()
+        });
+        let list = |v: &mut Self,
+                    raw: &Option<Vec<Text>>,
+                    default: Option<Vec<SocketAddr>>,
+                    service: &'static str| {
+            let Some(items) = raw else {
+                return (default, Vec::new());
+            };
+            let mut addrs = Vec::new();
+            let mut spans = Vec::new();
+            for t in items {
+                match t.value.parse::<SocketAddr>() {
+                    Ok(a) => {
+                        addrs.push(a);
+                        spans.push(t.referenced);
+                    }
                     Err(_) => {
-                        ok = false;
                         v.p.error(
                             "config::listen",
                             t.referenced,
@@ -923,75 +1059,82 @@ impl Validator<'_> {
                             "expected address:port",
                         )
                         .hint("write e.g. 127.0.0.1:5353 or [::1]:5353; port 0 picks a free port");
-                        None
                     }
-                })
-                .collect()
-        };
-        let listen = Listen {
-            dns: list(self, &raw.dns, defaults(53), "dns"),
-            dhcp: list(
-                self,
-                &raw.dhcp,
-                vec![SocketAddr::from(([0, 0, 0, 0], 67))],
-                "dhcp",
-            ),
-            http: list(self, &raw.http, defaults(8080), "http"),
-            api: list(self, &raw.api, defaults(6443), "api"),
-            machine_config: list(self, &raw.machine_config, defaults(22623), "machine_config"),
-            ingress_https: list(self, &raw.ingress_https, defaults(443), "ingress_https"),
-            ingress_http: list(self, &raw.ingress_http, defaults(80), "ingress_http"),
-        };
-        if !ok {
-            return None;
-        }
-        // Two TCP services on one address can't both bind; say which two before trying.
-        let tcp = [
-            ("dns", &listen.dns, &raw.dns),
-            ("http", &listen.http, &raw.http),
-            ("api", &listen.api, &raw.api),
-            (
-                "machine_config",
-                &listen.machine_config,
-                &raw.machine_config,
-            ),
-            ("ingress_https", &listen.ingress_https, &raw.ingress_https),
-            ("ingress_http", &listen.ingress_http, &raw.ingress_http),
-        ];
-        let mut seen: HashMap<SocketAddr, &str> = HashMap::new();
-        for (service, addrs, raw_addrs) in tcp {
-            for (i, addr) in addrs.iter().enumerate() {
-                if addr.port() == 0 {
-                    continue;
                 }
-                if let Some(other) = seen.insert(*addr, service) {
-                    let at = raw_addrs
-                        .as_ref()
-                        .and_then(|r| r.get(i))
-                        .map(|t| t.referenced);
-                    if let Some(at) = at {
-                        self.p
-                            .error(
-                                "config::listen",
-                                at,
-                                format!("{service} and {other} both listen on {addr}"),
-                                "already taken",
-                            )
-                            .hint("give each TCP service its own address or port");
-                        ok = false;
+            }
+            (Some(addrs), spans)
+        };
+        let dns = list(self, &raw.dns, defaults(53), "dns");
+        let dhcp = list(self, &raw.dhcp, dhcp_default, "dhcp");
+        let http = list(self, &raw.http, defaults(8080), "http");
+        let api = list(self, &raw.api, defaults(6443), "api");
+        let machine_config = list(self, &raw.machine_config, defaults(22623), "machine_config");
+        let ingress_https = list(self, &raw.ingress_https, defaults(443), "ingress_https");
+        let ingress_http = list(self, &raw.ingress_http, defaults(80), "ingress_http");
+        // Recorded errors fail the load; what parsed is still returned so the checks that use
+        // it (forwarding loops) run too.
+        // Two services on one port of one address (or of the wildcard address) can't both bind;
+        // say which two before trying.
+        let tcp = [
+            ("dns", &dns),
+            ("http", &http),
+            ("api", &api),
+            ("machine_config", &machine_config),
+            ("ingress_https", &ingress_https),
+            ("ingress_http", &ingress_http),
+        ];
+        let udp = [("dns", &dns), ("dhcp", &dhcp)];
+        for services in [&tcp[..], &udp[..]] {
+            let mut seen: Vec<(&str, SocketAddr, Option<Location>)> = Vec::new();
+            for (service, (addrs, spans)) in services {
+                for (i, addr) in addrs.iter().flatten().enumerate() {
+                    let at = spans.get(i).copied();
+                    if addr.port() != 0 {
+                        if let Some((other, other_addr, other_at)) =
+                            seen.iter().find(|(_, o, _)| overlaps(*o, *addr)).copied()
+                            && let Some(where_) = at.or(other_at)
+                        {
+                            self.p
+                                .error(
+                                    "config::listen",
+                                    where_,
+                                    format!("{service} on {addr} and {other} on {other_addr} can't both listen"),
+                                    "port already taken",
+                                )
+                                .hint("give each service its own port (a wildcard address takes the port on every address)");
+                        }
+                        seen.push((service, *addr, at));
                     }
                 }
             }
         }
-        ok.then_some(listen)
+        Some(Listen {
+            dns: dns.0?,
+            dhcp: dhcp.0?,
+            http: http.0?,
+            api: api.0?,
+            machine_config: machine_config.0?,
+            ingress_https: ingress_https.0?,
+            ingress_http: ingress_http.0?,
+        })
     }
 
-    fn forwarding_loop(&mut self, raw: &RawNetwork, listen: &Listen) {
+    fn forwarding_loop(&mut self, raw: &RawNetwork, net: Option<&Network>, listen: &Listen) {
+        let mut own: Vec<IpAddr> = Vec::new();
+        if let Some(net) = net {
+            own.push(IpAddr::V4(net.v4.appliance));
+            own.extend(net.v6.as_ref().map(|v6| IpAddr::V6(v6.appliance)));
+        }
         for raw in &raw.upstream_dns {
             let Some(addr) = parse_upstream(&raw.value) else {
                 continue;
             };
-            if listen.dns.contains(&addr) {
+            let local = addr.ip().is_loopback() || own.contains(&addr.ip());
+            let to_itself = listen.dns.iter().any(|l| {
+                l.port() == addr.port()
+                    && (l.ip() == addr.ip() || (l.ip().is_unspecified() && local))
+            });
+            if to_itself {
                 self.p
                     .error(
                         "config::forwarding-loop",
@@ -1008,22 +1151,22 @@ impl Validator<'_> {
         &mut self,
         raw: &Spanned<RawInstall>,
         dir: &Path,
-        net: &Network,
-        listen: &Listen,
-        nodes: &[Node],
+        net: Option<&Network>,
+        listen: Option<&Listen>,
+        roles: &[Role],
         files: &dyn InstallFiles,
     ) -> Option<Install> {
         let r = &raw.value;
         let ignition_dir = dir.join(&r.ignition_dir.value);
         let artifacts_dir = dir.join(&r.artifacts_dir.value);
-        self.ignition_files(&r.ignition_dir, &ignition_dir, nodes, files);
+        self.ignition_files(&r.ignition_dir, &ignition_dir, roles, files);
         let install_dev = match &r.install_dev {
             None => Some(DEFAULT_INSTALL_DEV.to_owned()),
             Some(d) => self.install_dev(d),
         };
         let kernel_args = self.kernel_args(&r.kernel_args);
-        let base_url = match &r.base_url {
-            Some(u) => {
+        let base_url = match (&r.base_url, net, listen) {
+            (Some(u), _, _) => {
                 let url = u.value.trim_end_matches('/');
                 let rest = url
                     .strip_prefix("http://")
@@ -1042,7 +1185,9 @@ impl Validator<'_> {
                     None
                 }
             }
-            None => Some(default_base_url(net, listen)),
+            (None, Some(net), Some(listen)) => Some(default_base_url(net, listen)),
+            // Derived from parts that failed; their errors are reported.
+            (None, _, _) => None,
         };
         let artifact = |v: &mut Self, raw: &Option<Text>, default: &str| -> Option<String> {
             let Some(t) = raw else {
@@ -1077,31 +1222,32 @@ impl Validator<'_> {
         })
     }
 
-    fn ignition_files(&mut self, raw: &Text, dir: &Path, nodes: &[Node], files: &dyn InstallFiles) {
+    /// The role ignition files must exist. Only bootstrap.ign is checked for age, and only
+    /// while a bootstrap node is listed: it carries the certificates that expire 24 hours after
+    /// `openshift-install` wrote them. master.ign and worker.ign only point at the machine
+    /// config server and stay valid (workers added months later still use worker.ign).
+    fn ignition_files(&mut self, raw: &Text, dir: &Path, roles: &[Role], files: &dyn InstallFiles) {
         let create = format!(
             "run `openshift-install create ignition-configs --dir {}`",
             raw.value
         );
-        match files.age(dir) {
-            Ok(_) => {}
-            Err(e) => {
-                self.p
-                    .error(
-                        "config::ignition",
-                        raw.referenced,
-                        format!(
-                            "ignition directory {} can't be read: {}",
-                            dir.display(),
-                            io_reason(&e)
-                        ),
-                        "ignition_dir",
-                    )
-                    .hint(create);
-                return;
-            }
+        if let Err(e) = files.age(dir) {
+            self.p
+                .error(
+                    "config::ignition",
+                    raw.referenced,
+                    format!(
+                        "ignition directory {} can't be read: {}",
+                        dir.display(),
+                        io_reason(&e)
+                    ),
+                    "ignition_dir",
+                )
+                .hint(create);
+            return;
         }
         for role in Role::ALL {
-            if !nodes.iter().any(|n| n.role == role) {
+            if !roles.contains(&role) {
                 continue;
             }
             let file = role.ignition_file();
@@ -1119,7 +1265,7 @@ impl Validator<'_> {
                         )
                         .hint(create.clone());
                 }
-                Ok(age) if age > IGNITION_MAX_AGE => {
+                Ok(age) if role == Role::Bootstrap && age > IGNITION_MAX_AGE => {
                     self.p
                         .error(
                             "config::ignition-expired",
@@ -1130,9 +1276,9 @@ impl Validator<'_> {
                             ),
                             "expired ignition configs",
                         )
-                        .hint(format!("{create} again in a fresh directory"));
+                        .hint(format!("{create} again in a fresh directory, or remove the bootstrap node once bootstrap is done"));
                 }
-                Ok(age) if age > IGNITION_WARN_AGE => {
+                Ok(age) if role == Role::Bootstrap && age > IGNITION_WARN_AGE => {
                     self.p
                         .warning(
                             "config::ignition-aging",
@@ -1158,7 +1304,10 @@ impl Validator<'_> {
         nodes: &[Node],
     ) -> Option<Dns> {
         let domain = cluster.domain();
-        let ttl = raw.ttl.as_ref().map_or(DEFAULT_TTL, |t| t.value);
+        let ttl = match &raw.ttl {
+            None => DEFAULT_TTL,
+            Some(t) => self.ttl(t).unwrap_or(DEFAULT_TTL),
+        };
         let mut ok = true;
         let mut nets = |v: &mut Self, raw: &[Text], what: &str| -> Vec<IpNet> {
             raw.iter()
@@ -1195,6 +1344,21 @@ impl Validator<'_> {
                 v
             }
         };
+        if let Some(list) = &raw.recursion_allowed {
+            for t in list {
+                // The recorded error fails the load.
+                if t.value.parse::<IpNet>().is_ok_and(|n| n.prefix_len() == 0) {
+                    self.p
+                        .error(
+                            "config::open-resolver",
+                            t.referenced,
+                            "recursion for everybody makes the appliance an open resolver",
+                            "the whole address space",
+                        )
+                        .hint("list the networks of your clients; open resolvers are used for reflection attacks");
+                }
+            }
+        }
         let axfr_allowed = nets(self, &raw.axfr_allowed, "axfr_allowed");
         let legacy_etcd = raw.legacy_etcd.as_ref().is_some_and(|b| b.value);
 
@@ -1202,6 +1366,12 @@ impl Validator<'_> {
         for name in RESERVED_NAMES.iter().filter(|n| **n != "apps") {
             taken.insert(format!("{name}.{domain}."), "published by okd-appliance");
         }
+        // The ingress wildcard: another record there would mix in addresses that are not the
+        // load balancer's, and a CNAME could not stand beside its A record at all.
+        taken.insert(
+            format!("*.apps.{domain}."),
+            "the ingress wildcard okd-appliance publishes",
+        );
         for node in nodes {
             taken.insert(format!("{}.{domain}.", node.name), "a node's name");
         }
@@ -1280,7 +1450,7 @@ impl Validator<'_> {
             }
             records.push(ExtraRecord {
                 name,
-                ttl: r.ttl.as_ref().map(|t| t.value),
+                ttl: r.ttl.as_ref().and_then(|t| self.ttl(t)),
                 data,
             });
         }
@@ -1310,6 +1480,22 @@ impl Validator<'_> {
             legacy_etcd,
             rate_limit,
         })
+    }
+
+    /// A TTL within the 31 bits RFC 2181 section 8 allows.
+    fn ttl(&mut self, raw: &Spanned<u32>) -> Option<u32> {
+        if raw.value <= 0x7fff_ffff {
+            return Some(raw.value);
+        }
+        self.p
+            .error(
+                "config::ttl",
+                raw.referenced,
+                format!("TTL {} is too large", raw.value),
+                "over 2^31 - 1",
+            )
+            .hint("TTLs are seconds from 0 to 2147483647 (RFC 2181); 300 is usual");
+        None
     }
 
     /// An absolute lowercase name inside the cluster zone; relative names are relative to it.
@@ -1366,19 +1552,31 @@ impl Validator<'_> {
             "TXT" => (!value.is_empty() && value.len() <= 255)
                 .then(|| RecordData::Txt(vec![value.to_owned()])),
             "MX" => match fields.as_slice() {
-                [pref, host] => Some(RecordData::Mx {
-                    preference: pref.parse().ok()?,
-                    exchange: target(host)?,
-                }),
+                [pref, host] => {
+                    pref.parse()
+                        .ok()
+                        .zip(target(host))
+                        .map(|(preference, exchange)| RecordData::Mx {
+                            preference,
+                            exchange,
+                        })
+                }
                 _ => None,
             },
             "SRV" => match fields.as_slice() {
-                [prio, weight, port, host] => Some(RecordData::Srv {
-                    priority: prio.parse().ok()?,
-                    weight: weight.parse().ok()?,
-                    port: port.parse().ok()?,
-                    target: target(host)?,
-                }),
+                [prio, weight, port, host] => {
+                    match (prio.parse(), weight.parse(), port.parse(), target(host)) {
+                        (Ok(priority), Ok(weight), Ok(port), Some(target)) => {
+                            Some(RecordData::Srv {
+                                priority,
+                                weight,
+                                port,
+                                target,
+                            })
+                        }
+                        _ => None,
+                    }
+                }
                 _ => None,
             },
             other => {
@@ -1558,6 +1756,23 @@ fn parse_upstream(s: &str) -> Option<SocketAddr> {
         .map(|ip| SocketAddr::new(ip, 53))
         .or_else(|_| s.parse::<SocketAddr>())
         .ok()
+}
+
+fn parse_role(s: &str) -> Option<Role> {
+    match s {
+        "bootstrap" => Some(Role::Bootstrap),
+        "master" => Some(Role::Master),
+        "worker" => Some(Role::Worker),
+        _ => None,
+    }
+}
+
+/// Whether two listeners would fight over a port: same port and family, and the same address
+/// or a wildcard on either side.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 fn first_host(net: Ipv4Net) -> Ipv4Addr {

@@ -29,6 +29,9 @@ pub(super) fn render(plan: &Plan) -> String {
     } else {
         let _ = writeln!(o, "port=0");
     }
+    // dnsmasq answers its own records with TTL 0 unless told otherwise.
+    let ttl = plan.zones[0].records.first().map_or(0, |r| r.ttl);
+    let _ = writeln!(o, "local-ttl={ttl}");
     for upstream in &plan.resolver.upstreams {
         let _ = writeln!(o, "server={}#{}", upstream.ip(), upstream.port());
     }
@@ -50,7 +53,7 @@ pub(super) fn render(plan: &Plan) -> String {
             RecordData::Txt(texts) => {
                 let quoted: Vec<String> = texts
                     .iter()
-                    .map(|t| format!("\"{}\"", t.replace('"', "\\\"")))
+                    .map(|t| format!("\"{}\"", t.replace('\\', "\\\\").replace('"', "\\\"")))
                     .collect();
                 let _ = writeln!(o, "txt-record={name},{}", quoted.join(","));
                 continue;
@@ -86,24 +89,28 @@ pub(super) fn render(plan: &Plan) -> String {
             None => hosts.push((name, vec![ip])),
         }
     }
+    // host-record also publishes PTRs: only for the names the plan's reverse zones point at.
+    let mut with_ptr: Vec<String> = vec![format!("api.{domain}"), format!("api-int.{domain}")];
+    with_ptr.extend(
+        plan.dhcp
+            .reservations
+            .iter()
+            .map(|r| format!("{}.{domain}", r.host_name)),
+    );
     for (name, ips) in &hosts {
         let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
         if let Some(parent) = name.strip_prefix("*.") {
-            let _ = writeln!(
-                o,
-                "# dnsmasq also answers for {parent} itself, which the plan leaves empty"
-            );
+            let _ = writeln!(o, "# dnsmasq's address= also answers for {parent} itself");
             for ip in ips {
                 let _ = writeln!(o, "address=/{parent}/{ip}");
             }
-        } else if name.starts_with("ns1.") {
-            // The name server name has no PTR in the plan; host-record would add one.
+        } else if with_ptr.contains(name) {
+            let _ = writeln!(o, "host-record={name},{}", list.join(","));
+        } else {
+            // No PTR in the plan; dnsmasq's address= also answers for names below this one.
             for ip in ips {
                 let _ = writeln!(o, "address=/{name}/{ip}");
             }
-        } else {
-            // host-record publishes the matching PTR too, as the plan's reverse zones do.
-            let _ = writeln!(o, "host-record={name},{}", list.join(","));
         }
     }
 
@@ -117,7 +124,11 @@ pub(super) fn render(plan: &Plan) -> String {
     }
     let server_port = plan.listen.dhcp.first().map_or(67, SocketAddr::port);
     if server_port != 67 {
-        let _ = writeln!(o, "dhcp-alternate-port={server_port},{}", server_port + 1);
+        let _ = writeln!(
+            o,
+            "dhcp-alternate-port={server_port},{}",
+            server_port.saturating_add(1)
+        );
     }
     let lease = super::short_duration(d.lease_time);
     let mask = d.subnet.netmask();

@@ -78,6 +78,11 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
 
 /// Runs the appliance until SIGTERM or SIGINT, or until a service fails.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
+    // Handlers before anything slow: a SIGHUP or SIGTERM during start-up is queued for the loop
+    // below instead of killing the process with the default action.
+    let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
     let loaded = load(config_path).await?;
     log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
@@ -107,11 +112,6 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         let (uid, gid) = privileges::drop_to(run_as)?;
         tracing::info!("running as uid {uid} gid {gid}");
     }
-
-    // Signals first: a SIGTERM that arrives while services start must not be lost.
-    let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
 
     let journal = Journal::new();
     let serial = first_serial(&plan);
@@ -231,21 +231,26 @@ async fn reload(path: &Path, handle: &PlanHandle, journal: &Journal) {
         Ok(loaded) => {
             log_warnings(&loaded.warnings);
             let current = handle.load();
-            let mut plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
-            if plan.listen != current.listen || plan.interface != current.interface {
-                tracing::warn!(
-                    "listen addresses and the interface change only at restart; keeping the bound ones"
+            // Sockets are bound once: a reload that moves them would serve records and boot
+            // URLs pointing at addresses nobody listens on.
+            let same_serial = Plan::derive(&loaded.config, first_serial(&current));
+            if same_serial.listen != current.listen || same_serial.interface != current.interface {
+                tracing::error!(
+                    "the listen addresses or the DHCP interface changed (directly or through the appliance address): restart to apply"
                 );
-                plan.listen = current.listen.clone();
-                plan.interface = current.interface.clone();
+                tracing::error!("reload refused: still serving the previous plan");
+            } else if same_serial == **current {
+                tracing::info!(
+                    "config unchanged: still serving plan {}",
+                    first_serial(&current)
+                );
+            } else {
+                let plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
+                let serial = first_serial(&plan);
+                handle.store(Arc::new(plan));
+                journal.publish(None, EventKind::PlanLoaded { serial });
+                tracing::info!("reloaded: now serving plan {serial}");
             }
-            if plan == **current {
-                tracing::info!("config unchanged");
-            }
-            let serial = first_serial(&plan);
-            handle.store(Arc::new(plan));
-            journal.publish(None, EventKind::PlanLoaded { serial });
-            tracing::info!("reloaded: now serving plan {serial}");
         }
         Err(e) => {
             for line in e
