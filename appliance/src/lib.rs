@@ -6,6 +6,8 @@
 
 pub mod config;
 pub mod dns;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 pub mod plan;
 pub mod records;

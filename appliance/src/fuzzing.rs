@@ -1,0 +1,115 @@
+//! Entry points shared by the cargo-fuzz targets (tests/fuzz) and the tests that replay their
+//! saved corpora, so a crash found by the fuzzer stays a regression test.
+//!
+//! Architecture invariant: each function takes untrusted bytes and must never panic; they
+//! assert the properties a reply must have, so the fuzzer finds wrong answers too.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use crate::config::{self, InstallFiles};
+use crate::dns::authority::Authority;
+use crate::dns::respond::{Action, Context, Transport, respond};
+use crate::dns::wire::{MAX_NAME, parse_query};
+use crate::plan::Plan;
+
+struct NoFiles;
+
+impl InstallFiles for NoFiles {
+    fn age(&self, _: &Path) -> std::io::Result<std::time::Duration> {
+        Ok(std::time::Duration::ZERO)
+    }
+}
+
+/// A cluster with every record kind: wildcards, CNAMEs, SRV, IPv6, split reverse zones.
+const CLUSTER: &str = r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network:
+  subnet: 10.1.16.0/20
+  appliance_ip: 10.1.16.1
+  ipv6: { subnet: "fd00:10::/62", appliance_ip: "fd00:10::1" }
+  upstream_dns: [192.0.2.53]
+nodes:
+  - { name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.1.16.7 }
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.1.17.2, ipv6: "fd00:10::2" }
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.1.31.5, ipv6: "fd00:10:0:3::5" }
+install: { ignition_dir: ./i, artifacts_dir: ./a }
+dns:
+  legacy_etcd: true
+  records:
+    - { name: registry, type: A, value: 10.1.16.9 }
+    - { name: nfs, type: CNAME, value: registry }
+    - { name: loop-a, type: CNAME, value: loop-b }
+    - { name: loop-b, type: CNAME, value: loop-a }
+    - { name: mail, type: MX, value: 10 registry }
+    - { name: "*.wild", type: TXT, value: "wildcard" }
+"#;
+
+fn authority() -> &'static Authority {
+    static AUTHORITY: OnceLock<Authority> = OnceLock::new();
+    AUTHORITY.get_or_init(|| {
+        let loaded = config::parse(CLUSTER, "fuzz.yml", Path::new("."), &NoFiles)
+            .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        Authority::from_plan(&Plan::derive(&loaded.config, 1))
+    })
+}
+
+/// One DNS request through the responder, over UDP and TCP, with and without recursion.
+pub fn dns_request(data: &[u8]) {
+    let authority = authority();
+    let mut lower = [0u8; MAX_NAME];
+    let mut buf = Vec::new();
+    for transport in [Transport::Udp, Transport::Tcp] {
+        for (recursion, transfer_allowed) in [(false, false), (true, true)] {
+            let ctx = Context {
+                authority,
+                transport,
+                recursion,
+                transfer_allowed,
+            };
+            match respond(data, &ctx, &mut lower, &mut buf) {
+                Action::Reply { len, .. } => check_reply(data, &buf[..len], transport),
+                Action::Forward(_) => assert!(recursion, "forwarded without recursion"),
+                Action::Transfer(_) => assert!(transfer_allowed && transport == Transport::Tcp),
+                Action::Drop => {}
+            }
+        }
+    }
+}
+
+/// What every reply must be: a response to this request's ID, a header that counts what
+/// follows, and small enough for the transport.
+fn check_reply(request: &[u8], reply: &[u8], transport: Transport) {
+    assert!(reply.len() >= 12, "reply shorter than a header");
+    assert_eq!(reply[0..2], request[0..2], "reply ID differs");
+    assert!(reply[2] & 0x80 != 0, "reply without QR");
+    if transport == Transport::Udp {
+        assert!(reply.len() <= 1232, "UDP reply of {} bytes", reply.len());
+    }
+    // Every record the header counts is really there.
+    let mut lower = [0u8; MAX_NAME];
+    let count = |i: usize| usize::from(u16::from_be_bytes([reply[i], reply[i + 1]]));
+    let mut pos = 12;
+    if count(4) == 1 {
+        let end = crate::dns::wire::skip_name(reply, pos).expect("question name");
+        pos = end + 4;
+        assert!(pos <= reply.len(), "question cut short");
+    }
+    for _ in 0..count(6) + count(8) + count(10) {
+        let rr = crate::dns::wire::skip_record(reply, pos).expect("record the header counts");
+        pos = rr.end;
+    }
+    assert_eq!(pos, reply.len(), "bytes after the last record");
+    // A reply is itself a packet our parser must survive.
+    let _ = parse_query(reply, &mut lower);
+}
+
+/// Arbitrary text as a config file: errors are fine, panics are not.
+pub fn config_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(e) = config::parse(text, "fuzz.yml", Path::new("."), &NoFiles) {
+        let _ = e.render(config::RenderStyle::Plain);
+    }
+}
