@@ -29,6 +29,9 @@ pub struct DhcpPlan {
     /// T2: rebind with any server after 7/8 of the lease.
     pub rebinding_time: Duration,
     pub pool: Option<Pool>,
+    /// Where iPXE scripts live: clients without a reservation get `<base>/boot/<mac>.ipxe` too,
+    /// which tells them they are unknown.
+    pub boot_base_url: String,
     /// Sorted by IP address.
     pub reservations: Vec<Reservation>,
 }
@@ -72,6 +75,7 @@ pub fn derive(config: &Config) -> DhcpPlan {
         renewal_time: net.lease_time / 2,
         rebinding_time: net.lease_time * 7 / 8,
         pool: net.dhcp_pool,
+        boot_base_url: config.install.base_url.clone(),
         reservations,
     }
 }

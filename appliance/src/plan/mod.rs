@@ -34,6 +34,8 @@ pub struct Plan {
     pub listen: Listen,
     /// The DHCP service's interface, when one is configured.
     pub interface: Option<String>,
+    /// Where leases and install state are kept.
+    pub state_dir: std::path::PathBuf,
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -64,6 +66,7 @@ impl Plan {
             boot: boot::derive(config),
             listen: config.listen.clone(),
             interface: config.network.interface.clone(),
+            state_dir: config.state_dir.clone(),
         }
     }
 }

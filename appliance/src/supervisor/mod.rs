@@ -31,7 +31,7 @@ pub type PlanHandle = Arc<ArcSwap<Plan>>;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Services this build serves. The others' listen addresses are reported and left closed.
-const BUILT_IN: &[Service] = &[Service::Dns];
+const BUILT_IN: &[Service] = &[Service::Dns, Service::Dhcp];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -153,7 +153,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 fn start_services(
     sockets: Vec<BoundSocket>,
     plan: &PlanHandle,
-    _journal: &Journal,
+    journal: &Journal,
     token: &CancellationToken,
 ) -> Result<JoinSet<(&'static str, anyhow::Result<()>)>, ServeError> {
     let mut services = JoinSet::new();
@@ -184,6 +184,16 @@ fn start_services(
                     (
                         "dns/tcp",
                         crate::dns::server::serve_tcp(listener, dns, token).await,
+                    )
+                });
+            }
+            (Service::Dhcp, Proto::Udp) => {
+                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
+                let (plan, journal, token) = (Arc::clone(plan), journal.clone(), token.clone());
+                services.spawn(async move {
+                    (
+                        "dhcp",
+                        crate::dhcp::server::serve(socket, plan, journal, token).await,
                     )
                 });
             }

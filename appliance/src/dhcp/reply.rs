@@ -1,0 +1,458 @@
+//! One DHCPv4 request in, at most one reply out (RFC 2131 section 4.3), decided from the plan's
+//! reservations, the dynamic pool and the lease table.
+//!
+//! Reservations come first and are never touched by anything an unknown client does: they lie
+//! outside the pool (validation guarantees it) and a pool address is given only when no live
+//! lease, recent offer or recent DECLINE holds it. Without a pool, unknown clients get no answer.
+//!
+//! Architecture invariant: no sockets and no clock: the caller passes `now` and sends what comes
+//! back; lease changes are recorded in [`Leases`] and made durable by the caller before sending.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
+
+use super::leases::{Lease, Leases};
+use crate::config::MacAddr;
+use crate::plan::DhcpPlan;
+use crate::plan::boot::script_url;
+
+/// An OFFER holds its address this long for the client's REQUEST.
+const OFFER_HOLD: u64 = 60;
+/// A DECLINEd address (someone else uses it) rests this long.
+const DECLINE_HOLD: u64 = 600;
+/// The smallest reply every client must accept (RFC 2131 section 2).
+const MIN_MESSAGE: usize = 576;
+/// Boot files for PXE firmware that is not iPXE yet, served by TFTP.
+pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
+pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
+
+/// Lease state the server keeps between requests.
+#[derive(Debug)]
+pub struct State {
+    pub leases: Leases,
+    offers: HashMap<Ipv4Addr, (MacAddr, u64)>,
+    declined: HashMap<Ipv4Addr, u64>,
+    /// Where the next pool search starts, so addresses are reused last.
+    cursor: u32,
+}
+
+impl State {
+    /// Whether pool address `ip` may go to `mac`: no live lease, fresh offer or recent DECLINE
+    /// holds it for someone else.
+    fn free_for(&self, ip: Ipv4Addr, mac: MacAddr, now: u64) -> bool {
+        !self.leases.taken_by_other(ip, mac, now)
+            && self.declined.get(&ip).is_none_or(|until| *until <= now)
+            && self
+                .offers
+                .get(&ip)
+                .is_none_or(|(m, until)| *m == mac || *until <= now)
+    }
+
+    pub fn new(leases: Leases) -> State {
+        State {
+            leases,
+            offers: HashMap::new(),
+            declined: HashMap::new(),
+            cursor: 0,
+        }
+    }
+}
+
+/// A reply and where it goes; `acked` names the client and address of a DHCPACK.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub message: Message,
+    pub to: SocketAddrV4,
+    pub acked: Option<Acked>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    /// The node's name when it has a reservation.
+    pub node: Option<String>,
+}
+
+/// How the client boots, from options 60, 77, 93 and 175.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Firmware {
+    /// An operating system's DHCP client: no boot options.
+    None,
+    /// iPXE: the HTTP URL of its script.
+    Ipxe,
+    /// Legacy BIOS PXE: chainload undionly.kpxe over TFTP.
+    BiosPxe,
+    /// UEFI PXE: chainload ipxe.efi over TFTP.
+    UefiPxe,
+    /// UEFI HTTP boot: ipxe.efi over HTTP.
+    UefiHttp,
+}
+
+/// Handles one request; `None` means stay silent.
+pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Option<Outgoing> {
+    if req.opcode() != Opcode::BootRequest || req.htype() != HType::Eth || req.hlen() != 6 {
+        return None;
+    }
+    let giaddr = req.giaddr();
+    // Relayed requests must come from a relay on the cluster subnet: it is the only one served.
+    if !giaddr.is_unspecified() && !plan.subnet.contains(&giaddr) {
+        return None;
+    }
+    let mac = MacAddr(req.chaddr()[..6].try_into().ok()?);
+    let reservation = plan.reservations.iter().find(|r| r.mac == mac);
+    match req.opts().msg_type()? {
+        MessageType::Discover => {
+            let ip = match reservation {
+                Some(r) => r.ip,
+                None => allocate(req, plan, state, mac, now)?,
+            };
+            state.offers.insert(ip, (mac, now + OFFER_HOLD));
+            Some(reply(req, plan, MessageType::Offer, ip, mac, None))
+        }
+        MessageType::Request => request(req, plan, state, mac, now),
+        MessageType::Decline => {
+            let ip = requested(req)?;
+            if reservation.is_some_and(|r| r.ip == ip) {
+                tracing::warn!(
+                    "{mac} declined its reserved address {ip}: another host on the network uses it"
+                );
+            } else if state.leases.on_ip(ip).is_some_and(|l| l.mac == mac) {
+                state.leases.record(Lease {
+                    ip,
+                    mac,
+                    expires: 0,
+                });
+                state.declined.insert(ip, now + DECLINE_HOLD);
+                tracing::warn!(
+                    "{mac} declined {ip}: another host uses it; resting it for {DECLINE_HOLD} s"
+                );
+            }
+            None
+        }
+        MessageType::Release => {
+            let ip = req.ciaddr();
+            if state.leases.on_ip(ip).is_some_and(|l| l.mac == mac) {
+                state.leases.record(Lease {
+                    ip,
+                    mac,
+                    expires: 0,
+                });
+            }
+            None
+        }
+        MessageType::Inform => {
+            // Configuration only: no address, no lease (RFC 2131 section 3.4).
+            let ciaddr = req.ciaddr();
+            if ciaddr.is_unspecified() || !plan.subnet.contains(&ciaddr) {
+                return None;
+            }
+            let mut out = reply(
+                req,
+                plan,
+                MessageType::Ack,
+                Ipv4Addr::UNSPECIFIED,
+                mac,
+                None,
+            );
+            for code in [
+                OptionCode::AddressLeaseTime,
+                OptionCode::Renewal,
+                OptionCode::Rebinding,
+            ] {
+                out.message.opts_mut().remove(code);
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+fn requested(req: &Message) -> Option<Ipv4Addr> {
+    match req.opts().get(OptionCode::RequestedIpAddress) {
+        Some(DhcpOption::RequestedIpAddress(ip)) => Some(*ip),
+        _ => None,
+    }
+}
+
+fn request(
+    req: &Message,
+    plan: &DhcpPlan,
+    state: &mut State,
+    mac: MacAddr,
+    now: u64,
+) -> Option<Outgoing> {
+    let server_id = match req.opts().get(OptionCode::ServerIdentifier) {
+        Some(DhcpOption::ServerIdentifier(id)) => Some(*id),
+        _ => None,
+    };
+    if server_id.is_some_and(|id| id != plan.server_id) {
+        // The client took another server's offer: ours is free again.
+        state.offers.retain(|_, (m, _)| *m != mac);
+        return None;
+    }
+    let ciaddr = req.ciaddr();
+    let wanted = requested(req).or((!ciaddr.is_unspecified()).then_some(ciaddr))?;
+    let reservation = plan.reservations.iter().find(|r| r.mac == mac);
+    let grant = match reservation {
+        Some(r) => r.ip == wanted,
+        // Without a pool only reservations are served; unknown clients get silence.
+        None if plan.pool.is_none() => return None,
+        None => plan.pool.is_some_and(|p| p.contains(wanted)) && state.free_for(wanted, mac, now),
+    };
+    if !grant {
+        // The address is wrong for this client; as the subnet's authority, say so at once.
+        if !plan.subnet.contains(&wanted) && server_id.is_none() && reservation.is_none() {
+            return None;
+        }
+        return Some(nak(req, plan, mac));
+    }
+    state.offers.remove(&wanted);
+    let lease_secs = plan.lease_time.as_secs();
+    state.leases.record(Lease {
+        ip: wanted,
+        mac,
+        expires: now + lease_secs,
+    });
+    let node = reservation.map(|r| r.host_name.clone());
+    Some(reply(req, plan, MessageType::Ack, wanted, mac, node))
+}
+
+/// A free pool address for `mac`: its own live or expired lease first, then the address it asks
+/// for, then the next free one after the last given.
+fn allocate(
+    req: &Message,
+    plan: &DhcpPlan,
+    state: &mut State,
+    mac: MacAddr,
+    now: u64,
+) -> Option<Ipv4Addr> {
+    let pool = plan.pool?;
+    let free = |state: &State, ip: Ipv4Addr| pool.contains(ip) && state.free_for(ip, mac, now);
+    if let Some(lease) = state.leases.of_mac(mac, now) {
+        return Some(lease.ip);
+    }
+    if let Some((&ip, _)) = state
+        .offers
+        .iter()
+        .find(|(_, (m, until))| *m == mac && *until > now)
+    {
+        return Some(ip);
+    }
+    if let Some(ip) = requested(req).filter(|ip| free(state, *ip)) {
+        return Some(ip);
+    }
+    let (start, end) = (u32::from(pool.start), u32::from(pool.end));
+    let size = end - start + 1;
+    for i in 0..size {
+        let ip = Ipv4Addr::from(start + (state.cursor + i) % size);
+        if free(state, ip) {
+            state.cursor = (state.cursor + i + 1) % size;
+            return Some(ip);
+        }
+    }
+    None
+}
+
+fn firmware(req: &Message) -> Firmware {
+    let opts = req.opts();
+    let user_class_ipxe = match opts.get(OptionCode::UserClass) {
+        // RFC 3004 user classes are length-prefixed; iPXE sends "iPXE" either way.
+        Some(DhcpOption::UserClass(bytes)) => bytes.windows(4).any(|w| w == b"iPXE"),
+        _ => false,
+    };
+    if user_class_ipxe || opts.get(OptionCode::Unknown(175)).is_some() {
+        return Firmware::Ipxe;
+    }
+    let class = match opts.get(OptionCode::ClassIdentifier) {
+        Some(DhcpOption::ClassIdentifier(c)) => c.as_slice(),
+        _ => return Firmware::None,
+    };
+    let arch = match opts.get(OptionCode::ClientSystemArchitecture) {
+        Some(DhcpOption::ClientSystemArchitecture(a)) => u16::from(*a),
+        _ => 0,
+    };
+    if class.starts_with(b"HTTPClient") {
+        Firmware::UefiHttp
+    } else if class.starts_with(b"PXEClient") {
+        // RFC 4578 / IANA processor architecture types: 0 is BIOS, the rest here are EFI.
+        if arch == 0 {
+            Firmware::BiosPxe
+        } else {
+            Firmware::UefiPxe
+        }
+    } else {
+        Firmware::None
+    }
+}
+
+fn base_reply(req: &Message, msg_type: MessageType, yiaddr: Ipv4Addr) -> Message {
+    let mut m = Message::default();
+    m.set_opcode(Opcode::BootReply)
+        .set_htype(req.htype())
+        .set_xid(req.xid())
+        .set_flags(req.flags())
+        .set_giaddr(req.giaddr())
+        .set_chaddr(req.chaddr())
+        .set_yiaddr(yiaddr);
+    if msg_type == MessageType::Ack && !req.ciaddr().is_unspecified() {
+        m.set_ciaddr(req.ciaddr());
+    }
+    m.opts_mut().insert(DhcpOption::MessageType(msg_type));
+    m
+}
+
+fn nak(req: &Message, plan: &DhcpPlan, mac: MacAddr) -> Outgoing {
+    let mut m = base_reply(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
+    m.opts_mut()
+        .insert(DhcpOption::ServerIdentifier(plan.server_id));
+    echo_relay_info(req, &mut m);
+    tracing::debug!("NAK to {mac}");
+    Outgoing {
+        to: destination(req, MessageType::Nak),
+        message: m,
+        acked: None,
+    }
+}
+
+fn reply(
+    req: &Message,
+    plan: &DhcpPlan,
+    msg_type: MessageType,
+    ip: Ipv4Addr,
+    mac: MacAddr,
+    node: Option<String>,
+) -> Outgoing {
+    let mut m = base_reply(req, msg_type, ip);
+    let reservation = plan.reservations.iter().find(|r| r.mac == mac);
+    let requested: Vec<OptionCode> = match req.opts().get(OptionCode::ParameterRequestList) {
+        Some(DhcpOption::ParameterRequestList(list)) => list.clone(),
+        _ => Vec::new(),
+    };
+    // Options everyone gets, and options sent when asked for (or when the client sent no list).
+    let wants = |code: OptionCode| requested.is_empty() || requested.contains(&code);
+    let secs = |d: std::time::Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ServerIdentifier(plan.server_id));
+    o.insert(DhcpOption::AddressLeaseTime(secs(plan.lease_time)));
+    o.insert(DhcpOption::Renewal(secs(plan.renewal_time)));
+    o.insert(DhcpOption::Rebinding(secs(plan.rebinding_time)));
+    o.insert(DhcpOption::SubnetMask(plan.subnet.netmask()));
+    if let Some(router) = plan.router {
+        o.insert(DhcpOption::Router(vec![router]));
+    }
+    o.insert(DhcpOption::DomainNameServer(plan.dns_servers.clone()));
+    o.insert(DhcpOption::DomainName(plan.domain_name.clone()));
+    if let Some(r) = reservation {
+        o.insert(DhcpOption::Hostname(r.host_name.clone()));
+    }
+    if wants(OptionCode::BroadcastAddr) {
+        o.insert(DhcpOption::BroadcastAddr(plan.subnet.broadcast()));
+    }
+    if let Some(mtu) = plan.mtu.filter(|_| wants(OptionCode::InterfaceMtu)) {
+        o.insert(DhcpOption::InterfaceMtu(mtu));
+    }
+    if !plan.ntp_servers.is_empty() && wants(OptionCode::NtpServers) {
+        o.insert(DhcpOption::NtpServers(plan.ntp_servers.clone()));
+    }
+    if wants(OptionCode::DomainSearch) {
+        let names: Vec<dhcproto::Name> = plan
+            .domain_search
+            .iter()
+            .filter_map(|d| d.parse().ok())
+            .collect();
+        o.insert(DhcpOption::DomainSearch(names));
+    }
+    let url = reservation.map_or_else(
+        || script_url(&plan.boot_base_url, mac),
+        |r| r.ipxe_script_url.clone(),
+    );
+    match firmware(req) {
+        Firmware::None => {}
+        Firmware::Ipxe => {
+            m.set_fname_str(&url);
+            m.opts_mut()
+                .insert(DhcpOption::BootfileName(url.into_bytes()));
+        }
+        Firmware::BiosPxe | Firmware::UefiPxe => {
+            let file = if firmware(req) == Firmware::BiosPxe {
+                BIOS_BOOT_FILE
+            } else {
+                UEFI_BOOT_FILE
+            };
+            // The TFTP server is the appliance itself (siaddr, and option 66 for firmware that reads it).
+            m.set_siaddr(plan.server_id).set_fname_str(file);
+            let o = m.opts_mut();
+            o.insert(DhcpOption::Unknown(dhcproto::v4::UnknownOption::new(
+                OptionCode::Unknown(66),
+                plan.server_id.to_string().into_bytes(),
+            )));
+            o.insert(DhcpOption::BootfileName(file.as_bytes().to_vec()));
+        }
+        Firmware::UefiHttp => {
+            let efi = format!("{}/{UEFI_BOOT_FILE}", plan.boot_base_url);
+            m.set_fname_str(&efi);
+            let o = m.opts_mut();
+            // UEFI HTTP boot only accepts offers that say they are for HTTPClient.
+            o.insert(DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()));
+            o.insert(DhcpOption::BootfileName(efi.into_bytes()));
+        }
+    }
+    echo_relay_info(req, &mut m);
+    fit(&mut m, req);
+    Outgoing {
+        to: destination(req, msg_type),
+        acked: (msg_type == MessageType::Ack && !ip.is_unspecified()).then_some(Acked {
+            mac,
+            ip,
+            node,
+        }),
+        message: m,
+    }
+}
+
+/// RFC 3046 section 2.2: relay agent information goes back to the relay unchanged.
+fn echo_relay_info(req: &Message, reply: &mut Message) {
+    if let Some(info) = req.opts().get(OptionCode::RelayAgentInformation) {
+        reply.opts_mut().insert(info.clone());
+    }
+}
+
+/// Keeps the reply within the client's maximum message size (option 57, at least 576) by
+/// dropping the options it did not need, least useful first.
+fn fit(m: &mut Message, req: &Message) {
+    use dhcproto::Encodable;
+    let max = match req.opts().get(OptionCode::MaxMessageSize) {
+        Some(DhcpOption::MaxMessageSize(n)) => usize::from(*n).max(MIN_MESSAGE),
+        _ => MIN_MESSAGE,
+    };
+    // IP and UDP headers count against the limit (RFC 2132 section 9.10).
+    let budget = max - 28;
+    for code in [
+        OptionCode::DomainSearch,
+        OptionCode::NtpServers,
+        OptionCode::BroadcastAddr,
+        OptionCode::InterfaceMtu,
+    ] {
+        if m.to_vec().map_or(0, |v| v.len()) <= budget {
+            return;
+        }
+        m.opts_mut().remove(code);
+    }
+}
+
+/// RFC 2131 section 4.1: through the relay if there is one, NAKs broadcast, renewals unicast
+/// to the client's address, everything else broadcast (a client without an address can't
+/// answer ARP, and broadcast works for every client).
+fn destination(req: &Message, msg_type: MessageType) -> SocketAddrV4 {
+    let giaddr = req.giaddr();
+    if !giaddr.is_unspecified() {
+        return SocketAddrV4::new(giaddr, 67);
+    }
+    if msg_type != MessageType::Nak && !req.ciaddr().is_unspecified() {
+        return SocketAddrV4::new(req.ciaddr(), 68);
+    }
+    SocketAddrV4::new(Ipv4Addr::BROADCAST, 68)
+}

@@ -1,0 +1,120 @@
+//! The DHCP socket: requests are read in batches, decided, the batch's lease changes synced to
+//! disk once, and only then are the replies sent. A failed sync sends nothing: a client
+//! without an ACK retries, a client with an ACK for a lost lease could get its address given
+//! twice.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use dhcproto::v4::Message;
+use dhcproto::{Decodable, Encodable};
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+
+use super::leases::Leases;
+use super::reply::{Outgoing, State, handle};
+use crate::journal::{EventKind, Journal};
+use crate::supervisor::PlanHandle;
+
+/// Requests handled per disk sync at most.
+const BATCH: usize = 64;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Serves DHCP on `socket` (bound to the cluster interface) until `token` is cancelled.
+pub async fn serve(
+    socket: UdpSocket,
+    plan: PlanHandle,
+    journal: Journal,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    socket
+        .set_broadcast(true)
+        .context("enabling broadcast on the DHCP socket")?;
+    let state_dir = plan.load().state_dir.clone();
+    let (leases, recovery) =
+        tokio::task::spawn_blocking(move || Leases::open(&state_dir, unix_now()))
+            .await
+            .context("opening the lease journal")??;
+    if recovery.skipped > 0 {
+        tracing::warn!(
+            "lease journal: {} damaged records skipped, {} recovered, {} leases live",
+            recovery.skipped,
+            recovery.records,
+            recovery.live
+        );
+    } else {
+        tracing::info!("lease journal: {} leases live", recovery.live);
+    }
+    let mut state = State::new(leases);
+    let mut packets: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
+    let mut buf = vec![0u8; 65_535];
+    let mut replies: Vec<Outgoing> = Vec::with_capacity(BATCH);
+    loop {
+        let first = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            r = socket.recv_from(&mut buf) => r,
+        };
+        packets.clear();
+        match first {
+            Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+            Err(e) => {
+                tracing::debug!("dhcp receive: {e}");
+                continue;
+            }
+        }
+        while packets.len() < BATCH {
+            match socket.try_recv_from(&mut buf) {
+                Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+                Err(_) => break,
+            }
+        }
+        let current = plan.load();
+        let now = unix_now();
+        replies.clear();
+        for (packet, from) in &packets {
+            let request = match Message::from_bytes(packet) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!("dhcp: undecodable packet from {from}: {e}");
+                    continue;
+                }
+            };
+            replies.extend(handle(&request, &current.dhcp, &mut state, now));
+        }
+        // Durable before any ACK leaves.
+        let synced = tokio::task::block_in_place(|| state.leases.sync());
+        if let Err(e) = synced {
+            tracing::error!("{e}: not answering this batch");
+            continue;
+        }
+        for out in replies.drain(..) {
+            send(&socket, &out.message, out.to).await;
+            if let Some(acked) = out.acked {
+                journal.publish(
+                    acked.node,
+                    EventKind::DhcpAck {
+                        mac: acked.mac,
+                        ip: acked.ip.into(),
+                    },
+                );
+            }
+        }
+    }
+}
+
+async fn send(socket: &UdpSocket, message: &Message, to: SocketAddrV4) {
+    match message.to_vec() {
+        Ok(bytes) => {
+            if let Err(e) = socket.send_to(&bytes, to).await {
+                tracing::debug!("dhcp reply to {to}: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("dhcp reply to {to} could not be encoded: {e}"),
+    }
+}
