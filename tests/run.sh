@@ -12,6 +12,7 @@ PACKAGES=(
   iproute2 iputils-ping procps
   nsd knot knot-dnssecutils knot-dnsutils bind9 bind9-utils bind9-dnsutils
   dnsmasq haproxy
+  isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
 )
 
