@@ -2,6 +2,9 @@
 //! need root or third-party tools call `harness::require_root()` / `require_tool()` first (loud
 //! skip outside CI, failure with `CI=true`).
 
+mod dns;
+mod dns_differential;
+mod dns_support;
 mod harness_selftest;
 mod render_peers;
 mod support;

@@ -53,13 +53,19 @@ pub fn respond(
         Err(Malformed::Reply {
             rcode,
             question_end,
+            edns,
         }) => {
             let flags = ReplyFlags {
                 authoritative: false,
                 recursion_available: false,
                 rcode,
             };
-            let len = Reply::start(buf, packet, question_end, flags).finish(None, usize::MAX);
+            // At most a header, one question and an OPT record: within 512 octets.
+            let edns = edns.map(|e| ReplyEdns {
+                upper_rcode: 0,
+                dnssec_ok: e.dnssec_ok,
+            });
+            let len = Reply::start(buf, packet, question_end, flags).finish(edns, usize::MAX);
             return Action::Reply {
                 len,
                 outcome: Outcome::NotOurs,

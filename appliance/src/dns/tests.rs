@@ -439,6 +439,44 @@ fn malformed_requests_get_formerr_notimp_or_nothing() {
     assert_eq!(m.unwrap().metadata.response_code, ResponseCode::Refused);
 }
 
+/// RFC 6891 section 6.1.1: a request with an OPT record gets one back, error replies included
+/// (found by the differential test against Knot: NOTIFY and QDCOUNT=0 came back without one).
+#[test]
+fn error_replies_keep_edns() {
+    let auth = authority("");
+    let mut ask = Ask::new(&auth);
+    ask.edns = Some(1232);
+    let mut notify = ask.packet("okd.lab.example.com.", RecordType::SOA);
+    notify[2] = (notify[2] & 0x87) | (4 << 3);
+    let m = ask.raw(&notify).1.unwrap();
+    assert_eq!(m.metadata.response_code, ResponseCode::NotImp);
+    assert_eq!(m.metadata.op_code, OpCode::Notify);
+    assert_eq!(m.queries.len(), 1, "the question is echoed");
+    assert_eq!(m.edns.as_ref().map(Edns::max_payload), Some(1232));
+
+    // No question at all, then two: FORMERR, with the OPT record found after them.
+    let packet = ask.packet("api.okd.lab.example.com.", RecordType::A);
+    let question_end = 12 + "api.okd.lab.example.com.".len() + 1 + 4;
+    let mut none = packet[..12].to_vec();
+    none[5] = 0;
+    none.extend_from_slice(&packet[question_end..]);
+    let mut two = packet[..question_end].to_vec();
+    two[5] = 2;
+    two.extend_from_slice(&packet[12..]);
+    for (what, request) in [("QDCOUNT=0", none), ("QDCOUNT=2", two)] {
+        let m = ask.raw(&request).1.unwrap();
+        assert_eq!(m.metadata.response_code, ResponseCode::FormErr, "{what}");
+        assert!(m.queries.is_empty(), "{what}");
+        assert!(m.edns.is_some(), "{what}: no OPT record");
+    }
+
+    // Without EDNS in the request, none in the reply.
+    ask.edns = None;
+    let mut notify = ask.packet("okd.lab.example.com.", RecordType::SOA);
+    notify[2] = (notify[2] & 0x87) | (4 << 3);
+    assert!(ask.raw(&notify).1.unwrap().edns.is_none());
+}
+
 #[test]
 fn outcomes_classify_replies_for_rate_limiting() {
     let auth = authority("");

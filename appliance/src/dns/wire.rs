@@ -78,7 +78,50 @@ pub enum Malformed {
     Reply {
         rcode: u8,
         question_end: Option<usize>,
+        /// The request's EDNS when its OPT record could be read: an error reply carries an OPT
+        /// record too (RFC 6891 section 6.1.1: a responder MUST include one when the request had
+        /// one), so the client keeps talking EDNS to us.
+        edns: Option<Edns>,
     },
+}
+
+/// What the sections after the question hold, as far as answering is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Extra {
+    edns: Option<Edns>,
+    /// A TSIG record: the request is signed.
+    signed: bool,
+}
+
+/// Walks the answer, authority and additional sections from `pos` (`records` answer and
+/// authority records, then `additional` ones) for the OPT and TSIG records. `None` when a
+/// record is malformed or the OPT record breaks RFC 6891 section 6.1.1 (not owned by the
+/// root, or more than one).
+fn read_extra(packet: &[u8], mut pos: usize, records: u32, additional: u16) -> Option<Extra> {
+    for _ in 0..records {
+        pos = skip_record(packet, pos)?.end;
+    }
+    let mut extra = Extra {
+        edns: None,
+        signed: false,
+    };
+    for _ in 0..additional {
+        let rr = skip_record(packet, pos)?;
+        if rr.rtype == rtype::OPT {
+            if extra.edns.is_some() || rr.owner_len != 1 || packet[pos] != 0 {
+                return None;
+            }
+            extra.edns = Some(Edns {
+                udp_size: rr.class.max(CLASSIC_UDP as u16),
+                version: (rr.ttl >> 16) as u8,
+                dnssec_ok: rr.ttl & 0x8000 != 0,
+            });
+        } else if rr.rtype == rtype::TSIG {
+            extra.signed = true;
+        }
+        pos = rr.end;
+    }
+    Some(extra)
 }
 
 /// Reads a query, writing its name in lowercase wire form into `lower`.
@@ -93,20 +136,36 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
     let opcode = ((flags >> 11) & 0xf) as u8;
     let count = |i: usize| u16::from_be_bytes([packet[i], packet[i + 1]]);
     let (qdcount, ancount, nscount, arcount) = (count(4), count(6), count(8), count(10));
+    let records = u32::from(ancount) + u32::from(nscount);
     if qdcount != 1 {
         let rcode = if opcode == 0 {
             rcode::FORMERR
         } else {
             rcode::NOTIMP
         };
+        // Skip whatever questions there are to find the OPT record for the error reply.
+        // Each question consumes at least five octets, so a hostile count stops at the end of
+        // the packet.
+        let mut pos = Some(HEADER_LEN);
+        for _ in 0..qdcount {
+            let Some(p) = pos else { break };
+            pos = skip_name(packet, p)
+                .map(|p| p + 4)
+                .filter(|&p| p <= packet.len());
+        }
+        let edns = pos
+            .and_then(|p| read_extra(packet, p, records, arcount))
+            .and_then(|e| e.edns);
         return Err(Malformed::Reply {
             rcode,
             question_end: None,
+            edns,
         });
     }
     let formerr = Malformed::Reply {
         rcode: rcode::FORMERR,
         question_end: None,
+        edns: None,
     };
     let qname_len = read_question_name(packet, HEADER_LEN, lower).ok_or(formerr)?;
     let mut pos = HEADER_LEN + qname_len;
@@ -117,40 +176,28 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
     let qclass = u16::from_be_bytes([packet[pos + 2], packet[pos + 3]]);
     pos += 4;
     let question_end = pos;
+    let extra = read_extra(packet, pos, records, arcount);
     if opcode != 0 {
+        // NOTIFY, UPDATE and the rest are not implemented; a request we can't walk further
+        // still gets its NOTIMP, only without an OPT record.
         return Err(Malformed::Reply {
             rcode: rcode::NOTIMP,
             question_end: Some(question_end),
+            edns: extra.and_then(|e| e.edns),
         });
     }
-    let formerr = Malformed::Reply {
+    let extra = extra.ok_or(Malformed::Reply {
         rcode: rcode::FORMERR,
         question_end: Some(question_end),
-    };
-    for _ in 0..(u32::from(ancount) + u32::from(nscount)) {
-        pos = skip_record(packet, pos).ok_or(formerr)?.end;
-    }
-    let mut edns = None;
-    for _ in 0..arcount {
-        let rr = skip_record(packet, pos).ok_or(formerr)?;
-        if rr.rtype == rtype::OPT {
-            // One OPT, owned by the root (RFC 6891 section 6.1.1).
-            if edns.is_some() || rr.owner_len != 1 || packet[pos] != 0 {
-                return Err(formerr);
-            }
-            edns = Some(Edns {
-                udp_size: rr.class.max(CLASSIC_UDP as u16),
-                version: (rr.ttl >> 16) as u8,
-                dnssec_ok: rr.ttl & 0x8000 != 0,
-            });
-        } else if rr.rtype == rtype::TSIG {
-            // Signed requests need keys we don't have.
-            return Err(Malformed::Reply {
-                rcode: rcode::NOTIMP,
-                question_end: Some(question_end),
-            });
-        }
-        pos = rr.end;
+        edns: None,
+    })?;
+    if extra.signed {
+        // Signed requests need keys we don't have.
+        return Err(Malformed::Reply {
+            rcode: rcode::NOTIMP,
+            question_end: Some(question_end),
+            edns: extra.edns,
+        });
     }
     Ok(Query {
         id: u16::from_be_bytes([packet[0], packet[1]]),
@@ -161,7 +208,7 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
         qclass,
         question_end,
         qname_len,
-        edns,
+        edns: extra.edns,
     })
 }
 
