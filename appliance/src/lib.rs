@@ -14,3 +14,4 @@ pub mod plan;
 pub mod records;
 pub mod render;
 pub mod supervisor;
+pub mod tftp;

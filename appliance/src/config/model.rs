@@ -197,6 +197,8 @@ pub struct Install {
     /// `http://host[:port]` without a trailing slash: where nodes reach the boot server.
     pub base_url: String,
     pub artifacts: Artifacts,
+    /// undionly.kpxe and ipxe.efi, served over TFTP (and ipxe.efi over HTTP).
+    pub ipxe_dir: PathBuf,
 }
 
 /// File names of the CoreOS live PXE artifacts inside the artifacts directory.
@@ -270,6 +272,7 @@ pub enum IngressCheck {
 pub struct Listen {
     pub dns: Vec<SocketAddr>,
     pub dhcp: Vec<SocketAddr>,
+    pub tftp: Vec<SocketAddr>,
     pub http: Vec<SocketAddr>,
     pub api: Vec<SocketAddr>,
     pub machine_config: Vec<SocketAddr>,

@@ -112,6 +112,9 @@ pub struct RawInstall {
     pub base_url: Option<Text>,
     #[serde(default)]
     pub artifacts: RawArtifacts,
+    /// Where the iPXE binaries PXE firmware chainloads live (Debian's `ipxe` package).
+    #[serde(default)]
+    pub ipxe_dir: Option<Text>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,6 +204,8 @@ pub struct RawListen {
     pub dns: Option<Vec<Text>>,
     #[serde(default)]
     pub dhcp: Option<Vec<Text>>,
+    #[serde(default)]
+    pub tftp: Option<Vec<Text>>,
     #[serde(default)]
     pub http: Option<Vec<Text>>,
     #[serde(default)]

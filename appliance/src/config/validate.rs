@@ -26,6 +26,8 @@ pub const IGNITION_WARN_AGE: Duration = Duration::from_secs(12 * 3600);
 
 const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
 const DEFAULT_INSTALL_DEV: &str = "/dev/sda";
+/// Debian's `ipxe` package puts undionly.kpxe and ipxe.efi here.
+const DEFAULT_IPXE_DIR: &str = "/usr/lib/ipxe";
 const DEFAULT_TTL: u32 = 300;
 /// Generous: a node or a resolver never gets near it; a reflection attack does.
 const DEFAULT_RRL_RATE: u32 = 50;
@@ -1066,6 +1068,13 @@ impl Validator<'_> {
         };
         let dns = list(self, &raw.dns, defaults(53), "dns");
         let dhcp = list(self, &raw.dhcp, dhcp_default, "dhcp");
+        // PXE firmware fetches iPXE from the server that answered DHCP: TFTP follows DHCP.
+        let tftp_default = if raw_net.interface.is_some() {
+            defaults(69).map(|v| v[..1].to_vec())
+        } else {
+            Some(Vec::new())
+        };
+        let tftp = list(self, &raw.tftp, tftp_default, "tftp");
         let http = list(self, &raw.http, defaults(8080), "http");
         let api = list(self, &raw.api, defaults(6443), "api");
         let machine_config = list(self, &raw.machine_config, defaults(22623), "machine_config");
@@ -1083,7 +1092,7 @@ impl Validator<'_> {
             ("ingress_https", &ingress_https),
             ("ingress_http", &ingress_http),
         ];
-        let udp = [("dns", &dns), ("dhcp", &dhcp)];
+        let udp = [("dns", &dns), ("dhcp", &dhcp), ("tftp", &tftp)];
         for services in [&tcp[..], &udp[..]] {
             let mut seen: Vec<(&str, SocketAddr, Option<Location>)> = Vec::new();
             for (service, (addrs, spans)) in services {
@@ -1111,6 +1120,7 @@ impl Validator<'_> {
         Some(Listen {
             dns: dns.0?,
             dhcp: dhcp.0?,
+            tftp: tftp.0?,
             http: http.0?,
             api: api.0?,
             machine_config: machine_config.0?,
@@ -1205,6 +1215,10 @@ impl Validator<'_> {
             }
             Some(name.clone())
         };
+        let ipxe_dir = r
+            .ipxe_dir
+            .as_ref()
+            .map_or_else(|| PathBuf::from(DEFAULT_IPXE_DIR), |d| dir.join(&d.value));
         let kernel = artifact(self, &r.artifacts.kernel, "kernel");
         let initramfs = artifact(self, &r.artifacts.initramfs, "initramfs.img");
         let rootfs = artifact(self, &r.artifacts.rootfs, "rootfs.img");
@@ -1214,6 +1228,7 @@ impl Validator<'_> {
             install_dev: install_dev?,
             kernel_args: kernel_args?,
             base_url: base_url?,
+            ipxe_dir,
             artifacts: Artifacts {
                 kernel: kernel?,
                 initramfs: initramfs?,

@@ -36,6 +36,8 @@ pub struct Plan {
     pub interface: Option<String>,
     /// Where leases and install state are kept.
     pub state_dir: std::path::PathBuf,
+    /// The files the TFTP server offers (the iPXE binaries).
+    pub tftp_root: std::path::PathBuf,
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -67,6 +69,7 @@ impl Plan {
             listen: config.listen.clone(),
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),
+            tftp_root: config.install.ipxe_dir.clone(),
         }
     }
 }

@@ -15,6 +15,7 @@ pub(super) fn render(plan: &Plan) -> String {
     for (service, addrs) in [
         ("dns (udp+tcp)", &l.dns),
         ("dhcp (udp)", &l.dhcp),
+        ("tftp (udp)", &l.tftp),
         ("http", &l.http),
         ("api", &l.api),
         ("machine-config", &l.machine_config),

@@ -31,7 +31,7 @@ pub type PlanHandle = Arc<ArcSwap<Plan>>;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Services this build serves. The others' listen addresses are reported and left closed.
-const BUILT_IN: &[Service] = &[Service::Dns, Service::Dhcp];
+const BUILT_IN: &[Service] = &[Service::Dns, Service::Dhcp, Service::Tftp];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -68,6 +68,7 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     add(Service::Dns, Proto::Udp, &l.dns, None);
     add(Service::Dns, Proto::Tcp, &l.dns, None);
     add(Service::Dhcp, Proto::Udp, &l.dhcp, plan.interface.as_ref());
+    add(Service::Tftp, Proto::Udp, &l.tftp, None);
     add(Service::Http, Proto::Tcp, &l.http, None);
     add(Service::Api, Proto::Tcp, &l.api, None);
     add(Service::MachineConfig, Proto::Tcp, &l.machine_config, None);
@@ -194,6 +195,16 @@ fn start_services(
                     (
                         "dhcp",
                         crate::dhcp::server::serve(socket, plan, journal, token).await,
+                    )
+                });
+            }
+            (Service::Tftp, Proto::Udp) => {
+                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
+                let (plan, token) = (Arc::clone(plan), token.clone());
+                services.spawn(async move {
+                    (
+                        "tftp",
+                        crate::tftp::server::serve(socket, plan, token).await,
                     )
                 });
             }

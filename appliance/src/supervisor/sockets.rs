@@ -15,6 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 pub enum Service {
     Dns,
     Dhcp,
+    Tftp,
     Http,
     Api,
     MachineConfig,
@@ -27,6 +28,7 @@ impl Service {
         match self {
             Service::Dns => "dns",
             Service::Dhcp => "dhcp",
+            Service::Tftp => "tftp",
             Service::Http => "http",
             Service::Api => "api",
             Service::MachineConfig => "machine-config",
