@@ -36,6 +36,9 @@ impl Bridge {
             "mcast_snooping",
             "0",
         ])?;
+        // A bridge takes the lowest MAC of its ports unless given one, so removing a port would
+        // change it under the neighbours' ARP caches and cut them off for seconds.
+        ns.ip(["link", "set", name, "address", "02:00:00:00:00:fe"])?;
         let bridge = Bridge {
             ns: ns.clone(),
             name: name.to_owned(),
