@@ -40,6 +40,13 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# Build from the local crate cache when the registry can't be reached (an offline machine
+# whose cache already holds every crate in Cargo.lock).
+if ! cargo fetch --quiet; then
+  echo "cargo fetch failed: building offline from the local crate cache" >&2
+  export CARGO_NET_OFFLINE=true
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Builds the okd-appliance binary the end-to-end tests run, then every test of the workspace.

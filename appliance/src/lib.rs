@@ -9,6 +9,7 @@ pub mod dhcp;
 pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod http;
 pub mod journal;
 pub mod plan;
 pub mod records;

@@ -270,3 +270,32 @@ fn missing_prerequisite_skips_outside_ci_and_fails_in_ci() {
     assert!(which("sh").is_some());
     assert!(which("definitely-not-a-tool-okd").is_none());
 }
+
+/// A program in a test namespace that rewrites /etc/resolv.conf (as dhcpcd's and dhclient's
+/// default hooks do) changes the namespace's private copy, never the host's file.
+#[test]
+fn resolv_conf_writes_stay_inside_the_namespace() {
+    if !harness::require_root() {
+        return;
+    }
+    let before = std::fs::read("/etc/resolv.conf").unwrap_or_default();
+    let ns = harness::Netns::new("rslv").unwrap();
+    let status = ns
+        .exec([
+            "sh",
+            "-c",
+            "echo 'nameserver 203.0.113.53' > /etc/resolv.conf && cat /etc/resolv.conf",
+        ])
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    assert!(String::from_utf8_lossy(&status.stdout).contains("203.0.113.53"));
+    assert_eq!(
+        std::fs::read("/etc/resolv.conf").unwrap_or_default(),
+        before,
+        "the host's resolv.conf changed"
+    );
+    let name = ns.name().to_owned();
+    drop(ns);
+    assert!(!std::path::Path::new("/etc/netns").join(name).exists());
+}

@@ -98,6 +98,11 @@ fn pids_of(name: &str) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// The per-namespace /etc overlay `ip netns exec` applies.
+fn etc_dir(name: &str) -> PathBuf {
+    PathBuf::from("/etc/netns").join(name)
+}
+
 impl Netns {
     /// Creates a namespace named `PREFIX-PID-N` and brings its `lo` up.
     pub fn new(prefix: &str) -> Result<Netns> {
@@ -108,6 +113,12 @@ impl Netns {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             cmd::ip(["netns", "add", &name])?;
         }
+        // `ip netns exec` bind-mounts /etc/netns/NAME/* over /etc: a DHCP client (or its hooks)
+        // writing /etc/resolv.conf inside the namespace then writes this private copy, never
+        // the host's.
+        let etc = etc_dir(&name);
+        std::fs::create_dir_all(&etc)?;
+        std::fs::write(etc.join("resolv.conf"), "# private to test namespace\n")?;
         let ns = Netns {
             inner: Arc::new(Inner { name }),
         };
@@ -249,6 +260,7 @@ impl Drop for Inner {
                 pids.iter().all(|&p| !pid_alive(p))
             });
         }
+        let _ = std::fs::remove_dir_all(etc_dir(&self.name));
         let _guard = NETNS_LOCK
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -4,13 +4,41 @@
 //! Architecture invariant: URLs and arguments only; iPXE syntax and file serving live in the
 //! HTTP boot service.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
 use crate::config::{Config, MacAddr, Role};
+
+/// Where the boot server finds what it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootFiles {
+    /// `http://host[:port]`, no trailing slash.
+    pub base_url: String,
+    /// The role ignition files from `openshift-install create ignition-configs`.
+    pub ignition_dir: PathBuf,
+    pub artifacts_dir: PathBuf,
+    /// undionly.kpxe and ipxe.efi (TFTP, and HTTP for UEFI HTTP boot).
+    pub ipxe_dir: PathBuf,
+}
+
+pub fn files(config: &Config) -> BootFiles {
+    let i = &config.install;
+    BootFiles {
+        base_url: i.base_url.clone(),
+        ignition_dir: i.ignition_dir.clone(),
+        artifacts_dir: i.artifacts_dir.clone(),
+        ipxe_dir: i.ipxe_dir.clone(),
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootParams {
     pub node: String,
     pub role: Role,
     pub mac: MacAddr,
+    /// The addresses the node's ignition may be fetched from.
+    pub ipv4: Ipv4Addr,
+    pub ipv6: Option<Ipv6Addr>,
     pub kernel_url: String,
     pub initramfs_url: String,
     pub rootfs_url: String,
@@ -19,6 +47,16 @@ pub struct BootParams {
     pub install_dev: String,
     /// Every argument for the live kernel, in order.
     pub kernel_args: Vec<String>,
+}
+
+/// The URL of a node's own ignition config.
+pub fn ignition_url(base_url: &str, node: &str) -> String {
+    format!("{base_url}/ignition/{node}.ign")
+}
+
+/// The URL of a role's ignition config, which a node's own config merges.
+pub fn role_ignition_url(base_url: &str, role: Role) -> String {
+    format!("{base_url}/ignition/roles/{}", role.ignition_file())
 }
 
 /// The URL of a node's iPXE script, keyed by its MAC address.
@@ -35,7 +73,7 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
         .iter()
         .map(|node| {
             let rootfs_url = artifact(&install.artifacts.rootfs);
-            let ignition_url = format!("{base}/ignition/{}.ign", node.name);
+            let ignition_url = ignition_url(base, &node.name);
             let install_dev = node
                 .install_dev
                 .clone()
@@ -51,6 +89,8 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 node: node.name.clone(),
                 role: node.role,
                 mac: node.mac,
+                ipv4: node.ipv4,
+                ipv6: node.ipv6,
                 kernel_url: artifact(&install.artifacts.kernel),
                 initramfs_url: artifact(&install.artifacts.initramfs),
                 rootfs_url,

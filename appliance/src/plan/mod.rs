@@ -16,7 +16,7 @@ use ipnet::IpNet;
 
 use crate::config::{Config, Listen, RateLimit};
 
-pub use boot::BootParams;
+pub use boot::{BootFiles, BootParams};
 pub use dhcp::{DhcpPlan, Reservation};
 pub use lb::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
 pub use zones::{Record, Zone};
@@ -36,8 +36,8 @@ pub struct Plan {
     pub interface: Option<String>,
     /// Where leases and install state are kept.
     pub state_dir: std::path::PathBuf,
-    /// The files the TFTP server offers (the iPXE binaries).
-    pub tftp_root: std::path::PathBuf,
+    /// The directories and base URL of the boot files.
+    pub files: BootFiles,
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -69,7 +69,7 @@ impl Plan {
             listen: config.listen.clone(),
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),
-            tftp_root: config.install.ipxe_dir.clone(),
+            files: boot::files(config),
         }
     }
 }

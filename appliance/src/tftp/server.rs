@@ -58,7 +58,7 @@ pub async fn serve(
                 .await;
             continue;
         };
-        let root = plan.load().tftp_root.clone();
+        let root = plan.load().files.ipxe_dir.clone();
         let token = token.clone();
         tokio::spawn(async move {
             let _permit = permit;

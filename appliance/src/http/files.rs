@@ -1,0 +1,298 @@
+//! What to send for a GET or HEAD of a file: the whole file, one range, "not modified", or
+//! "range not satisfiable" (RFC 9110 sections 13 and 14), decided from the request headers and
+//! the file's size and modification time. Pure, so every rule has a test.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What is known of a file before reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub len: u64,
+    pub modified: SystemTime,
+}
+
+impl FileMeta {
+    /// A strong validator from size and modification time (nanoseconds, so a rewrite within
+    /// the same second still changes it).
+    pub fn etag(&self) -> String {
+        let since = self.modified.duration_since(UNIX_EPOCH).unwrap_or_default();
+        format!("\"{:x}-{:x}\"", self.len, since.as_nanos())
+    }
+
+    pub fn last_modified(&self) -> String {
+        httpdate::fmt_http_date(self.modified)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Full,
+    /// Inclusive byte range.
+    Partial {
+        start: u64,
+        end: u64,
+    },
+    NotModified,
+    RangeNotSatisfiable,
+}
+
+/// The request headers that decide what is sent, as text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conditions<'a> {
+    pub if_none_match: Option<&'a str>,
+    pub if_modified_since: Option<&'a str>,
+    pub range: Option<&'a str>,
+    pub if_range: Option<&'a str>,
+}
+
+pub fn decide(headers: &Conditions<'_>, meta: FileMeta) -> Decision {
+    let etag = meta.etag();
+    // If-None-Match wins over If-Modified-Since (RFC 9110 section 13.2.2).
+    if let Some(inm) = headers.if_none_match {
+        if etag_matches(inm, &etag) {
+            return Decision::NotModified;
+        }
+    } else if let Some(since) = headers.if_modified_since.and_then(|s| httpdate::parse_http_date(s).ok())
+        // HTTP dates have whole seconds.
+        && truncate_to_seconds(meta.modified) <= since
+    {
+        return Decision::NotModified;
+    }
+    let Some(range) = headers.range else {
+        return Decision::Full;
+    };
+    // A range is only honoured for the representation the client already has.
+    if let Some(if_range) = headers.if_range {
+        let same = if if_range.starts_with('"') {
+            if_range == etag
+        } else {
+            httpdate::parse_http_date(if_range)
+                .is_ok_and(|d| d == truncate_to_seconds(meta.modified))
+        };
+        if !same {
+            return Decision::Full;
+        }
+    }
+    parse_range(range, meta.len)
+}
+
+fn truncate_to_seconds(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Weak comparison over a list (`"a", W/"b"`) or `*`.
+fn etag_matches(header: &str, etag: &str) -> bool {
+    header
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == etag)
+}
+
+/// One `bytes=` range; anything else (several ranges, other units, bad syntax) means the whole
+/// file, which RFC 9110 section 14.2 allows.
+fn parse_range(header: &str, len: u64) -> Decision {
+    let Some(spec) = header.strip_prefix("bytes=") else {
+        return Decision::Full;
+    };
+    if spec.contains(',') {
+        return Decision::Full;
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return Decision::Full;
+    };
+    let (start, end) = match (first.trim(), last.trim()) {
+        ("", "") => return Decision::Full,
+        ("", suffix) => {
+            let Ok(n) = suffix.parse::<u64>() else {
+                return Decision::Full;
+            };
+            if n == 0 || len == 0 {
+                return Decision::RangeNotSatisfiable;
+            }
+            (len.saturating_sub(n), len - 1)
+        }
+        (start, "") => {
+            let Ok(start) = start.parse::<u64>() else {
+                return Decision::Full;
+            };
+            (start, len.saturating_sub(1))
+        }
+        (start, end) => {
+            let (Ok(start), Ok(end)) = (start.parse::<u64>(), end.parse::<u64>()) else {
+                return Decision::Full;
+            };
+            if end < start {
+                return Decision::Full;
+            }
+            (start, end.min(len.saturating_sub(1)))
+        }
+    };
+    if start >= len {
+        return Decision::RangeNotSatisfiable;
+    }
+    Decision::Partial { start, end }
+}
+
+/// The file under `root` that URL path `rest` (already stripped of its route prefix) names.
+/// Percent-decoding happens first, so `%2e%2e` is `..` and refused like it; a symlink that
+/// leads out of `root` is refused too. `None` means 404 (the reason does not leak).
+pub fn resolve(root: &Path, rest: &str) -> Option<PathBuf> {
+    let decoded = percent_encoding::percent_decode_str(rest)
+        .decode_utf8()
+        .ok()?;
+    if decoded.is_empty() || decoded.contains(['\\', '\0']) {
+        return None;
+    }
+    let relative = Path::new(decoded.as_ref());
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
+    let real = root.join(relative).canonicalize().ok()?;
+    let real_root = root.canonicalize().ok()?;
+    (real.starts_with(&real_root) && real.is_file()).then_some(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> FileMeta {
+        FileMeta {
+            len: 1000,
+            modified: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        }
+    }
+
+    const IF_NONE_MATCH: u8 = 0;
+    const IF_MODIFIED_SINCE: u8 = 1;
+    const RANGE: u8 = 2;
+    const IF_RANGE: u8 = 3;
+
+    fn with<'a>(pairs: &[(u8, &'a str)]) -> Conditions<'a> {
+        let mut c = Conditions::default();
+        for &(k, v) in pairs {
+            match k {
+                IF_NONE_MATCH => c.if_none_match = Some(v),
+                IF_MODIFIED_SINCE => c.if_modified_since = Some(v),
+                RANGE => c.range = Some(v),
+                _ => c.if_range = Some(v),
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn ranges() {
+        let d = |r: &str| decide(&with(&[(RANGE, r)]), meta());
+        assert_eq!(d("bytes=0-99"), Decision::Partial { start: 0, end: 99 });
+        assert_eq!(
+            d("bytes=900-"),
+            Decision::Partial {
+                start: 900,
+                end: 999
+            }
+        );
+        assert_eq!(
+            d("bytes=-100"),
+            Decision::Partial {
+                start: 900,
+                end: 999
+            }
+        );
+        assert_eq!(d("bytes=-5000"), Decision::Partial { start: 0, end: 999 });
+        assert_eq!(
+            d("bytes=990-5000"),
+            Decision::Partial {
+                start: 990,
+                end: 999
+            }
+        );
+        assert_eq!(d("bytes=1000-"), Decision::RangeNotSatisfiable);
+        assert_eq!(d("bytes=-0"), Decision::RangeNotSatisfiable);
+        assert_eq!(d("bytes=0-1,5-6"), Decision::Full);
+        assert_eq!(d("bytes=5-1"), Decision::Full);
+        assert_eq!(d("items=0-1"), Decision::Full);
+        assert_eq!(d("bytes=x-1"), Decision::Full);
+    }
+
+    #[test]
+    fn conditionals() {
+        let m = meta();
+        assert_eq!(
+            decide(&with(&[(IF_NONE_MATCH, &m.etag())]), m),
+            Decision::NotModified
+        );
+        assert_eq!(
+            decide(
+                &with(&[(IF_NONE_MATCH, &format!("\"x\", W/{}", m.etag()))]),
+                m
+            ),
+            Decision::NotModified
+        );
+        assert_eq!(
+            decide(&with(&[(IF_NONE_MATCH, "\"other\"")]), m),
+            Decision::Full
+        );
+        assert_eq!(
+            decide(&with(&[(IF_MODIFIED_SINCE, &m.last_modified())]), m),
+            Decision::NotModified
+        );
+        let earlier = httpdate::fmt_http_date(m.modified - Duration::from_secs(10));
+        assert_eq!(
+            decide(&with(&[(IF_MODIFIED_SINCE, &earlier)]), m),
+            Decision::Full
+        );
+        // If-None-Match that fails overrides a matching If-Modified-Since.
+        assert_eq!(
+            decide(
+                &with(&[
+                    (IF_NONE_MATCH, "\"other\""),
+                    (IF_MODIFIED_SINCE, &m.last_modified())
+                ]),
+                m
+            ),
+            Decision::Full
+        );
+        // If-Range with a stale validator: the whole new file instead of a piece of it.
+        assert_eq!(
+            decide(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, "\"stale\"")]), m),
+            Decision::Full
+        );
+        assert_eq!(
+            decide(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, &m.etag())]), m),
+            Decision::Partial { start: 0, end: 9 }
+        );
+    }
+
+    #[test]
+    fn traversal_is_refused_however_it_is_spelt() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("artifacts");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("kernel"), "k").unwrap();
+        std::fs::write(dir.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("link")).unwrap();
+        assert!(resolve(&root, "kernel").is_some());
+        assert!(resolve(&root, "kern%65l").is_some());
+        for bad in [
+            "../secret",
+            "%2e%2e/secret",
+            "%2E%2E%2Fsecret",
+            "..%2fsecret",
+            "link",
+            "..\\secret",
+            "%00",
+            "",
+            "/etc/passwd",
+            "%2Fetc%2Fpasswd",
+            "%252e%252e/secret",
+        ] {
+            assert!(resolve(&root, bad).is_none(), "{bad}");
+        }
+    }
+}
