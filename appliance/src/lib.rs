@@ -11,6 +11,7 @@ pub mod dns;
 pub mod fuzzing;
 pub mod http;
 pub mod journal;
+pub mod lb;
 pub mod plan;
 pub mod records;
 pub mod render;

@@ -6,6 +6,7 @@ mod dns;
 mod dns_differential;
 mod dns_support;
 mod harness_selftest;
+mod lb;
 mod render_peers;
 mod support;
 mod systemd_unit;

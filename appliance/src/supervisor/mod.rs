@@ -31,7 +31,15 @@ pub type PlanHandle = Arc<ArcSwap<Plan>>;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Services this build serves. The others' listen addresses are reported and left closed.
-const BUILT_IN: &[Service] = &[Service::Dns, Service::Dhcp, Service::Tftp];
+const BUILT_IN: &[Service] = &[
+    Service::Dns,
+    Service::Dhcp,
+    Service::Tftp,
+    Service::Api,
+    Service::MachineConfig,
+    Service::IngressHttps,
+    Service::IngressHttp,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -159,6 +167,10 @@ fn start_services(
 ) -> Result<JoinSet<(&'static str, anyhow::Result<()>)>, ServeError> {
     let mut services = JoinSet::new();
     let dns = crate::dns::server::Shared::new(Arc::clone(plan));
+    let pools = Arc::new(arc_swap::ArcSwap::from_pointee(
+        crate::lb::pool::Pools::from_plan(&plan.load().lb, None),
+    ));
+    let mut checker_started = false;
     for bound in sockets {
         let service = bound.spec.service;
         let adopt = |e: std::io::Error| ServeError::Service {
@@ -207,6 +219,44 @@ fn start_services(
                         crate::tftp::server::serve(socket, plan, token).await,
                     )
                 });
+            }
+            (
+                Service::Api
+                | Service::MachineConfig
+                | Service::IngressHttps
+                | Service::IngressHttp,
+                Proto::Tcp,
+            ) => {
+                let kind = match service {
+                    Service::Api => crate::plan::FrontendKind::Api,
+                    Service::MachineConfig => crate::plan::FrontendKind::MachineConfig,
+                    Service::IngressHttps => crate::plan::FrontendKind::IngressHttps,
+                    _ => crate::plan::FrontendKind::IngressHttp,
+                };
+                let listener =
+                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
+                let (p, token2) = (Arc::clone(&pools), token.clone());
+                services.spawn(async move {
+                    (
+                        "lb",
+                        crate::lb::proxy::serve(listener, kind, p, token2).await,
+                    )
+                });
+                if !checker_started {
+                    checker_started = true;
+                    let (plan, p, journal, token) = (
+                        Arc::clone(plan),
+                        Arc::clone(&pools),
+                        journal.clone(),
+                        token.clone(),
+                    );
+                    services.spawn(async move {
+                        (
+                            "lb health checks",
+                            crate::lb::check::run(plan, p, journal, token).await,
+                        )
+                    });
+                }
             }
             (other, proto) => unreachable!("{}/{proto} is not built in", other.name()),
         }
