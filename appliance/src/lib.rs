@@ -4,6 +4,7 @@
 //! The data flows one way: config file -> validated [`config::Config`] -> derived
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
+pub mod admin;
 pub mod config;
 pub mod dhcp;
 pub mod dns;

@@ -42,6 +42,24 @@ enum Command {
     },
     /// Serve DNS, DHCP, the load balancer and the boot files for the cluster.
     Serve { file: PathBuf },
+    /// Ask a running appliance's load balancer to drain a node, put it back, or report.
+    Lb {
+        #[command(subcommand)]
+        action: LbAction,
+        /// The `state_dir` of the running appliance (where its admin socket is).
+        #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
+        state_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LbAction {
+    /// Stop sending new connections to NODE; open ones finish.
+    Drain { node: String },
+    /// Put NODE back into rotation (it still has to pass its health checks).
+    Undrain { node: String },
+    /// Every backend with its state and counters.
+    Status,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -74,6 +92,14 @@ fn main() -> ExitCode {
             serial,
         } => render(&file, format.into(), output.as_deref(), serial),
         Command::Serve { file } => serve(&file),
+        Command::Lb { action, state_dir } => {
+            let request = match &action {
+                LbAction::Drain { node } => format!("lb drain {node}"),
+                LbAction::Undrain { node } => format!("lb undrain {node}"),
+                LbAction::Status => "lb status".to_owned(),
+            };
+            admin(&state_dir, &request)
+        }
     }
 }
 
@@ -156,6 +182,28 @@ fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Sends one request to the running appliance's admin socket and prints its reply.
+fn admin(state_dir: &Path, request: &str) -> ExitCode {
+    match okd_appliance::admin::call(state_dir, request) {
+        Ok(reply) if reply.starts_with("ok") => {
+            print!("{reply}");
+            ExitCode::SUCCESS
+        }
+        Ok(reply) => {
+            eprint!("{reply}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            let socket = okd_appliance::admin::socket_path(state_dir);
+            eprintln!(
+                "error: can't reach {}: {e} (is okd-appliance serve running with this --state-dir?)",
+                socket.display()
+            );
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn serve(file: &Path) -> ExitCode {

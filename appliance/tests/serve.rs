@@ -21,6 +21,7 @@ network:
   appliance_ip: 10.0.0.1
 nodes:{nodes}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+state_dir: ./state
 listen:
   dns: ["{dns_listen}"]
   dhcp: []

@@ -43,6 +43,7 @@ network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
 nodes:
   - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
 install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts, ipxe_dir: ./ipxe }
+state_dir: ./state
 listen: { tftp: ["127.0.0.1:0"], dns: [], dhcp: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }
 "#,
     )

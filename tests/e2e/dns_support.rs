@@ -42,6 +42,12 @@ pub fn start_appliance(ns: &Netns, config: &Path) -> Process {
 pub fn write_config(dir: &Path, text: &str) -> PathBuf {
     write_install_dir(&dir.join("install_dir")).expect("install dir");
     let path = dir.join("okd.yml");
+    // Leases and the admin socket stay in the test's directory, never in /var/lib.
+    let text = if text.contains("\nstate_dir:") {
+        text.to_owned()
+    } else {
+        format!("{text}\nstate_dir: {}\n", dir.join("state").display())
+    };
     std::fs::write(&path, text).expect("write config");
     path
 }

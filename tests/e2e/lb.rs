@@ -217,5 +217,37 @@ listen:
         std::fs::read(&out).unwrap() == big,
         "20 MB through the balancer differ"
     );
+    // Drain through the admin socket: new connections avoid the node, and it comes back on undrain.
+    let state = dir.path().join("state");
+    let lb = |args: &[&str]| {
+        let out = std::process::Command::new(harness::appliance_bin().unwrap())
+            .arg("lb")
+            .args(args)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "lb {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(lb(&["drain", "mst0"]).starts_with("ok: mst0 drained"));
+    for _ in 0..6 {
+        assert_eq!(
+            get(&client, api).as_deref(),
+            Some("mst1"),
+            "a drained backend got a new connection"
+        );
+    }
+    assert!(lb(&["status"]).contains("api mst0 10.99.0.11:6443 draining"));
+    lb(&["undrain", "mst0"]);
+    let after: Vec<String> = (0..6).filter_map(|_| get(&client, api)).collect();
+    assert!(
+        after.iter().any(|a| a == "mst0"),
+        "mst0 back after undrain: {after:?}"
+    );
     drop(servers);
 }

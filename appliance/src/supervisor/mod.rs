@@ -27,6 +27,9 @@ use sockets::{BindError, BoundSocket, ListenerSpec, Proto, Service};
 /// The plan every service reads; replaced whole on reload.
 pub type PlanHandle = Arc<ArcSwap<Plan>>;
 
+/// The load balancer's pools, shared by its frontends, its checker and the admin socket.
+type LbPools = Arc<ArcSwap<crate::lb::pool::Pools>>;
+
 /// How long running services get to finish after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -117,6 +120,24 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         );
     }
 
+    // The admin socket is a convenience (drain, status): without it the appliance still serves.
+    let admin_socket = match crate::admin::bind(&loaded.config.state_dir) {
+        Ok(l) => {
+            tracing::info!(
+                "admin socket at {}",
+                crate::admin::socket_path(&loaded.config.state_dir).display()
+            );
+            Some(l)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "no admin socket in {}: {e} (okd-appliance lb drain/status will not reach this process)",
+                loaded.config.state_dir.display()
+            );
+            None
+        }
+    };
+
     if let Some(run_as) = &loaded.config.run_as {
         let (uid, gid) = privileges::drop_to(run_as)?;
         tracing::info!("running as uid {uid} gid {gid}");
@@ -126,7 +147,25 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let serial = first_serial(&plan);
     let handle: PlanHandle = Arc::new(ArcSwap::from_pointee(plan));
     let token = CancellationToken::new();
-    let mut services = start_services(sockets, &handle, &journal, &token)?;
+    let pools: LbPools = Arc::new(ArcSwap::from_pointee(crate::lb::pool::Pools::from_plan(
+        &handle.load().lb,
+        None,
+    )));
+    let mut services = start_services(sockets, &handle, &pools, &journal, &token)?;
+    if let Some(listener) = admin_socket {
+        match tokio::net::UnixListener::from_std(listener) {
+            Ok(listener) => {
+                let (p, journal, token) = (Arc::clone(&pools), journal.clone(), token.clone());
+                services.spawn(async move {
+                    (
+                        "admin",
+                        crate::admin::serve(listener, p, journal, token).await,
+                    )
+                });
+            }
+            Err(e) => tracing::warn!("admin socket unusable: {e}"),
+        }
+    }
     journal.publish(None, EventKind::PlanLoaded { serial });
     notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!("ready");
@@ -162,14 +201,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 fn start_services(
     sockets: Vec<BoundSocket>,
     plan: &PlanHandle,
+    pools: &LbPools,
     journal: &Journal,
     token: &CancellationToken,
 ) -> Result<JoinSet<(&'static str, anyhow::Result<()>)>, ServeError> {
     let mut services = JoinSet::new();
     let dns = crate::dns::server::Shared::new(Arc::clone(plan));
-    let pools = Arc::new(arc_swap::ArcSwap::from_pointee(
-        crate::lb::pool::Pools::from_plan(&plan.load().lb, None),
-    ));
     let mut checker_started = false;
     for bound in sockets {
         let service = bound.spec.service;
@@ -235,7 +272,7 @@ fn start_services(
                 };
                 let listener =
                     tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
-                let (p, token2) = (Arc::clone(&pools), token.clone());
+                let (p, token2) = (Arc::clone(pools), token.clone());
                 services.spawn(async move {
                     (
                         "lb",
@@ -246,7 +283,7 @@ fn start_services(
                     checker_started = true;
                     let (plan, p, journal, token) = (
                         Arc::clone(plan),
-                        Arc::clone(&pools),
+                        Arc::clone(pools),
                         journal.clone(),
                         token.clone(),
                     );

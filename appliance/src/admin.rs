@@ -1,0 +1,242 @@
+//! The local admin socket (`<state_dir>/admin.sock`, owner-only): one request line, a reply,
+//! then the connection closes. It is how `okd-appliance lb drain NODE` (and later the control
+//! module) reach a running appliance.
+//!
+//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `journal`. Replies start with
+//! `ok` or `error: REASON`, followed by data lines.
+//!
+//! Architecture invariant: a thin front for calls other modules expose (`Pools::set_draining`,
+//! the journal); it holds no state of its own.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::journal::Journal;
+use crate::lb::pool::Pools;
+
+pub const SOCKET_NAME: &str = "admin.sock";
+/// A request line longer than this is refused.
+const MAX_REQUEST: usize = 1024;
+
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET_NAME)
+}
+
+/// Binds the admin socket, replacing a stale one, readable and writable by its owner only.
+pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    std::fs::create_dir_all(state_dir)?;
+    let path = socket_path(state_dir);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+        // A socket someone answers on belongs to another running appliance: leave it alone.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use by another okd-appliance", path.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+pub async fn serve(
+    listener: UnixListener,
+    pools: Arc<ArcSwap<Pools>>,
+    journal: Journal,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    loop {
+        let stream = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("admin accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (pools, journal) = (Arc::clone(&pools), journal.clone());
+        tokio::spawn(async move {
+            if let Err(e) =
+                tokio::time::timeout(Duration::from_secs(5), session(stream, &pools, &journal))
+                    .await
+            {
+                tracing::debug!("admin session: {e}");
+            }
+        });
+    }
+}
+
+async fn session(
+    stream: UnixStream,
+    pools: &ArcSwap<Pools>,
+    journal: &Journal,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(read).take_line(&mut line).await?;
+    let reply = execute(line.trim(), pools, journal);
+    write.write_all(reply.as_bytes()).await?;
+    write.shutdown().await
+}
+
+trait TakeLine {
+    async fn take_line(&mut self, line: &mut String) -> std::io::Result<()>;
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
+    async fn take_line(&mut self, line: &mut String) -> std::io::Result<()> {
+        let mut limited = tokio::io::AsyncReadExt::take(self, MAX_REQUEST as u64);
+        limited.read_line(line).await.map(|_| ())
+    }
+}
+
+/// One request to its reply text.
+pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
+    let words: Vec<&str> = request.split_whitespace().collect();
+    match words.as_slice() {
+        ["lb", verb @ ("drain" | "undrain"), node] => {
+            let drain = *verb == "drain";
+            let n = pools.load().set_draining(node, drain);
+            if n == 0 {
+                format!("error: no backend is named {node}\n")
+            } else {
+                tracing::info!("admin: {verb} {node} ({n} backends)");
+                format!(
+                    "ok: {node} {} in {n} pools\n",
+                    if drain { "drained" } else { "back in rotation" }
+                )
+            }
+        }
+        ["lb", "status"] => {
+            let mut out = String::from("ok\n");
+            for pool in &pools.load().frontends {
+                for b in &pool.backends {
+                    let state = match (b.is_up(), b.is_draining()) {
+                        (_, true) => "draining",
+                        (true, false) => "up",
+                        (false, false) => "down",
+                    };
+                    let _ = writeln!(
+                        out,
+                        "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
+                        pool.kind.name(),
+                        b.name,
+                        b.addr,
+                        b.active.load(Ordering::Relaxed),
+                        b.connections.load(Ordering::Relaxed),
+                        b.bytes_to_backend.load(Ordering::Relaxed),
+                        b.bytes_to_client.load(Ordering::Relaxed),
+                    );
+                }
+            }
+            out
+        }
+        ["journal"] => {
+            let mut out = String::from("ok\n");
+            for e in journal.recent() {
+                let _ = writeln!(out, "{} {e}", httpdate::fmt_http_date(e.at));
+            }
+            out
+        }
+        _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | journal)\n"
+            .to_owned(),
+    }
+}
+
+/// The client side, for the CLI: sends `request`, returns the reply.
+pub fn call(state_dir: &Path, request: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket_path(state_dir))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(format!("{request}\n").as_bytes())?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Balance, Role};
+    use crate::plan::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
+
+    fn pools() -> ArcSwap<Pools> {
+        let check = HealthCheck {
+            probe: Probe::Tcp,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            rise: 1,
+            fall: 1,
+        };
+        let backends = vec![
+            Backend {
+                name: "bootstrap".into(),
+                role: Role::Bootstrap,
+                addr: "10.0.0.7:6443".parse().unwrap(),
+            },
+            Backend {
+                name: "master-0".into(),
+                role: Role::Master,
+                addr: "10.0.0.2:6443".parse().unwrap(),
+            },
+        ];
+        let plan = LbPlan {
+            balance: Balance::RoundRobin,
+            frontends: vec![
+                Frontend {
+                    kind: FrontendKind::Api,
+                    listen: vec![],
+                    backends: backends.clone(),
+                    check: check.clone(),
+                },
+                Frontend {
+                    kind: FrontendKind::MachineConfig,
+                    listen: vec![],
+                    backends,
+                    check,
+                },
+            ],
+        };
+        ArcSwap::from_pointee(Pools::from_plan(&plan, None))
+    }
+
+    #[test]
+    fn drain_status_and_errors() {
+        let (pools, journal) = (pools(), Journal::new());
+        assert_eq!(
+            execute("lb drain bootstrap", &pools, &journal),
+            "ok: bootstrap drained in 2 pools\n"
+        );
+        let status = execute("lb status", &pools, &journal);
+        assert!(
+            status.contains("api bootstrap 10.0.0.7:6443 draining"),
+            "{status}"
+        );
+        assert!(
+            status.contains("machine-config master-0 10.0.0.2:6443 down"),
+            "{status}"
+        );
+        assert!(execute("lb drain nobody", &pools, &journal).starts_with("error: no backend"));
+        assert!(execute("rm -rf /", &pools, &journal).starts_with("error: unknown request"));
+        assert_eq!(
+            execute("lb undrain bootstrap", &pools, &journal),
+            "ok: bootstrap back in rotation in 2 pools\n"
+        );
+    }
+}
