@@ -61,6 +61,8 @@ pub struct Leases {
 struct Journal {
     path: PathBuf,
     file: File,
+    /// The length up to which the file holds whole, synced lines.
+    synced_len: u64,
 }
 
 impl Leases {
@@ -123,6 +125,7 @@ impl Leases {
         leases.journal = Some(Journal {
             path: path.clone(),
             file,
+            synced_len: text.len() as u64,
         });
         Ok((leases, recovery))
     }
@@ -159,14 +162,20 @@ impl Leases {
             return Ok(());
         }
         if let Some(j) = &mut self.journal {
-            let path = &j.path;
-            j.file
+            let written = j
+                .file
                 .write_all(self.pending.as_bytes())
-                .and_then(|()| j.file.sync_data())
-                .map_err(|source| LeaseError::Io {
-                    path: path.clone(),
+                .and_then(|()| j.file.sync_data());
+            if let Err(source) = written {
+                // Cut off whatever part of the batch reached the file, so the retry (the
+                // lines stay pending) does not append to a torn line.
+                let _ = j.file.set_len(j.synced_len);
+                return Err(LeaseError::Io {
+                    path: j.path.clone(),
                     source,
-                })?;
+                });
+            }
+            j.synced_len += self.pending.len() as u64;
         }
         self.pending.clear();
         Ok(())

@@ -306,8 +306,15 @@ fn base_reply(req: &Message, msg_type: MessageType, yiaddr: Ipv4Addr) -> Message
 
 fn nak(req: &Message, plan: &DhcpPlan, mac: MacAddr) -> Outgoing {
     let mut m = base_reply(req, MessageType::Nak, Ipv4Addr::UNSPECIFIED);
+    if !req.giaddr().is_unspecified() {
+        // RFC 2131 section 4.3.2: a relay must broadcast a NAK, and does so only when the
+        // broadcast bit says so; otherwise it unicasts to yiaddr, 0.0.0.0 here, which no IP
+        // stack accepts. The client's address is wrong, so it can't take a unicast anyway.
+        m.set_flags(req.flags().set_broadcast());
+    }
     m.opts_mut()
         .insert(DhcpOption::ServerIdentifier(plan.server_id));
+    echo_client_id(req, &mut m);
     echo_relay_info(req, &mut m);
     tracing::debug!("NAK to {mac}");
     Outgoing {
@@ -400,6 +407,7 @@ fn reply(
             o.insert(DhcpOption::BootfileName(efi.into_bytes()));
         }
     }
+    echo_client_id(req, &mut m);
     echo_relay_info(req, &mut m);
     fit(&mut m, req);
     Outgoing {
@@ -410,6 +418,14 @@ fn reply(
             node,
         }),
         message: m,
+    }
+}
+
+/// RFC 6842: a client identifier (option 61) comes back in every OFFER, ACK and NAK, so a
+/// client that sent one can match replies on it; clients that require it drop replies without.
+fn echo_client_id(req: &Message, reply: &mut Message) {
+    if let Some(id) = req.opts().get(OptionCode::ClientIdentifier) {
+        reply.opts_mut().insert(id.clone());
     }
 }
 

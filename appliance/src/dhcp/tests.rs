@@ -381,6 +381,65 @@ fn relayed_requests_go_back_through_the_relay_with_option_82() {
 }
 
 #[test]
+fn relayed_naks_carry_the_broadcast_bit() {
+    let plan = plan("");
+    let mut state = State::new(Leases::in_memory());
+    // dhclient's INIT-REBOOT for a stale address, without the broadcast bit, through a relay.
+    let mut stale = request(
+        MASTER,
+        MessageType::Request,
+        vec![DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 0, 0, 77))],
+    );
+    stale.set_giaddr(Ipv4Addr::new(10, 0, 0, 250));
+    let nak = handle(&stale, &plan, &mut state, 0).unwrap();
+    assert_eq!(nak.message.opts().msg_type(), Some(MessageType::Nak));
+    assert_eq!(nak.to, SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 250), 67));
+    assert!(
+        nak.message.flags().broadcast(),
+        "the relay would unicast to 0.0.0.0"
+    );
+    // Offers keep the client's own choice: the relay may unicast them to yiaddr.
+    let mut discover = request(MASTER, MessageType::Discover, vec![]);
+    discover.set_giaddr(Ipv4Addr::new(10, 0, 0, 250));
+    let offer = handle(&discover, &plan, &mut state, 0).unwrap();
+    assert!(!offer.message.flags().broadcast());
+}
+
+#[test]
+fn the_client_identifier_comes_back() {
+    let plan = plan("");
+    let mut state = State::new(Leases::in_memory());
+    let id = DhcpOption::ClientIdentifier(vec![1, 0x52, 0x54, 0, 0, 0, 2]);
+    let offer = handle(
+        &request(MASTER, MessageType::Discover, vec![id.clone()]),
+        &plan,
+        &mut state,
+        0,
+    )
+    .unwrap();
+    assert_eq!(opt(&offer.message, OptionCode::ClientIdentifier), Some(&id));
+    let wrong = request(
+        MASTER,
+        MessageType::Request,
+        vec![
+            id.clone(),
+            DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 0, 0, 9)),
+        ],
+    );
+    let nak = handle(&wrong, &plan, &mut state, 0).unwrap();
+    assert_eq!(opt(&nak.message, OptionCode::ClientIdentifier), Some(&id));
+    // Without one, none is made up.
+    let plain = handle(
+        &request(MASTER, MessageType::Discover, vec![]),
+        &plan,
+        &mut state,
+        0,
+    )
+    .unwrap();
+    assert!(opt(&plain.message, OptionCode::ClientIdentifier).is_none());
+}
+
+#[test]
 fn inform_gets_options_without_a_lease() {
     let plan = plan("");
     let mut state = State::new(Leases::in_memory());
