@@ -104,6 +104,62 @@ fn check_reply(request: &[u8], reply: &[u8], transport: Transport) {
     let _ = parse_query(reply, &mut lower);
 }
 
+/// Any bytes as a DHCP packet: decoding fails cleanly or the decision logic answers within the
+/// rules (a reply to the same transaction, never a reservation to another client).
+pub fn dhcp_packet(data: &[u8]) {
+    use dhcproto::Encodable;
+    static PLAN: OnceLock<crate::plan::DhcpPlan> = OnceLock::new();
+    let plan = PLAN.get_or_init(|| {
+        let loaded = config::parse(DHCP_CLUSTER, "fuzz.yml", Path::new("."), &NoFiles)
+            .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        Plan::derive(&loaded.config, 1).dhcp
+    });
+    let Some(request) = crate::dhcp::decode(data) else {
+        return;
+    };
+    let mut state = crate::dhcp::reply::State::new(crate::dhcp::leases::Leases::in_memory());
+    for now in [0, 1] {
+        let Some(out) = crate::dhcp::reply::handle(&request, plan, &mut state, now) else {
+            continue;
+        };
+        assert_eq!(
+            out.message.xid(),
+            request.xid(),
+            "reply to another transaction"
+        );
+        assert_eq!(
+            out.message.chaddr(),
+            request.chaddr(),
+            "reply for another client"
+        );
+        let yiaddr = out.message.yiaddr();
+        if let Some(r) = plan.reservations.iter().find(|r| r.ip == yiaddr) {
+            assert_eq!(
+                &r.mac.0[..],
+                &request.chaddr()[..6],
+                "a reserved address offered to a stranger"
+            );
+        }
+        out.message.to_vec().expect("replies encode");
+    }
+}
+
+const DHCP_CLUSTER: &str = r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network:
+  interface: eth0
+  subnet: 10.0.0.0/24
+  gateway: 10.0.0.254
+  appliance_ip: 10.0.0.1
+  ntp: [10.0.0.1]
+  mtu: 9000
+  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.103 }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.0.0.5 }
+install: { ignition_dir: ./i, artifacts_dir: ./a }
+"#;
+
 /// Arbitrary text as a config file: errors are fine, panics are not.
 pub fn config_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {

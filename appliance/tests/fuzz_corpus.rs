@@ -33,3 +33,8 @@ fn dns_request_corpus() {
 fn config_text_corpus() {
     replay("config_text", okd_appliance::fuzzing::config_text);
 }
+
+#[test]
+fn dhcp_packet_corpus() {
+    replay("dhcp_packet", okd_appliance::fuzzing::dhcp_packet);
+}

@@ -7,8 +7,8 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::time::SystemTime;
 
 use anyhow::Context as _;
+use dhcproto::Encodable;
 use dhcproto::v4::Message;
-use dhcproto::{Decodable, Encodable};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
@@ -78,12 +78,9 @@ pub async fn serve(
         let now = unix_now();
         replies.clear();
         for (packet, from) in &packets {
-            let request = match Message::from_bytes(packet) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::debug!("dhcp: undecodable packet from {from}: {e}");
-                    continue;
-                }
+            let Some(request) = super::decode(packet) else {
+                tracing::debug!("dhcp: undecodable packet from {from}");
+                continue;
             };
             replies.extend(handle(&request, &current.dhcp, &mut state, now));
         }
