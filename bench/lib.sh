@@ -1,0 +1,160 @@
+# Helpers shared by the benchmark scripts in bench/. Source it; don't run it.
+#
+# Everything a script starts is registered here and torn down by `bench_cleanup` (install it
+# with `trap bench_cleanup EXIT`): processes are killed by PID (TERM, then KILL), then every
+# process still inside a namespace the script created (by PID, from `ip netns pids`), then the
+# namespaces themselves. Nothing is ever killed by name.
+
+BENCH_PIDS=()
+BENCH_NETNS=()
+BENCH_TMP=""
+BENCH_KEEP_TMP=0
+
+log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+# Creates a network namespace with its loopback up and registers it for cleanup.
+bench_netns_add() {
+  ip netns add "$1"
+  BENCH_NETNS+=("$1")
+  ip -n "$1" link set lo up
+}
+
+# Registers a PID to be killed on exit.
+bench_track() { BENCH_PIDS+=("$1"); }
+
+# The PID and all its descendants (by parent PID), one a line.
+proc_tree() {
+  local pid=$1 child
+  [[ -d /proc/$pid ]] || return 0
+  echo "$pid"
+  for child in $(pgrep -P "$pid" 2>/dev/null); do
+    proc_tree "$child"
+  done
+}
+
+# "utime stime" in clock ticks of a PID and all its descendants (every thread of each process).
+proc_tree_times() {
+  local user=0 sys=0 pid rest
+  for pid in $(proc_tree "$1"); do
+    # The command name may hold spaces: everything after the last ") " is fixed-width.
+    rest=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    # shellcheck disable=SC2086
+    set -- $rest
+    user=$((user + ${12}))
+    sys=$((sys + ${13}))
+  done
+  echo "$user $sys"
+}
+
+# utime+stime in clock ticks of a PID and all its descendants.
+proc_tree_ticks() {
+  local user sys
+  read -r user sys < <(proc_tree_times "$1")
+  echo $((user + sys))
+}
+
+# True while PID exists and is not a zombie.
+pid_alive() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+  [[ -n $state && $state != Z && $state != X ]]
+}
+
+# Stops PID and its descendants: TERM, up to $2 seconds (default 5), then KILL. Reaps it when
+# it is our child. Returns 1 if anything of the tree survived.
+stop_pid() {
+  local pid=$1 grace=${2:-5} tree p i
+  tree=$(proc_tree "$pid")
+  [[ -n $tree ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < grace * 10; i++)); do
+    local any=0
+    for p in $tree; do pid_alive "$p" && any=1; done
+    ((any)) || break
+    sleep 0.1
+  done
+  for p in $tree; do
+    pid_alive "$p" && kill -KILL "$p" 2>/dev/null
+  done
+  sleep 0.1
+  wait "$pid" 2>/dev/null || true
+  for p in $tree; do
+    if pid_alive "$p"; then
+      log "warning: PID $p survived KILL"
+      return 1
+    fi
+  done
+  return 0
+}
+
+# The script's own stdout and stderr, for the cleanup: a signal may arrive while a function
+# runs with its output redirected to a file.
+exec 8>&1 9>&2
+
+bench_cleanup() {
+  local rc=$? pid ns
+  set +e
+  exec 1>&8 2>&9
+  for pid in "${BENCH_PIDS[@]}"; do
+    stop_pid "$pid" 3 >/dev/null 2>&1
+  done
+  for ns in "${BENCH_NETNS[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -KILL "$pid" 2>/dev/null
+    done
+  done
+  for ns in "${BENCH_NETNS[@]}"; do
+    ip netns del "$ns" 2>/dev/null
+  done
+  if [[ -n $BENCH_TMP && -d $BENCH_TMP ]]; then
+    if ((rc != 0 || BENCH_KEEP_TMP)); then
+      log "work files kept in $BENCH_TMP"
+    else
+      rm -rf "$BENCH_TMP"
+    fi
+  fi
+  exit "$rc"
+}
+
+# Waits up to $1 seconds for the command in the remaining arguments to succeed.
+wait_until() {
+  local timeout=$1 deadline
+  shift
+  deadline=$((SECONDS + timeout))
+  while ((SECONDS < deadline)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# Replaces the `## $2` section of markdown file $1 with the contents of file $3 (which starts
+# with its own `## ` heading), keeping every other section. Creates the file with a
+# `# Performance` title when missing; appends the section when absent.
+replace_doc_section() {
+  local doc=$1 heading=$2 body=$3 tmp
+  if [[ ! -f $doc ]]; then
+    printf '# Performance\n\n' >"$doc"
+  fi
+  tmp=$(mktemp "$doc.XXXXXX")
+  awk -v heading="## $heading" -v body="$body" '
+    function emit(  line) {
+      while ((getline line < body) > 0) print line
+      close(body)
+      done = 1
+    }
+    $0 == heading { skipping = 1; emit(); next }
+    skipping && /^## / { skipping = 0; print ""; }
+    !skipping { print }
+    END {
+      if (!done) { print ""; emit() }
+    }
+  ' "$doc" >"$tmp"
+  # Squeeze runs of blank lines left by the splice.
+  cat -s "$tmp" >"$doc"
+  rm -f "$tmp"
+}
