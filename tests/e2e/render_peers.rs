@@ -57,11 +57,8 @@ fn zone_files_load_in_nsd_knot_and_bind() {
     }
 }
 
-#[test]
-fn haproxy_accepts_the_rendered_config() {
-    if !require_tools(&["haproxy"]) {
-        return;
-    }
+/// Renders every example in `format` into `file` and runs `tool` with `args` (the file last).
+fn peer_accepts(format: &str, file: &str, tool: &str, args: &[&str]) {
     for name in EXAMPLES {
         let dir = tempfile::tempdir().unwrap();
         let config = stage_config(name, dir.path());
@@ -69,41 +66,32 @@ fn haproxy_accepts_the_rendered_config() {
             "render".as_ref(),
             config.as_os_str(),
             "--format".as_ref(),
-            "haproxy".as_ref(),
+            format.as_ref(),
         ]);
         assert!(
             out.status.success(),
             "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let cfg = dir.path().join("haproxy.cfg");
+        let cfg = dir.path().join(file);
         std::fs::write(&cfg, &out.stdout).unwrap();
-        run_ok("haproxy", &["-c", "-f", cfg.to_str().unwrap()]);
+        let mut argv = args.to_vec();
+        argv.push(cfg.to_str().unwrap());
+        run_ok(tool, &argv);
+    }
+}
+
+#[test]
+fn haproxy_accepts_the_rendered_config() {
+    if require_tools(&["haproxy"]) {
+        peer_accepts("haproxy", "haproxy.cfg", "haproxy", &["-c", "-f"]);
     }
 }
 
 #[test]
 fn dnsmasq_accepts_the_rendered_config() {
-    if !require_tools(&["dnsmasq"]) {
-        return;
-    }
-    for name in EXAMPLES {
-        let dir = tempfile::tempdir().unwrap();
-        let config = stage_config(name, dir.path());
-        let out = appliance([
-            "render".as_ref(),
-            config.as_os_str(),
-            "--format".as_ref(),
-            "dnsmasq".as_ref(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cfg = dir.path().join("dnsmasq.conf");
-        std::fs::write(&cfg, &out.stdout).unwrap();
-        run_ok("dnsmasq", &["--test", "-C", cfg.to_str().unwrap()]);
+    if require_tools(&["dnsmasq"]) {
+        peer_accepts("dnsmasq", "dnsmasq.conf", "dnsmasq", &["--test", "-C"]);
     }
 }
 

@@ -83,19 +83,6 @@ pub fn respond(
         upper_rcode: 0,
         dnssec_ok: e.dnssec_ok,
     });
-    let reply = |buf: &mut Vec<u8>, rcode: u8, authoritative: bool, edns: Option<ReplyEdns>| {
-        let flags = ReplyFlags {
-            authoritative,
-            recursion_available: ctx.recursion,
-            rcode,
-        };
-        let len = Reply::start(buf, packet, Some(query.question_end), flags).finish(edns, limit);
-        Action::Reply {
-            len,
-            outcome: Outcome::NotOurs,
-            qname_len: query.qname_len,
-        }
-    };
 
     if let Some(e) = query.edns
         && e.version != 0
@@ -105,17 +92,19 @@ pub fn respond(
             upper_rcode: (rcode::BADVERS >> 4) as u8,
             dnssec_ok: e.dnssec_ok,
         });
-        return reply(buf, rcode::NOERROR, false, edns);
+        return rcode_reply(packet, &query, ctx, buf, rcode::NOERROR, edns, limit);
     }
     let qname = &lower[..query.qname_len];
     match query.qtype {
-        rtype::OPT => return reply(buf, rcode::FORMERR, false, edns),
-        rtype::MAILA | rtype::MAILB => return reply(buf, rcode::NOTIMP, false, edns),
+        rtype::OPT => return rcode_reply(packet, &query, ctx, buf, rcode::FORMERR, edns, limit),
+        rtype::MAILA | rtype::MAILB => {
+            return rcode_reply(packet, &query, ctx, buf, rcode::NOTIMP, edns, limit);
+        }
         rtype::AXFR | rtype::IXFR => return transfer(packet, &query, qname, ctx, buf, limit, edns),
         _ => {}
     }
     if query.qclass != CLASS_IN {
-        return reply(buf, rcode::REFUSED, false, edns);
+        return rcode_reply(packet, &query, ctx, buf, rcode::REFUSED, edns, limit);
     }
 
     let flags = ReplyFlags {
@@ -129,7 +118,7 @@ pub fn respond(
         if ctx.recursion {
             return Action::Forward(query);
         }
-        return reply(buf, rcode::REFUSED, false, edns);
+        return rcode_reply(packet, &query, ctx, buf, rcode::REFUSED, edns, limit);
     }
     let len = answer.finish(edns, limit);
     Action::Reply {
@@ -151,21 +140,8 @@ fn transfer(
     edns: Option<ReplyEdns>,
 ) -> Action {
     let zone = ctx.authority.zone(qname);
-    let rcode_only = |buf: &mut Vec<u8>, rcode: u8| {
-        let flags = ReplyFlags {
-            authoritative: false,
-            recursion_available: ctx.recursion,
-            rcode,
-        };
-        let len = Reply::start(buf, packet, Some(query.question_end), flags).finish(edns, limit);
-        Action::Reply {
-            len,
-            outcome: Outcome::NotOurs,
-            qname_len: query.qname_len,
-        }
-    };
     let Some(zone) = zone.filter(|_| ctx.transfer_allowed && query.qclass == CLASS_IN) else {
-        return rcode_only(buf, rcode::REFUSED);
+        return rcode_reply(packet, query, ctx, buf, rcode::REFUSED, edns, limit);
     };
     match (ctx.transport, query.qtype) {
         (Transport::Tcp, _) => Action::Transfer(*query),
@@ -184,6 +160,29 @@ fn transfer(
                 qname_len: query.qname_len,
             }
         }
-        (Transport::Udp, _) => rcode_only(buf, rcode::FORMERR),
+        (Transport::Udp, _) => rcode_reply(packet, query, ctx, buf, rcode::FORMERR, edns, limit),
+    }
+}
+
+/// A reply without records: the question, the rcode, and OPT when the query had EDNS.
+fn rcode_reply(
+    packet: &[u8],
+    query: &Query,
+    ctx: &Context<'_>,
+    buf: &mut Vec<u8>,
+    rcode: u8,
+    edns: Option<ReplyEdns>,
+    limit: usize,
+) -> Action {
+    let flags = ReplyFlags {
+        authoritative: false,
+        recursion_available: ctx.recursion,
+        rcode,
+    };
+    let len = Reply::start(buf, packet, Some(query.question_end), flags).finish(edns, limit);
+    Action::Reply {
+        len,
+        outcome: Outcome::NotOurs,
+        qname_len: query.qname_len,
     }
 }
