@@ -1,7 +1,7 @@
-//! The DHCP socket: requests are read in batches, decided, the batch's lease changes synced to
-//! disk once, and only then are the replies sent. A failed sync sends nothing: a client
-//! without an ACK retries, a client with an ACK for a lost lease could get its address given
-//! twice.
+//! The DHCP socket: requests are read in batches and decided; replies that promise no lease
+//! (OFFER, NAK, INFORM) leave at once, the batch's lease changes are synced to disk once, and
+//! only then do the ACKs leave. A failed sync sends no ACK: a client without one retries, a
+//! client with an ACK for a lost lease could see its address given twice.
 
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::SystemTime;
@@ -36,6 +36,11 @@ pub async fn serve(
     socket
         .set_broadcast(true)
         .context("enabling broadcast on the DHCP socket")?;
+    // Room for the requests that arrive while a batch is being synced to disk; the kernel caps
+    // it at net.core.rmem_max.
+    if let Err(e) = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20) {
+        tracing::debug!("dhcp: can't enlarge the receive buffer: {e}");
+    }
     let state_dir = plan.load().state_dir.clone();
     let (leases, recovery) =
         tokio::task::spawn_blocking(move || Leases::open(&state_dir, unix_now()))
@@ -82,7 +87,12 @@ pub async fn serve(
                 tracing::debug!("dhcp: undecodable packet from {from}");
                 continue;
             };
-            replies.extend(handle(&request, &current.dhcp, &mut state, now));
+            match handle(&request, &current.dhcp, &mut state, now) {
+                // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.
+                Some(out) if out.acked.is_none() => send(&socket, &out.message, out.to).await,
+                Some(out) => replies.push(out),
+                None => {}
+            }
         }
         // Durable before any ACK leaves.
         let synced = tokio::task::block_in_place(|| state.leases.sync());
