@@ -162,9 +162,19 @@ pub(super) fn render(plan: &Plan) -> String {
     let _ = writeln!(o, "dhcp-userclass=set:ipxe,iPXE");
     if !plan.listen.tftp.is_empty() {
         // PXE firmware that is not iPXE yet chainloads it over TFTP, as the appliance does.
-        let _ = writeln!(o, "enable-tftp\ntftp-root={}", plan.files.ipxe_dir.display());
-        let _ = writeln!(o, "dhcp-match=set:efi,option:client-arch,7\ndhcp-match=set:efi,option:client-arch,9");
-        let _ = writeln!(o, "dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi\ndhcp-boot=tag:!ipxe,tag:!efi,undionly.kpxe");
+        let _ = writeln!(
+            o,
+            "enable-tftp\ntftp-root={}",
+            plan.files.ipxe_dir.display()
+        );
+        let _ = writeln!(
+            o,
+            "dhcp-match=set:efi,option:client-arch,7\ndhcp-match=set:efi,option:client-arch,9"
+        );
+        let _ = writeln!(
+            o,
+            "dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi\ndhcp-boot=tag:!ipxe,tag:!efi,undionly.kpxe"
+        );
     }
     for r in &d.reservations {
         let _ = writeln!(
