@@ -93,34 +93,8 @@ if ((${#need_pkgs[@]})); then
     dnsperf nsd knot bind9 bind9-dnsutils dnsmasq >/dev/null
 fi
 
-BIN=$ROOT/target/release/okd-appliance
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  CARGO=$(command -v cargo || true)
-  if [[ -z $CARGO && -n ${SUDO_USER:-} ]]; then
-    CARGO=$(getent passwd "$SUDO_USER" | cut -d: -f6)/.cargo/bin/cargo
-  fi
-  [[ -n $CARGO && -x $CARGO ]] || CARGO=$HOME/.cargo/bin/cargo
-  [[ -x $CARGO ]] || die "cargo not found (or set SKIP_BUILD=1)"
-  log "building okd-appliance (release)"
-  (cd "$ROOT" && timeout 1200 "$CARGO" build --release -q -p okd-appliance) || die "cargo build failed"
-fi
-[[ -x $BIN ]] || die "$BIN missing"
+build_appliance
 
-# Other heavy processes skew absolute numbers (ratios less so, the runs being interleaved): say
-# so in the report. Builds and test runs by name, and the CPU use of everything over a second.
-noise_count() {
-  { pgrep -x 'cargo|rustc|cc|cc1|ld|ld.lld|rust-lld|cmake|make' || true
-    pgrep -f '^[^ ]*(qemu-system|e2e-)' || true; } 2>/dev/null | sort -u | wc -l
-}
-busy_pct() {
-  local a b
-  read -r -a a < <(head -n 1 /proc/stat)
-  sleep 1
-  read -r -a b < <(head -n 1 /proc/stat)
-  awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
-    -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
-    'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
-}
 BUSY_AT_START=$(busy_pct)
 NOISE_MAX=$(noise_count)
 if ((NOISE_MAX > 0 || BUSY_AT_START > 10)); then

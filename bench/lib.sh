@@ -158,3 +158,39 @@ replace_doc_section() {
   cat -s "$tmp" >"$doc"
   rm -f "$tmp"
 }
+
+# Builds the release binary (unless SKIP_BUILD=1) and sets BIN to it. Works under sudo, where
+# cargo lives in the invoking user's home.
+build_appliance() {
+  BIN=$ROOT/target/release/okd-appliance
+  if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+    local cargo
+    cargo=$(command -v cargo || true)
+    if [[ -z $cargo && -n ${SUDO_USER:-} ]]; then
+      cargo=$(getent passwd "$SUDO_USER" | cut -d: -f6)/.cargo/bin/cargo
+    fi
+    [[ -n $cargo && -x $cargo ]] || cargo=$HOME/.cargo/bin/cargo
+    [[ -x $cargo ]] || die "cargo not found (or set SKIP_BUILD=1)"
+    log "building okd-appliance (release)"
+    (cd "$ROOT" && timeout 1200 "$cargo" build --release -q -p okd-appliance) || die "cargo build failed"
+  fi
+  [[ -x $BIN ]] || die "$BIN missing"
+}
+
+# Other heavy processes skew absolute numbers (ratios less so): how many builds, test runs and
+# load tools (by name; extra names as a |-separated argument) are running.
+noise_count() {
+  { pgrep -x "cargo|rustc|cc|cc1|ld|ld.lld|rust-lld|cmake|make${1:+|$1}" || true
+    pgrep -f '^[^ ]*(qemu-system|e2e-)' || true; } 2>/dev/null | sort -u | wc -l
+}
+
+# The machine's CPU use over one second, in percent.
+busy_pct() {
+  local a b
+  read -r -a a < <(head -n 1 /proc/stat)
+  sleep 1
+  read -r -a b < <(head -n 1 /proc/stat)
+  awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
+    -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
+    'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
+}
