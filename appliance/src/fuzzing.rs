@@ -7,19 +7,11 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::config::{self, InstallFiles};
+use crate::config;
 use crate::dns::authority::Authority;
 use crate::dns::respond::{Action, Context, Transport, respond};
 use crate::dns::wire::{MAX_NAME, parse_query};
 use crate::plan::Plan;
-
-struct NoFiles;
-
-impl InstallFiles for NoFiles {
-    fn age(&self, _: &Path) -> std::io::Result<std::time::Duration> {
-        Ok(std::time::Duration::ZERO)
-    }
-}
 
 /// A cluster with every record kind: wildcards, CNAMEs, SRV, IPv6, split reverse zones.
 const CLUSTER: &str = r#"version: 1
@@ -48,7 +40,7 @@ dns:
 fn authority() -> &'static Authority {
     static AUTHORITY: OnceLock<Authority> = OnceLock::new();
     AUTHORITY.get_or_init(|| {
-        let loaded = config::parse(CLUSTER, "fuzz.yml", Path::new("."), &NoFiles)
+        let loaded = config::parse(CLUSTER, "fuzz.yml", Path::new("."), &config::AssumeFresh)
             .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
         Authority::from_plan(&Plan::derive(&loaded.config, 1))
     })
@@ -110,8 +102,13 @@ pub fn dhcp_packet(data: &[u8]) {
     use dhcproto::Encodable;
     static PLAN: OnceLock<crate::plan::DhcpPlan> = OnceLock::new();
     let plan = PLAN.get_or_init(|| {
-        let loaded = config::parse(DHCP_CLUSTER, "fuzz.yml", Path::new("."), &NoFiles)
-            .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        let loaded = config::parse(
+            DHCP_CLUSTER,
+            "fuzz.yml",
+            Path::new("."),
+            &config::AssumeFresh,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
         Plan::derive(&loaded.config, 1).dhcp
     });
     let Some(request) = crate::dhcp::decode(data) else {
@@ -165,7 +162,7 @@ pub fn config_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(e) = config::parse(text, "fuzz.yml", Path::new("."), &NoFiles) {
+    if let Err(e) = config::parse(text, "fuzz.yml", Path::new("."), &config::AssumeFresh) {
         let _ = e.render(config::RenderStyle::Plain);
     }
 }

@@ -4,22 +4,11 @@
 //!
 //! `UPDATE_GOLDEN=1 cargo test --test fixtures` rewrites the golden files; review the diff.
 
-use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use okd_appliance::config::{self, InstallFiles, LoadError, RenderStyle};
+use okd_appliance::config::{self, LoadError, RenderStyle};
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
-
-/// Every ignition file exists and is an hour old: fixtures test the config, not a machine.
-struct FreshInstall;
-
-impl InstallFiles for FreshInstall {
-    fn age(&self, _: &Path) -> io::Result<Duration> {
-        Ok(Duration::from_secs(3600))
-    }
-}
 
 const SERIAL: u32 = 2_026_010_101;
 
@@ -41,7 +30,7 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 fn load(path: &Path) -> Result<config::Loaded, LoadError> {
     let text = std::fs::read_to_string(path).unwrap();
     let name = path.strip_prefix(repo()).unwrap().display().to_string();
-    config::parse(&text, &name, path.parent().unwrap(), &FreshInstall)
+    config::parse(&text, &name, path.parent().unwrap(), &config::AssumeFresh)
 }
 
 /// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN is set.

@@ -15,7 +15,7 @@ use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
 pub use model::*;
-pub use validate::{IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallFiles, RealFiles};
+pub use validate::{AssumeFresh, IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallFiles, RealFiles};
 
 /// A config that passed validation, with the warnings it raised.
 #[derive(Debug)]

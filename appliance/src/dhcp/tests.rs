@@ -1,24 +1,14 @@
 //! DHCP decisions against a lab plan: reservations, pool, states, PXE flavours, relays.
 
-use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
-use std::time::Duration;
 
 use dhcproto::v4::{Architecture, DhcpOption, Message, MessageType, OptionCode};
 
 use super::leases::Leases;
 use super::reply::{BIOS_BOOT_FILE, State, UEFI_BOOT_FILE, handle};
-use crate::config::{self, InstallFiles};
+use crate::config;
 use crate::plan::{DhcpPlan, Plan};
-
-struct Fresh;
-
-impl InstallFiles for Fresh {
-    fn age(&self, _: &Path) -> io::Result<Duration> {
-        Ok(Duration::from_secs(60))
-    }
-}
 
 fn plan(pool: &str) -> DhcpPlan {
     let text = format!(
@@ -38,7 +28,7 @@ nodes:
 install: {{ ignition_dir: ./i, artifacts_dir: ./a }}
 "#
     );
-    let loaded = config::parse(&text, "t.yml", Path::new("."), &Fresh)
+    let loaded = config::parse(&text, "t.yml", Path::new("."), &config::AssumeFresh)
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
     Plan::derive(&loaded.config, 1).dhcp
 }

@@ -61,15 +61,18 @@ impl Indexed {
         nets.iter().any(|n| n.contains(&ip))
     }
 
-    fn context(&self, client: IpAddr, transport: Transport) -> Context<'_> {
+    /// What the responder needs to know about `client`, and whether the client is trusted (in
+    /// `recursion_allowed`: it may recurse when upstreams exist, and RRL leaves it alone).
+    fn context(&self, client: IpAddr, transport: Transport) -> (Context<'_>, bool) {
         let policy = &self.plan.resolver;
-        Context {
+        let trusted = self.allowed(&policy.recursion_allowed, client);
+        let ctx = Context {
             authority: &self.authority,
             transport,
-            recursion: !policy.upstreams.is_empty()
-                && self.allowed(&policy.recursion_allowed, client),
+            recursion: trusted && !policy.upstreams.is_empty(),
             transfer_allowed: self.allowed(&policy.axfr_allowed, client),
-        }
+        };
+        (ctx, trusted)
     }
 }
 
@@ -131,7 +134,7 @@ pub async fn serve_udp(
                 indexed = shared.indexed();
             }
             let request = &packet[..n];
-            let ctx = indexed.context(client.ip(), Transport::Udp);
+            let (ctx, trusted) = indexed.context(client.ip(), Transport::Udp);
             match respond(request, &ctx, &mut lower, &mut out) {
                 Action::Drop | Action::Transfer(_) => continue,
                 Action::Reply {
@@ -139,9 +142,7 @@ pub async fn serve_udp(
                     outcome,
                     qname_len,
                 } => {
-                    let exempt =
-                        indexed.allowed(&indexed.plan.resolver.recursion_allowed, client.ip());
-                    let verdict = if exempt || outcome == Outcome::NotOurs {
+                    let verdict = if trusted || outcome == Outcome::NotOurs {
                         Verdict::Send
                     } else {
                         let now = started.elapsed().as_secs() as u32;
@@ -313,7 +314,7 @@ async fn serve_connection(
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request body"))??;
         let indexed = shared.indexed();
-        let ctx = indexed.context(client.ip(), Transport::Tcp);
+        let (ctx, _) = indexed.context(client.ip(), Transport::Tcp);
         let len = match respond(request, &ctx, &mut lower, &mut out) {
             Action::Drop => continue,
             Action::Reply { len, .. } => len,

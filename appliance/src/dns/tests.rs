@@ -1,9 +1,7 @@
 //! The responder against the lab plan, every reply read back with hickory-proto.
 
-use std::io;
 use std::path::Path;
 use std::str::FromStr;
-use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
@@ -11,16 +9,8 @@ use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use super::authority::{Authority, Outcome};
 use super::respond::{Action, Context, Transport, respond};
 use super::wire::MAX_NAME;
-use crate::config::{self, InstallFiles};
+use crate::config;
 use crate::plan::Plan;
-
-struct Fresh;
-
-impl InstallFiles for Fresh {
-    fn age(&self, _: &Path) -> io::Result<Duration> {
-        Ok(Duration::from_secs(60))
-    }
-}
 
 const LAB: &str = r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
@@ -49,8 +39,13 @@ dns:
 "#;
 
 fn authority(extra: &str) -> Authority {
-    let loaded = config::parse(&format!("{LAB}{extra}"), "lab.yml", Path::new("."), &Fresh)
-        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+    let loaded = config::parse(
+        &format!("{LAB}{extra}"),
+        "lab.yml",
+        Path::new("."),
+        &config::AssumeFresh,
+    )
+    .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
     Authority::from_plan(&Plan::derive(&loaded.config, 7))
 }
 
