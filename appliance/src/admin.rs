@@ -2,7 +2,8 @@
 //! then the connection closes. It is how `okd-appliance lb drain NODE` (and later the control
 //! module) reach a running appliance.
 //!
-//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `journal`. Replies start with
+//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `journal`.
+//! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
 //! Architecture invariant: a thin front for calls other modules expose (`Pools::set_draining`,
@@ -19,8 +20,11 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::Journal;
+use crate::http::install_state;
+use crate::journal::{EventKind, Journal};
 use crate::lb::pool::Pools;
+use crate::plan::Plan;
+use crate::supervisor::PlanHandle;
 
 pub const SOCKET_NAME: &str = "admin.sock";
 /// A request line longer than this is refused.
@@ -53,6 +57,7 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
 
 pub async fn serve(
     listener: UnixListener,
+    plan: PlanHandle,
     pools: Arc<ArcSwap<Pools>>,
     journal: Journal,
     token: CancellationToken,
@@ -69,12 +74,10 @@ pub async fn serve(
                 }
             },
         };
-        let (pools, journal) = (Arc::clone(&pools), journal.clone());
+        let (plan, pools, journal) = (Arc::clone(&plan), Arc::clone(&pools), journal.clone());
         tokio::spawn(async move {
-            if let Err(e) =
-                tokio::time::timeout(Duration::from_secs(5), session(stream, &pools, &journal))
-                    .await
-            {
+            let session = session(stream, &plan, &pools, &journal);
+            if let Err(e) = tokio::time::timeout(Duration::from_secs(5), session).await {
                 tracing::debug!("admin session: {e}");
             }
         });
@@ -83,13 +86,17 @@ pub async fn serve(
 
 async fn session(
     stream: UnixStream,
+    plan: &PlanHandle,
     pools: &ArcSwap<Pools>,
     journal: &Journal,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
-    let reply = execute(line.trim(), pools, journal);
+    let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["node", "reinstall", node] => reinstall(node, &plan.load(), journal),
+        _ => execute(line.trim(), pools, journal),
+    };
     write.write_all(reply.as_bytes()).await?;
     write.shutdown().await
 }
@@ -153,8 +160,27 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
             }
             out
         }
-        _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | journal)\n"
+        _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
+              node reinstall NODE | journal)\n"
             .to_owned(),
+    }
+}
+
+/// Forgets that `node` installed, so its next iPXE script installs it again.
+pub fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
+    if !plan.boot.iter().any(|b| b.node == node) {
+        return format!("error: no node is named {node}\n");
+    }
+    match install_state::reset(&plan.state_dir, node) {
+        Ok(was_installed) => {
+            journal.publish(Some(node.to_owned()), EventKind::ReinstallRequested);
+            if was_installed {
+                format!("ok: {node} will install again at its next network boot\n")
+            } else {
+                format!("ok: {node} was not marked installed; its next network boot installs it\n")
+            }
+        }
+        Err(e) => format!("error: can't reset {node}: {e}\n"),
     }
 }
 

@@ -33,6 +33,8 @@ pub enum EventKind {
         backend: SocketAddr,
         up: bool,
     },
+    /// An operator asked for the node to be installed again at its next network boot.
+    ReinstallRequested,
     /// A new plan is being served.
     PlanLoaded { serial: u32 },
 }
@@ -53,6 +55,7 @@ impl fmt::Display for Event {
         match &self.kind {
             EventKind::DhcpAck { mac, ip } => write!(f, "dhcp ack {ip} to {mac}"),
             EventKind::ScriptFetched { from } => write!(f, "ipxe script fetched by {from}"),
+            EventKind::ReinstallRequested => write!(f, "reinstall requested"),
             EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
             EventKind::BackendHealth {
                 frontend,

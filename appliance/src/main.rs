@@ -50,6 +50,20 @@ enum Command {
         #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
         state_dir: PathBuf,
     },
+    /// Manage a node of a running appliance.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+        /// The `state_dir` of the running appliance (where its admin socket is).
+        #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
+        state_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    /// Install NODE again at its next network boot (its iPXE script stops booting the disk).
+    Reinstall { node: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +114,9 @@ fn main() -> ExitCode {
             };
             admin(&state_dir, &request)
         }
+        Command::Node { action, state_dir } => match action {
+            NodeAction::Reinstall { node } => admin(&state_dir, &format!("node reinstall {node}")),
+        },
     }
 }
 

@@ -8,6 +8,7 @@ mod dns;
 mod dns_differential;
 mod dns_support;
 mod harness_selftest;
+mod http;
 mod lb;
 mod render_peers;
 mod support;

@@ -2,9 +2,11 @@
 //!
 //! Architecture invariant: `files` (range and conditional rules, path resolution) and `content`
 //! (scripts, ignition) are pure; `install_state` is the only state, a marker file per installed
-//! node. The socket layer (hyper) that will serve them and decide who may fetch what by the
-//! peer's address is not in this build yet.
+//! node. `server` is the socket layer (hyper): it routes, decides who may fetch what by the
+//! peer's address, and streams files.
 
 pub mod content;
 pub mod files;
+pub mod idle;
 pub mod install_state;
+pub mod server;

@@ -33,17 +33,6 @@ type LbPools = Arc<ArcSwap<crate::lb::pool::Pools>>;
 /// How long running services get to finish after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// Services this build serves. The others' listen addresses are reported and left closed.
-const BUILT_IN: &[Service] = &[
-    Service::Dns,
-    Service::Dhcp,
-    Service::Tftp,
-    Service::Api,
-    Service::MachineConfig,
-    Service::IngressHttps,
-    Service::IngressHttp,
-];
-
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("invalid config")]
@@ -99,24 +88,13 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
 
-    let (wanted, not_built): (Vec<ListenerSpec>, Vec<ListenerSpec>) = listener_specs(&plan)
-        .into_iter()
-        .partition(|s| BUILT_IN.contains(&s.service));
-    let sockets = sockets::bind_all(&wanted).map_err(ServeError::Bind)?;
+    let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
     for s in &sockets {
         tracing::info!(
             "listening for {}/{} on {}",
             s.spec.service.name(),
             s.spec.proto,
             s.local_addr
-        );
-    }
-    let mut missing: Vec<&str> = not_built.iter().map(|s| s.service.name()).collect();
-    missing.dedup();
-    if !missing.is_empty() {
-        tracing::warn!(
-            "not built into this version yet, so not listening: {}",
-            missing.join(", ")
         );
     }
 
@@ -155,11 +133,16 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     if let Some(listener) = admin_socket {
         match tokio::net::UnixListener::from_std(listener) {
             Ok(listener) => {
-                let (p, journal, token) = (Arc::clone(&pools), journal.clone(), token.clone());
+                let (plan, p, journal, token) = (
+                    Arc::clone(&handle),
+                    Arc::clone(&pools),
+                    journal.clone(),
+                    token.clone(),
+                );
                 services.spawn(async move {
                     (
                         "admin",
-                        crate::admin::serve(listener, p, journal, token).await,
+                        crate::admin::serve(listener, plan, p, journal, token).await,
                     )
                 });
             }
@@ -257,6 +240,17 @@ fn start_services(
                     )
                 });
             }
+            (Service::Http, Proto::Tcp) => {
+                let listener =
+                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
+                let (plan, journal, token) = (Arc::clone(plan), journal.clone(), token.clone());
+                services.spawn(async move {
+                    (
+                        "http",
+                        crate::http::server::serve(listener, plan, journal, token).await,
+                    )
+                });
+            }
             (
                 Service::Api
                 | Service::MachineConfig
@@ -295,7 +289,7 @@ fn start_services(
                     });
                 }
             }
-            (other, proto) => unreachable!("{}/{proto} is not built in", other.name()),
+            (other, proto) => unreachable!("{}/{proto} has no listener spec", other.name()),
         }
     }
     Ok(services)

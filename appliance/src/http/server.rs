@@ -1,0 +1,375 @@
+//! The HTTP boot server: per-node iPXE scripts, per-node and role ignition configs (each only to
+//! the nodes it belongs to), and the CoreOS artifacts, streamed from disk with Range, HEAD and
+//! conditional requests.
+//!
+//! Hardening: the request head must arrive within 10 s (slowloris) and fit in 16 KiB; at most
+//! 512 connections (more wait in the listen backlog); a connection on which nothing moves for
+//! 60 s is closed; only GET and HEAD; paths are percent-decoded before they are checked and
+//! never leave their directory. Ignition content is never logged.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use http_body_util::{BodyExt as _, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::content;
+use super::files::{self, Decision, FileMeta};
+use super::idle::Watched;
+use super::install_state;
+use crate::config::{MacAddr, Role};
+use crate::journal::{EventKind, Journal};
+use crate::plan::boot::role_ignition_url;
+use crate::plan::{BootParams, Plan};
+use crate::supervisor::PlanHandle;
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_CONNECTIONS: usize = 512;
+/// A connection on which no byte moved either way for this long is closed (a stalled reader).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Read size when streaming artifacts.
+const CHUNK: usize = 256 * 1024;
+
+pub type Body = BoxBody<Bytes, io::Error>;
+
+/// Serves HTTP on `listener` until `token` is cancelled; open connections finish their request.
+pub async fn serve(
+    listener: TcpListener,
+    plan: PlanHandle,
+    journal: Journal,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        // Past the limit, new clients wait in the listen backlog rather than being cut off; a
+        // held slot is bounded by the header timeout until a request arrives.
+        let permit = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            permit = Arc::clone(&slots).acquire_owned() => permit?,
+        };
+        let (stream, peer) = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("http accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (plan, journal, token) = (Arc::clone(&plan), journal.clone(), token.clone());
+        let (stream, progress) = Watched::new(stream);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = service_fn(move |req| {
+                let (plan, journal) = (Arc::clone(&plan), journal.clone());
+                async move { Ok::<_, Infallible>(handle(&req, peer, &plan.load_full(), &journal).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!("http {peer}: {e}");
+                    }
+                }
+                () = progress.stalled(IDLE_TIMEOUT) => {
+                    tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
+                }
+                () = token.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+/// IPv4-mapped IPv6 peers are their IPv4 selves.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
+    ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
+}
+
+async fn handle(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    plan: &Plan,
+    journal: &Journal,
+) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let path = req.uri().path();
+    let ip = canonical(peer.ip());
+    let files = &plan.files;
+    if path == "/healthz" {
+        return text(StatusCode::OK, "ok\n");
+    }
+    if let Some(name) = path
+        .strip_prefix("/boot/")
+        .and_then(|p| p.strip_suffix(".ipxe"))
+    {
+        return script(name, peer, plan, journal);
+    }
+    if let Some(role) = path.strip_prefix("/ignition/roles/") {
+        let role = Role::ALL.into_iter().find(|r| r.ignition_file() == role);
+        let Some(role) = role else {
+            return text(StatusCode::NOT_FOUND, "no such role\n");
+        };
+        // Role configs hold the cluster's secrets: only nodes of that role get them.
+        let Some(node) = plan.boot.iter().find(|b| b.role == role && is_node(b, ip)) else {
+            tracing::warn!(
+                "http: {ip} asked for {} and is not a {role} node: 403",
+                role.ignition_file()
+            );
+            return text(StatusCode::FORBIDDEN, "not a node of this role\n");
+        };
+        tracing::info!("http: {} fetched {}", node.node, role.ignition_file());
+        return file(
+            req,
+            &files.ignition_dir.join(role.ignition_file()),
+            "application/vnd.coreos.ignition+json",
+            false,
+        )
+        .await;
+    }
+    if let Some(name) = path
+        .strip_prefix("/ignition/")
+        .and_then(|p| p.strip_suffix(".ign"))
+    {
+        let Some(node) = plan.boot.iter().find(|b| b.node == name) else {
+            return text(StatusCode::NOT_FOUND, "no such node\n");
+        };
+        if !is_node(node, ip) {
+            tracing::warn!(
+                "http: {ip} asked for the ignition of {} ({}): 403",
+                node.node,
+                node.ipv4
+            );
+            return text(
+                StatusCode::FORBIDDEN,
+                "this ignition belongs to another address\n",
+            );
+        }
+        if req.method() == Method::GET {
+            let when = httpdate::fmt_http_date(SystemTime::now());
+            if let Err(e) = install_state::mark_installed(&plan.state_dir, &node.node, &when) {
+                tracing::error!("can't record that {} installed: {e}", node.node);
+            }
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::IgnitionFetched { from: peer },
+            );
+        }
+        let body =
+            content::node_ignition(&node.node, &role_ignition_url(&files.base_url, node.role));
+        return generated(req, body, "application/vnd.coreos.ignition+json");
+    }
+    if let Some(rest) = path.strip_prefix("/artifacts/") {
+        return match files::resolve(&files.artifacts_dir, rest) {
+            Some(p) => file(req, &p, "application/octet-stream", true).await,
+            None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
+        };
+    }
+    if let Some(rest) = path
+        .strip_prefix('/')
+        .filter(|p| *p == "ipxe.efi" || *p == "undionly.kpxe")
+    {
+        return match files::resolve(&files.ipxe_dir, rest) {
+            Some(p) => file(req, &p, "application/octet-stream", true).await,
+            None => text(
+                StatusCode::NOT_FOUND,
+                "iPXE binary not installed (Debian: apt install ipxe)\n",
+            ),
+        };
+    }
+    text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+fn script(name: &str, peer: SocketAddr, plan: &Plan, journal: &Journal) -> Response<Body> {
+    let mac = name.parse::<MacAddr>().ok();
+    let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
+    let body = match node {
+        None => {
+            tracing::info!(
+                "http: iPXE script for unknown MAC {} from {peer}",
+                name.escape_debug()
+            );
+            content::unknown_script(&name.escape_debug().to_string())
+        }
+        Some(node) => {
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::ScriptFetched { from: peer },
+            );
+            if install_state::is_installed(&plan.state_dir, &node.node) {
+                content::local_boot_script(&node.node, node.mac)
+            } else {
+                content::install_script(node)
+            }
+        }
+    };
+    let mut r = text(StatusCode::OK, &body);
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn empty() -> Body {
+    full(Bytes::new())
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut r = Response::new(full(body.to_owned()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// A generated document (never cached: it changes with the plan and may be per node).
+fn generated(req: &Request<Incoming>, body: String, content_type: &'static str) -> Response<Body> {
+    let len = body.len();
+    let mut r = Response::new(if req.method() == Method::HEAD {
+        empty()
+    } else {
+        full(body)
+    });
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// A file from disk, streamed (never read whole), honouring conditional and range requests.
+async fn file(
+    req: &Request<Incoming>,
+    path: &Path,
+    content_type: &'static str,
+    cacheable: bool,
+) -> Response<Body> {
+    let opened = async {
+        let f = tokio::fs::File::open(path).await?;
+        let m = f.metadata().await?;
+        Ok::<_, io::Error>((
+            f,
+            FileMeta {
+                len: m.len(),
+                modified: m.modified()?,
+            },
+        ))
+    };
+    let (mut f, meta) = match opened.await {
+        Ok(x) => x,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        }
+        Err(e) => {
+            tracing::error!("http: {}: {e}", path.display());
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n");
+        }
+    };
+    let header = |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let conditions = files::Conditions {
+        if_none_match: header(header::IF_NONE_MATCH),
+        if_modified_since: header(header::IF_MODIFIED_SINCE),
+        range: header(header::RANGE),
+        if_range: header(header::IF_RANGE),
+    };
+    let decision = files::decide(&conditions, meta);
+    let (status, start, len) = match decision {
+        Decision::NotModified => (StatusCode::NOT_MODIFIED, 0, 0),
+        Decision::RangeNotSatisfiable => (StatusCode::RANGE_NOT_SATISFIABLE, 0, 0),
+        Decision::Full => (StatusCode::OK, 0, meta.len),
+        Decision::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+    };
+    let body = if req.method() == Method::HEAD || len == 0 {
+        empty()
+    } else {
+        if start > 0
+            && let Err(e) = f.seek(io::SeekFrom::Start(start)).await
+        {
+            tracing::error!("http: {}: {e}", path.display());
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n");
+        }
+        let stream = tokio_util::io::ReaderStream::with_capacity(f.take(len), CHUNK)
+            .map(|chunk| chunk.map(Frame::data));
+        StreamBody::new(stream).boxed()
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&meta.etag()) {
+        h.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&meta.last_modified()) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(if cacheable {
+            "public, max-age=3600"
+        } else {
+            "no-store"
+        }),
+    );
+    match decision {
+        Decision::NotModified => {}
+        Decision::RangeNotSatisfiable => {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{}", meta.len)) {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+        }
+        Decision::Full | Decision::Partial { .. } => {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            if let Decision::Partial { start, end } = decision
+                && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{end}/{}", meta.len))
+            {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+        }
+    }
+    r
+}
