@@ -224,6 +224,7 @@ mod tests {
         ];
         let plan = LbPlan {
             balance: Balance::RoundRobin,
+            check_ca: None,
             frontends: vec![
                 Frontend {
                     kind: FrontendKind::Api,

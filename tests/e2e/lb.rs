@@ -104,7 +104,8 @@ nodes:
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
 state_dir: {}
 lb:
-  health: {{ interval: 300ms, timeout: 250ms, rise: 2, fall: 2 }}
+  # The API backends here are plain HTTP servers (lb_tls.rs covers the HTTPS checks).
+  health: {{ interval: 300ms, timeout: 250ms, rise: 2, fall: 2, control_plane_check: tcp }}
 listen:
   dns: []
   dhcp: []

@@ -240,6 +240,10 @@ pub struct ExtraRecord {
 pub struct Lb {
     pub balance: Balance,
     pub health: HealthSettings,
+    /// The CA that HTTPS health checks verify the nodes' certificates against (as
+    /// `api-int.<cluster domain>`); `None` checks without verification, as HAProxy's
+    /// `verify none` in OpenShift's documented configuration.
+    pub check_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +261,15 @@ pub struct HealthSettings {
     /// Consecutive failures that take it down.
     pub fall: u32,
     pub ingress_check: IngressCheck,
+    pub control_plane_check: ControlPlaneCheck,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlPlaneCheck {
+    /// HTTPS GET /readyz (API) and /healthz (machine config server), ready on 200.
+    Https,
+    /// A TCP connect to the service port.
+    Tcp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

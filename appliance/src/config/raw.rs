@@ -194,6 +194,13 @@ pub struct RawHealth {
     /// `http` (the OpenShift endpoints) or `tcp` (connect only) for the ingress pools.
     #[serde(default)]
     pub ingress_check: Option<Text>,
+    /// `https` (GET /readyz on 6443, /healthz on 22623) or `tcp` for the API and machine-config
+    /// pools.
+    #[serde(default)]
+    pub control_plane_check: Option<Text>,
+    /// PEM CA that signed the nodes' serving certificates; without it HTTPS checks don't verify.
+    #[serde(default)]
+    pub ca_file: Option<Text>,
 }
 
 /// Socket addresses per service; each defaults to the appliance address(es) on the standard port.

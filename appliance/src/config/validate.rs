@@ -161,7 +161,7 @@ impl Validator<'_> {
         if let Some(l) = &listen {
             self.forwarding_loop(&raw.network, network.as_ref(), l);
         }
-        let lb = self.lb(&raw.lb);
+        let lb = self.lb(&raw.lb, dir);
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -1639,7 +1639,7 @@ impl Validator<'_> {
         data
     }
 
-    fn lb(&mut self, raw: &RawLb) -> Option<Lb> {
+    fn lb(&mut self, raw: &RawLb, dir: &Path) -> Option<Lb> {
         let balance = match raw.balance.as_ref().map(|b| b.value.as_str()) {
             None | Some("roundrobin") => Some(Balance::RoundRobin),
             Some("leastconn") => Some(Balance::LeastConnections),
@@ -1692,25 +1692,29 @@ impl Validator<'_> {
         };
         let rise = count(self, &h.rise, "rise");
         let fall = count(self, &h.fall, "fall");
-        let ingress_check = match h.ingress_check.as_ref().map(|c| c.value.as_str()) {
-            None | Some("http") => Some(IngressCheck::Http),
-            Some("tcp") => Some(IngressCheck::Tcp),
-            Some(other) => {
-                let at = h
-                    .ingress_check
-                    .as_ref()
-                    .map(|c| c.referenced)
-                    .expect("matched Some");
+        let ingress_check = self.one_of(
+            h.ingress_check.as_ref(),
+            "ingress check",
+            &[("http", IngressCheck::Http), ("tcp", IngressCheck::Tcp)],
+            "use http (GET /healthz/ready on port 1936) or tcp",
+        );
+        let control_plane_check = self.one_of(
+            h.control_plane_check.as_ref(),
+            "control plane check",
+            &[
+                ("https", ControlPlaneCheck::Https),
+                ("tcp", ControlPlaneCheck::Tcp),
+            ],
+            "use https (GET /readyz on 6443 and /healthz on 22623) or tcp",
+        );
+        let check_ca = match &h.ca_file {
+            None => Some(None),
+            Some(f) if f.value.trim().is_empty() => {
                 self.p
-                    .error(
-                        "config::lb",
-                        at,
-                        format!("unknown ingress check `{other}`"),
-                        "unknown",
-                    )
-                    .hint("use http (GET /healthz/ready on port 1936) or tcp");
+                    .error("config::lb", f.referenced, "ca_file is empty", "empty");
                 None
             }
+            Some(f) => Some(Some(dir.join(&f.value))),
         };
         if let (Some(i), Some(t), Some(at)) = (interval, timeout, h.timeout.as_ref())
             && t > i
@@ -1732,8 +1736,35 @@ impl Validator<'_> {
                 rise: rise?,
                 fall: fall?,
                 ingress_check: ingress_check?,
+                control_plane_check: control_plane_check?,
             },
+            check_ca: check_ca?,
         })
+    }
+
+    /// `raw` as one of `choices` (the first is the default when absent), or an error at `raw`.
+    fn one_of<T: Copy>(
+        &mut self,
+        raw: Option<&Text>,
+        what: &str,
+        choices: &[(&str, T)],
+        hint: &str,
+    ) -> Option<T> {
+        let Some(raw) = raw else {
+            return Some(choices[0].1);
+        };
+        if let Some((_, v)) = choices.iter().find(|(name, _)| *name == raw.value) {
+            return Some(*v);
+        }
+        self.p
+            .error(
+                "config::lb",
+                raw.referenced,
+                format!("unknown {what} `{}`", raw.value),
+                "unknown",
+            )
+            .hint(hint.to_owned());
+        None
     }
 
     fn run_as(&mut self, raw: &RawRunAs) -> Option<RunAs> {

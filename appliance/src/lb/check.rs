@@ -3,20 +3,22 @@
 //! [`Health`] and flips the backend when it changes. It also swaps in new pools when the plan
 //! changes, keeping the state of the backends that stay.
 //!
-//! Probes: HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect.
-//! OpenShift's HTTPS probes (`/readyz` on 6443, `/healthz` on 22623) need a TLS client that is not
-//! in this build; until it is, they are done as TCP connects to the same port, and the
-//! checker says so once at start.
+//! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::tls`]),
+//! HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect. A fresh
+//! connection per probe, as HAProxy does: a check must see what a new client would.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Health, Transition};
@@ -35,10 +37,19 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut health: HashMap<Key, Health> = HashMap::new();
     let mut seen_plan = plan.load_full();
-    let mut warned_https = false;
+    // A CA that can't be read at start is fatal (the operator asked for verification); after a
+    // reload the previous connector stays.
+    let mut tls =
+        super::tls::connector(seen_plan.lb.check_ca.as_deref()).context("lb.health.ca_file")?;
     loop {
         let current = plan.load_full();
         if !Arc::ptr_eq(&current, &seen_plan) {
+            if current.lb.check_ca != seen_plan.lb.check_ca {
+                match super::tls::connector(current.lb.check_ca.as_deref()) {
+                    Ok(c) => tls = c,
+                    Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
+                }
+            }
             let next = Pools::from_plan(&current.lb, Some(&pools.load()));
             pools.store(Arc::new(next));
             seen_plan = current;
@@ -48,24 +59,14 @@ pub async fn run(
             .frontends
             .first()
             .map_or(Duration::from_secs(1), |p| p.check.interval);
-        if !warned_https
-            && snapshot
-                .frontends
-                .iter()
-                .any(|p| matches!(p.check.probe, Probe::Https { .. }))
-        {
-            tracing::warn!(
-                "lb: HTTPS health checks are not built in yet; /readyz and /healthz are checked as TCP connects to their ports"
-            );
-            warned_https = true;
-        }
         let mut probes = JoinSet::new();
         for pool in &snapshot.frontends {
             for backend in &pool.backends {
                 let (kind, addr, name) = (pool.kind, backend.addr, backend.name.clone());
                 let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
+                let tls = tls.clone();
                 probes.spawn(async move {
-                    let ok = tokio::time::timeout(timeout, probe_once(&probe, addr))
+                    let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
                         .await
                         .unwrap_or(false);
                     ((kind, addr, name), ok)
@@ -119,26 +120,47 @@ pub async fn run(
     }
 }
 
-async fn probe_once(probe: &Probe, backend: SocketAddr) -> bool {
+async fn probe_once(probe: &Probe, backend: SocketAddr, tls: &TlsConnector) -> bool {
     match probe {
         Probe::Tcp => TcpStream::connect(backend).await.is_ok(),
-        Probe::Https { port, .. } => TcpStream::connect(SocketAddr::new(backend.ip(), *port))
-            .await
-            .is_ok(),
-        Probe::Http { port, path } => http_ok(SocketAddr::new(backend.ip(), *port), path).await,
+        Probe::Https {
+            port,
+            path,
+            server_name,
+        } => https_ok(tls, SocketAddr::new(backend.ip(), *port), server_name, path).await,
+        Probe::Http { port, path } => {
+            let addr = SocketAddr::new(backend.ip(), *port);
+            match TcpStream::connect(addr).await {
+                Ok(s) => get_ok(s, &addr.ip().to_string(), path).await,
+                Err(_) => false,
+            }
+        }
     }
 }
 
-/// `GET path` answered with status 200.
-async fn http_ok(addr: SocketAddr, path: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(addr).await else {
+/// `GET path` over TLS answered with 200.
+async fn https_ok(tls: &TlsConnector, addr: SocketAddr, server_name: &str, path: &str) -> bool {
+    let Ok(name) = ServerName::try_from(server_name.to_owned()) else {
         return false;
     };
+    let Ok(tcp) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    match tls.connect(name, tcp).await {
+        Ok(stream) => get_ok(stream, server_name, path).await,
+        Err(e) => {
+            tracing::debug!("lb: TLS check of {addr}: {e}");
+            false
+        }
+    }
+}
+
+/// `GET path` on an open connection, answered with status 200.
+async fn get_ok<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, host: &str, path: &str) -> bool {
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: okd-appliance-health\r\nConnection: close\r\n\r\n",
-        addr.ip()
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: okd-appliance-health\r\nConnection: close\r\n\r\n"
     );
-    if s.write_all(request.as_bytes()).await.is_err() {
+    if s.write_all(request.as_bytes()).await.is_err() || s.flush().await.is_err() {
         return false;
     }
     let mut head = [0u8; 64];

@@ -9,3 +9,4 @@ pub mod check;
 pub mod health;
 pub mod pool;
 pub mod proxy;
+pub mod tls;

@@ -175,6 +175,7 @@ mod tests {
         };
         LbPlan {
             balance: Balance::RoundRobin,
+            check_ca: None,
             frontends: vec![Frontend {
                 kind: FrontendKind::Api,
                 listen: vec![],

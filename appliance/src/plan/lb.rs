@@ -6,12 +6,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::config::{Balance, Config, IngressCheck, Role};
+use crate::config::{Balance, Config, ControlPlaneCheck, IngressCheck, Role};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbPlan {
     pub balance: Balance,
     pub frontends: Vec<Frontend>,
+    /// The CA HTTPS checks verify against; `None`: no verification.
+    pub check_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,8 +77,13 @@ pub struct HealthCheck {
 /// How a backend proves it is ready, as OpenShift documents for user-provisioned load balancers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
-    /// GET over TLS without verifying the node's self-signed certificate; ready on 200.
-    Https { port: u16, path: &'static str },
+    /// GET over TLS, with `server_name` as SNI (and as the name verified when a CA is
+    /// configured); ready on 200.
+    Https {
+        port: u16,
+        path: &'static str,
+        server_name: String,
+    },
     /// GET over plain HTTP; ready on 200.
     Http { port: u16, path: &'static str },
     /// A TCP handshake on the service port.
@@ -111,6 +118,16 @@ pub fn derive(config: &Config) -> LbPlan {
         },
         IngressCheck::Tcp => Probe::Tcp,
     };
+    // The API server and the machine config server present the api-int certificate for it.
+    let api_int = format!("api-int.{}", config.cluster.domain());
+    let control_plane_probe = |port, path| match h.control_plane_check {
+        ControlPlaneCheck::Https => Probe::Https {
+            port,
+            path,
+            server_name: api_int.clone(),
+        },
+        ControlPlaneCheck::Tcp => Probe::Tcp,
+    };
     let frontend = |kind: FrontendKind,
                     listen: &[SocketAddr],
                     nodes: &[&crate::config::Node],
@@ -130,24 +147,19 @@ pub fn derive(config: &Config) -> LbPlan {
     let l = &config.listen;
     LbPlan {
         balance: config.lb.balance,
+        check_ca: config.lb.check_ca.clone(),
         frontends: vec![
             frontend(
                 FrontendKind::Api,
                 &l.api,
                 &control_plane,
-                Probe::Https {
-                    port: 6443,
-                    path: "/readyz",
-                },
+                control_plane_probe(6443, "/readyz"),
             ),
             frontend(
                 FrontendKind::MachineConfig,
                 &l.machine_config,
                 &control_plane,
-                Probe::Https {
-                    port: 22623,
-                    path: "/healthz",
-                },
+                control_plane_probe(22623, "/healthz"),
             ),
             frontend(
                 FrontendKind::IngressHttps,

@@ -47,12 +47,25 @@ pub(super) fn render(plan: &Plan) -> String {
             c.rise
         );
         let server_opts = match &c.probe {
-            Probe::Https { port, path } => {
+            Probe::Https {
+                port,
+                path,
+                server_name,
+            } => {
                 let _ = writeln!(
                     o,
                     "    option httpchk GET {path}\n    http-check expect status 200"
                 );
-                format!("check check-ssl verify none port {port} {timers}")
+                let verify = plan.lb.check_ca.as_ref().map_or_else(
+                    || "verify none".to_owned(),
+                    |ca| {
+                        format!(
+                            "verify required ca-file {} verifyhost {server_name}",
+                            ca.display()
+                        )
+                    },
+                );
+                format!("check check-ssl check-sni {server_name} {verify} port {port} {timers}")
             }
             Probe::Http { port, path } => {
                 let _ = writeln!(

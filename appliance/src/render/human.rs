@@ -132,7 +132,7 @@ pub(super) fn render(plan: &Plan) -> String {
     for f in &plan.lb.frontends {
         let c = &f.check;
         let probe = match &c.probe {
-            Probe::Https { port, path } => format!("https GET {path} on port {port}"),
+            Probe::Https { port, path, .. } => format!("https GET {path} on port {port}"),
             Probe::Http { port, path } => format!("http GET {path} on port {port}"),
             Probe::Tcp => "tcp connect".to_owned(),
         };
