@@ -240,6 +240,8 @@ pub struct ExtraRecord {
 pub struct Lb {
     pub balance: Balance,
     pub health: HealthSettings,
+    /// After `lb drain`, connections still open this long are closed, so a drain always ends.
+    pub drain_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,8 @@ use crate::config::{Balance, Config, IngressCheck, Role};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbPlan {
     pub balance: Balance,
+    /// How long a drained backend's open connections may go on.
+    pub drain_timeout: Duration,
     pub frontends: Vec<Frontend>,
 }
 
@@ -130,6 +132,7 @@ pub fn derive(config: &Config) -> LbPlan {
     let l = &config.listen;
     LbPlan {
         balance: config.lb.balance,
+        drain_timeout: config.lb.drain_timeout,
         frontends: vec![
             frontend(
                 FrontendKind::Api,
