@@ -9,6 +9,7 @@ mod dns_differential;
 mod dns_support;
 mod harness_selftest;
 mod lb;
+mod lb_support;
 mod render_peers;
 mod support;
 mod systemd_unit;
