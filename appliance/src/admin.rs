@@ -6,8 +6,8 @@
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
-//! Architecture invariant: a thin front for calls other modules expose (`Pools::set_draining`,
-//! the journal); it holds no state of its own.
+//! Architecture invariant: a thin front for calls other modules expose (`lb::drain`, the
+//! pools' counters, the journal); it holds no state of its own.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -112,47 +112,32 @@ impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
     }
 }
 
-/// One request to its reply text.
+/// One request to its reply text. Runs inside the tokio runtime: a drain starts its watchers
+/// there.
 pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
     let words: Vec<&str> = request.split_whitespace().collect();
     match words.as_slice() {
-        ["lb", verb @ ("drain" | "undrain"), node] => {
-            let drain = *verb == "drain";
-            let n = pools.load().set_draining(node, drain);
-            if n == 0 {
-                format!("error: no backend is named {node}\n")
-            } else {
-                tracing::info!("admin: {verb} {node} ({n} backends)");
-                format!(
-                    "ok: {node} {} in {n} pools\n",
-                    if drain { "drained" } else { "back in rotation" }
-                )
-            }
-        }
-        ["lb", "status"] => {
-            let mut out = String::from("ok\n");
-            for pool in &pools.load().frontends {
-                for b in &pool.backends {
-                    let state = match (b.is_up(), b.is_draining()) {
-                        (_, true) => "draining",
-                        (true, false) => "up",
-                        (false, false) => "down",
-                    };
-                    let _ = writeln!(
-                        out,
-                        "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
-                        pool.kind.name(),
-                        b.name,
-                        b.addr,
-                        b.active.load(Ordering::Relaxed),
-                        b.connections.load(Ordering::Relaxed),
-                        b.bytes_to_backend.load(Ordering::Relaxed),
-                        b.bytes_to_client.load(Ordering::Relaxed),
-                    );
+        ["lb", "drain", node] => {
+            let pools = pools.load();
+            match crate::lb::drain::drain(&pools, node, journal) {
+                0 => format!("error: no backend is named {node}\n"),
+                n => {
+                    let timeout = humantime::format_duration(pools.drain_timeout);
+                    tracing::info!("admin: drain {node} ({n} backends, timeout {timeout})");
+                    format!(
+                        "ok: {node} drained in {n} pools; connections still open after {timeout} will be closed\n"
+                    )
                 }
             }
-            out
         }
+        ["lb", "undrain", node] => match crate::lb::drain::undrain(&pools.load(), node) {
+            0 => format!("error: no backend is named {node}\n"),
+            n => {
+                tracing::info!("admin: undrain {node} ({n} backends)");
+                format!("ok: {node} back in rotation in {n} pools\n")
+            }
+        },
+        ["lb", "status"] => status(&pools.load()),
         ["journal"] => {
             let mut out = String::from("ok\n");
             for e in journal.recent() {
@@ -182,6 +167,37 @@ pub fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
         }
         Err(e) => format!("error: can't reset {node}: {e}\n"),
     }
+}
+
+/// Every backend: its state, connections open now (`active`, which a drain waits for), the time
+/// left before its drain timeout closes them, and its counters.
+fn status(pools: &Pools) -> String {
+    let mut out = String::from("ok\n");
+    for pool in &pools.frontends {
+        for b in &pool.backends {
+            let state = match (b.is_up(), b.is_draining()) {
+                (_, true) => "draining",
+                (true, false) => "up",
+                (false, false) => "down",
+            };
+            let _ = write!(
+                out,
+                "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
+                pool.kind.name(),
+                b.name,
+                b.addr,
+                b.active(),
+                b.connections.load(Ordering::Relaxed),
+                b.bytes_to_backend.load(Ordering::Relaxed),
+                b.bytes_to_client.load(Ordering::Relaxed),
+            );
+            if let Some(left) = b.drain_closes_in() {
+                let _ = write!(out, " closing_in={}s", left.as_secs());
+            }
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The client side, for the CLI: sends `request`, returns the reply.
@@ -225,6 +241,7 @@ mod tests {
         let plan = LbPlan {
             balance: Balance::RoundRobin,
             check_ca: None,
+            drain_timeout: Duration::from_secs(300),
             frontends: vec![
                 Frontend {
                     kind: FrontendKind::Api,
@@ -243,27 +260,44 @@ mod tests {
         ArcSwap::from_pointee(Pools::from_plan(&plan, None))
     }
 
-    #[test]
-    fn drain_status_and_errors() {
+    #[tokio::test(start_paused = true)]
+    async fn drain_status_and_errors() {
         let (pools, journal) = (pools(), Journal::new());
+        let api_bootstrap = Arc::clone(&pools.load().frontends[0].backends[0]);
+        api_bootstrap.set_up(true);
+        let _open = api_bootstrap.claim().expect("up and in rotation");
         assert_eq!(
             execute("lb drain bootstrap", &pools, &journal),
-            "ok: bootstrap drained in 2 pools\n"
+            "ok: bootstrap drained in 2 pools; connections still open after 5m will be closed\n"
         );
         let status = execute("lb status", &pools, &journal);
         assert!(
-            status.contains("api bootstrap 10.0.0.7:6443 draining"),
+            status.contains(
+                "api bootstrap 10.0.0.7:6443 draining active=1 connections=0 bytes_in=0 bytes_out=0 closing_in=300s\n"
+            ),
             "{status}"
         );
         assert!(
-            status.contains("machine-config master-0 10.0.0.2:6443 down"),
+            status.contains("machine-config master-0 10.0.0.2:6443 down active=0 "),
             "{status}"
         );
+        // The machine-config backend had no connection: drained at once, nothing left to close.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let status = execute("lb status", &pools, &journal);
+        assert!(
+            status.contains(
+                "\nmachine-config bootstrap 10.0.0.7:6443 draining active=0 connections=0 bytes_in=0 bytes_out=0\n"
+            ),
+            "{status}"
+        );
+        assert!(status.contains("closing_in=299s\n"), "{status}");
         assert!(execute("lb drain nobody", &pools, &journal).starts_with("error: no backend"));
+        assert!(execute("lb undrain nobody", &pools, &journal).starts_with("error: no backend"));
         assert!(execute("rm -rf /", &pools, &journal).starts_with("error: unknown request"));
         assert_eq!(
             execute("lb undrain bootstrap", &pools, &journal),
             "ok: bootstrap back in rotation in 2 pools\n"
         );
+        assert!(!execute("lb status", &pools, &journal).contains("closing_in"));
     }
 }

@@ -35,6 +35,17 @@ pub enum EventKind {
     },
     /// An operator asked for the node to be installed again at its next network boot.
     ReinstallRequested,
+    /// A drained backend's last connection ended.
+    BackendDrained {
+        frontend: String,
+        backend: SocketAddr,
+    },
+    /// A drained backend still had connections at the drain timeout; they were closed.
+    DrainTimedOut {
+        frontend: String,
+        backend: SocketAddr,
+        closed: usize,
+    },
     /// A new plan is being served.
     PlanLoaded { serial: u32 },
 }
@@ -68,6 +79,21 @@ impl fmt::Display for Event {
                     if *up { "up" } else { "down" }
                 )
             }
+            EventKind::BackendDrained { frontend, backend } => {
+                write!(
+                    f,
+                    "{frontend} backend {backend} drained: no connections left"
+                )
+            }
+            EventKind::DrainTimedOut {
+                frontend,
+                backend,
+                closed,
+            } => write!(
+                f,
+                "{frontend} backend {backend} drain timeout: closed {closed} connection{}",
+                if *closed == 1 { "" } else { "s" }
+            ),
             EventKind::PlanLoaded { serial } => write!(f, "plan {serial} loaded"),
         }
     }

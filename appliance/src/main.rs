@@ -68,7 +68,7 @@ enum NodeAction {
 
 #[derive(Debug, Subcommand)]
 enum LbAction {
-    /// Stop sending new connections to NODE; open ones finish.
+    /// Stop sending new connections to NODE; open ones may finish until `lb.drain_timeout`.
     Drain { node: String },
     /// Put NODE back into rotation (it still has to pass its health checks).
     Undrain { node: String },

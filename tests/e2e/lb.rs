@@ -2,13 +2,24 @@
 //! the client: balancing, a killed backend leaving the pool with no failed request after the
 //! checks notice, its return after `rise` checks, the ingress HTTP check (`/healthz/ready` on
 //! 1936) taking a backend out while its service port still accepts, and a large transfer.
+//!
+//! With `lb_peer.py` backends (they name themselves and check data both ways) and clients in a
+//! namespace of their own: a drain lets established connections go on and closes them at the
+//! drain timeout (or reports the drain complete, or is cancelled by undrain); 500 concurrent
+//! clients each exchange checksummed data; a reload that adds and removes backends under load
+//! drops no connection and fails no new one.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::{Netns, Process, Topology, require_root, require_tools, wait_until};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use crate::dns_support::{start_appliance, write_config};
+use crate::lb_support::{Conn, LbCluster, api_active, backend_ip, lb_admin, payload, up_line};
 
 /// A web server in `ns` on `ip:port` serving `dir`.
 fn web(ns: &Netns, ip: &str, port: u16, dir: &Path) -> Process {
@@ -220,21 +231,7 @@ listen:
     );
     // Drain through the admin socket: new connections avoid the node, and it comes back on undrain.
     let state = dir.path().join("state");
-    let lb = |args: &[&str]| {
-        let out = std::process::Command::new(harness::appliance_bin().unwrap())
-            .arg("lb")
-            .args(args)
-            .arg("--state-dir")
-            .arg(&state)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "lb {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let lb = |args: &[&str]| lb_admin(&state, args);
     assert!(lb(&["drain", "mst0"]).starts_with("ok: mst0 drained"));
     for _ in 0..6 {
         assert_eq!(
@@ -251,4 +248,281 @@ listen:
         "mst0 back after undrain: {after:?}"
     );
     drop(servers);
+}
+
+#[test]
+fn drain_lets_connections_finish_until_the_timeout() {
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    let mut c = LbCluster::new(2);
+    let config = c.write_config(&[0, 1], "  drain_timeout: 3s\n");
+    c.start(&config, &[0, 1]);
+    let mut on0 = c.open_on("mst0");
+    let mut on1 = c.open_on("mst1");
+
+    // Drained: the open connection goes on, new ones go to mst1.
+    let drained = Instant::now();
+    let reply = c.lb(&["drain", "mst0"]);
+    assert!(reply.starts_with("ok: mst0 drained"), "{reply}");
+    for i in 0..6 {
+        let mut conn = c.open().expect("a new connection");
+        assert_eq!(
+            conn.backend, "mst1",
+            "a drained backend got a new connection"
+        );
+        conn.exchange(&payload(i, 10_000)).unwrap();
+    }
+    on0.ping().expect("the open connection to mst0 still works");
+    on0.exchange(&payload(7, 200_000)).unwrap();
+    let status = c.status_of("mst0");
+    assert!(
+        status.starts_with("api mst0 10.99.0.11:6443 draining active=1 ")
+            && status.contains(" closing_in="),
+        "{status}"
+    );
+
+    // At the timeout the balancer closes it and says so.
+    assert!(
+        on0.closed_within(Duration::from_secs(5)),
+        "still open {:?} after the drain\n{}",
+        drained.elapsed(),
+        c.appliance().log_tails()
+    );
+    let closed_after = drained.elapsed();
+    assert!(
+        closed_after >= Duration::from_secs(3),
+        "closed after {closed_after:?}, before the 3s timeout"
+    );
+    c.wait_log(
+        "mst0: api backend 10.99.0.11:6443 drain timeout: closed 1 connection",
+        Duration::from_secs(1),
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || c
+            .status_of("mst0")
+            .contains(" active=0 ")),
+        "{}",
+        c.status_of("mst0")
+    );
+    on1.ping()
+        .expect("the other backend's connection is untouched");
+
+    // A drain whose connections end by themselves is reported complete.
+    c.lb(&["undrain", "mst0"]);
+    let held = c.open_on("mst0");
+    c.lb(&["drain", "mst0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let complete = "mst0: api backend 10.99.0.11:6443 drained: no connections left";
+    assert_eq!(c.log_count(complete), 0, "reported before the end");
+    drop(held);
+    c.wait_log(complete, Duration::from_secs(2));
+    let status = c.status_of("mst0");
+    assert!(
+        status.contains(" draining active=0 ") && !status.contains("closing_in"),
+        "{status}"
+    );
+
+    // Undrain cancels the timeout: a connection open across it lives on.
+    c.lb(&["undrain", "mst0"]);
+    let mut kept = c.open_on("mst0");
+    c.lb(&["drain", "mst0"]);
+    std::thread::sleep(Duration::from_secs(1));
+    c.lb(&["undrain", "mst0"]);
+    assert!(
+        !kept.closed_within(Duration::from_secs(3)),
+        "closed though undrained"
+    );
+    kept.ping()
+        .expect("still open after the timeout would have passed");
+    assert_eq!(
+        c.log_count("api backend 10.99.0.11:6443 drain timeout: closed"),
+        1
+    );
+    c.assert_peers_running();
+}
+
+#[test]
+fn five_hundred_concurrent_clients_exchange_checksummed_data() {
+    const CLIENTS: usize = 500;
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    let mut c = LbCluster::new(2);
+    let config = c.write_config(&[0, 1], "");
+    c.start(&config, &[0, 1]);
+    let api = crate::lb_support::API.parse().unwrap();
+    let (connected, go) = (Barrier::new(CLIENTS + 1), Barrier::new(CLIENTS + 1));
+    let started = Instant::now();
+    let (results, active_at_once) = c
+        .client
+        .run(|| {
+            std::thread::scope(|s| {
+                let clients: Vec<_> = (0..CLIENTS)
+                    .map(|i| {
+                        let (connected, go) = (&connected, &go);
+                        s.spawn(move || {
+                            // Every client connects (bounded by its timeouts) before any sends.
+                            let conn = Conn::connect(api);
+                            connected.wait();
+                            go.wait();
+                            let mut conn = conn?;
+                            let seed = i as u64;
+                            conn.exchange(&payload(seed, 1 + (i * 7919) % 131_072))?;
+                            conn.exchange(&payload(seed + 1_000_000, 1 + (i * 104_729) % 65_536))?;
+                            Ok::<String, std::io::Error>(conn.backend)
+                        })
+                    })
+                    .collect();
+                connected.wait();
+                // Not a panic here: the clients wait for `go`.
+                let active = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    api_active(&c.lb(&["status"]))
+                }))
+                .ok();
+                go.wait();
+                let results: Vec<_> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+                (results, active)
+            })
+        })
+        .unwrap();
+    let took = started.elapsed();
+    let failures: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("client {i}: {e}")))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {CLIENTS} failed: {:?}\n{}",
+        failures.len(),
+        &failures[..failures.len().min(10)],
+        c.appliance().log_tails()
+    );
+    assert_eq!(
+        active_at_once,
+        Some(CLIENTS),
+        "all connections open at once"
+    );
+    let on0 = results
+        .iter()
+        .filter(|r| r.as_deref().ok() == Some("mst0"))
+        .count();
+    assert!(
+        (CLIENTS / 4..=CLIENTS * 3 / 4).contains(&on0),
+        "{on0} of {CLIENTS} went to mst0"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || api_active(&c.lb(&["status"]))
+            == 0),
+        "connections still counted: {}",
+        c.lb(&["status"])
+    );
+    eprintln!("{CLIENTS} clients in {took:?}");
+    c.assert_peers_running();
+}
+
+#[test]
+fn reload_under_load_drops_nothing() {
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    // mst2 runs from the start but joins the pool only with the reload, which drops mst1.
+    let mut c = LbCluster::new(3);
+    let config = c.write_config(&[0, 1], "");
+    c.start(&config, &[0, 1]);
+    let mut held: Vec<Conn> = (0..8)
+        .map(|_| c.open().expect("a held connection"))
+        .collect();
+    assert!(
+        held.iter().any(|h| h.backend == "mst1"),
+        "no connection held on mst1"
+    );
+
+    // One client loop: connections one after the other, each with a checksummed exchange.
+    let stop = AtomicBool::new(false);
+    let log: Mutex<Vec<(Instant, Result<String, String>)>> = Mutex::new(Vec::new());
+    let api = crate::lb_support::API.parse().unwrap();
+    let mut mst2_up = None;
+    let client = c.client.netns().clone();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            client
+                .run(|| {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        let at = Instant::now();
+                        let outcome = Conn::connect(api).and_then(|mut conn| {
+                            conn.exchange(&payload(i, 20_000))?;
+                            Ok(conn.backend)
+                        });
+                        log.lock()
+                            .unwrap()
+                            .push((at, outcome.map_err(|e| e.to_string())));
+                        i += 1;
+                    }
+                })
+                .unwrap();
+        });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::thread::sleep(Duration::from_secs(1));
+            c.write_config(&[0, 2], "");
+            let pid = i32::try_from(c.appliance().pid()).unwrap();
+            kill(Pid::from_raw(pid), Signal::SIGHUP).unwrap();
+            c.wait_log("reloaded: now serving plan", Duration::from_secs(5));
+            c.wait_log(&up_line(2), Duration::from_secs(5));
+            mst2_up = Some(Instant::now());
+            std::thread::sleep(Duration::from_millis(1500));
+        }));
+        stop.store(true, Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+
+    let log = log.into_inner().unwrap();
+    let failed: Vec<&String> = log.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} new connections failed: {:?}",
+        failed.len(),
+        log.len(),
+        &failed[..failed.len().min(10)]
+    );
+    let mst2_up = mst2_up.expect("mst2 came up");
+    let after: Vec<&str> = log
+        .iter()
+        .filter(|(at, _)| *at > mst2_up)
+        .filter_map(|(_, r)| r.as_deref().ok())
+        .collect();
+    assert!(
+        after.len() >= 10,
+        "only {} connections after the reload",
+        after.len()
+    );
+    assert!(
+        !after.contains(&"mst1"),
+        "a new connection went to the removed mst1"
+    );
+    assert!(
+        after.contains(&"mst2"),
+        "none went to the added mst2: {after:?}"
+    );
+    for (i, h) in held.iter_mut().enumerate() {
+        h.ping()
+            .unwrap_or_else(|e| panic!("held connection {i} to {} dropped: {e}", h.backend));
+        h.exchange(&payload(i as u64, 50_000)).unwrap();
+    }
+    let status = c.lb(&["status"]);
+    assert!(
+        !status.contains(" mst1 "),
+        "mst1 still in a pool:\n{status}"
+    );
+    assert!(
+        status.contains(&format!("api mst2 {}:6443 up ", backend_ip(2))),
+        "{status}"
+    );
+    eprintln!("{} connections during the reload test", log.len());
+    c.assert_peers_running();
 }

@@ -10,6 +10,7 @@ mod dns_support;
 mod harness_selftest;
 mod http;
 mod lb;
+mod lb_support;
 mod lb_tls;
 mod render_peers;
 mod support;

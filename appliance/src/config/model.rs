@@ -244,6 +244,8 @@ pub struct Lb {
     /// `api-int.<cluster domain>`); `None` checks without verification, as HAProxy's
     /// `verify none` in OpenShift's documented configuration.
     pub check_ca: Option<PathBuf>,
+    /// After `lb drain`, connections still open this long are closed, so a drain always ends.
+    pub drain_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -178,6 +178,9 @@ pub struct RawLb {
     pub balance: Option<Text>,
     #[serde(default)]
     pub health: RawHealth,
+    /// How long a drained backend's open connections may go on before they are closed.
+    #[serde(default)]
+    pub drain_timeout: Option<Text>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -33,6 +33,9 @@ const DEFAULT_TTL: u32 = 300;
 const DEFAULT_RRL_RATE: u32 = 50;
 const DEFAULT_RRL_SLIP: u32 = 2;
 const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(3600);
+/// Ample for requests in flight to finish; the long-lived ones (API watches, up to an hour) are
+/// cut sooner, which their clients handle by reconnecting, now to another backend.
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Names the plan publishes itself; a node may not take one.
 const RESERVED_NAMES: [&str; 4] = ["api", "api-int", "apps", "ns1"];
@@ -1728,8 +1731,18 @@ impl Validator<'_> {
                 )
                 .hint("a check then overlaps the next one; make the timeout at most the interval");
         }
+        let drain_timeout = match &raw.drain_timeout {
+            None => Some(DEFAULT_DRAIN_TIMEOUT),
+            Some(t) => self.duration(
+                t,
+                "drain timeout",
+                Duration::from_secs(1),
+                Duration::from_secs(24 * 3600),
+            ),
+        };
         Some(Lb {
             balance: balance?,
+            drain_timeout: drain_timeout?,
             health: HealthSettings {
                 interval: interval?,
                 timeout: timeout?,

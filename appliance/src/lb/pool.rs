@@ -7,8 +7,12 @@
 //! connections keep the `Arc` of the backend they use.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::config::Balance;
 use crate::plan::{FrontendKind, HealthCheck, LbPlan};
@@ -17,6 +21,8 @@ use crate::plan::{FrontendKind, HealthCheck, LbPlan};
 pub struct Pools {
     pub frontends: Vec<Pool>,
     pub balance: Balance,
+    /// How long a drained backend's connections may go on (see `lb::drain`).
+    pub drain_timeout: Duration,
 }
 
 #[derive(Debug)]
@@ -34,10 +40,49 @@ pub struct Backend {
     pub addr: SocketAddr,
     up: AtomicBool,
     draining: AtomicBool,
+    /// Bumped by every drain and undrain, so a drain's watcher sees when it is no longer the
+    /// current one (an undrain, or an undrain and a new drain, happened since).
+    drain_generation: AtomicU64,
+    /// When the pending drain timeout closes what is left, in milliseconds since [`origin`];
+    /// 0 when none is pending. Only for `lb status`: the watcher keeps its own deadline.
+    drain_deadline: AtomicU64,
+    /// Bumped when the drain timeout closes the backend's connections; each connection watches
+    /// it (a `watch` channel: subscribing and bumping never lock, and one bump reaches every
+    /// connection at once).
+    cut: watch::Sender<u64>,
+    /// Connections being made or open. Counted from before the connect, so that a drain that
+    /// sees 0 here can never be followed by a connection that missed the drain (see `claim`).
     pub active: AtomicUsize,
     pub connections: AtomicU64,
     pub bytes_to_backend: AtomicU64,
     pub bytes_to_client: AtomicU64,
+}
+
+/// A connection counted in [`Backend::active`] for as long as this lives.
+#[derive(Debug)]
+pub struct Claim(Arc<Backend>);
+
+impl Claim {
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.0
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The zero of the drain deadlines kept for `lb status`.
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+fn millis_since_origin(at: Instant) -> u64 {
+    // +1: 0 means "no deadline".
+    u64::try_from(at.saturating_duration_since(origin()).as_millis()).unwrap_or(u64::MAX) + 1
 }
 
 impl Backend {
@@ -47,6 +92,9 @@ impl Backend {
             addr,
             up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            drain_generation: AtomicU64::new(0),
+            drain_deadline: AtomicU64::new(0),
+            cut: watch::Sender::new(0),
             active: AtomicUsize::new(0),
             connections: AtomicU64::new(0),
             bytes_to_backend: AtomicU64::new(0),
@@ -63,18 +111,80 @@ impl Backend {
     }
 
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
-    /// Takes the backend out of rotation (new connections go elsewhere; open ones finish), or
-    /// puts it back.
-    pub fn set_draining(&self, draining: bool) {
-        self.draining.store(draining, Ordering::Release);
+        self.draining.load(Ordering::SeqCst)
     }
 
     /// Whether new connections may go here.
     pub fn eligible(&self) -> bool {
         self.is_up() && !self.is_draining()
+    }
+
+    /// Connections being made or open right now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// Reserves the backend for a new connection: counts it as active and subscribes it to the
+    /// drain timeout, then checks the backend is still eligible (the balancer's pick may be a
+    /// moment old). `None` means a drain (or a failed check) got there first. Counting before
+    /// checking (both sequentially consistent) is what lets a drain trust an active count of 0.
+    pub fn claim(self: &Arc<Self>) -> Option<(Claim, watch::Receiver<u64>)> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let claim = Claim(Arc::clone(self));
+        let cut = self.cut.subscribe();
+        self.eligible().then_some((claim, cut))
+    }
+
+    /// Takes the backend out of rotation; new connections go elsewhere, open ones go on until
+    /// `deadline`. Returns the drain's generation, or `None` when it was already draining (the
+    /// first drain's deadline stands).
+    pub fn start_drain(&self, deadline: Instant) -> Option<u64> {
+        if self.draining.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let generation = self.drain_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.drain_deadline
+            .store(millis_since_origin(deadline), Ordering::Relaxed);
+        Some(generation)
+    }
+
+    /// Puts the backend back into rotation and cancels its pending drain timeout. Returns
+    /// whether it was draining.
+    pub fn undrain(&self) -> bool {
+        if !self.draining.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.drain_generation.fetch_add(1, Ordering::SeqCst);
+        self.drain_deadline.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether the drain of `generation` is still in force (no undrain since).
+    pub fn drain_is_current(&self, generation: u64) -> bool {
+        self.is_draining() && self.drain_generation.load(Ordering::SeqCst) == generation
+    }
+
+    /// The drain ended without closing anything: no timeout pending any more.
+    pub fn drain_done(&self) {
+        self.drain_deadline.store(0, Ordering::Relaxed);
+    }
+
+    /// Closes every connection open on the backend; returns how many there were.
+    pub fn cut_connections(&self) -> usize {
+        let open = self.active();
+        self.drain_deadline.store(0, Ordering::Relaxed);
+        self.cut.send_modify(|cuts| *cuts += 1);
+        open
+    }
+
+    /// Time left before the drain timeout closes what is open, when one is pending.
+    pub fn drain_closes_in(&self) -> Option<Duration> {
+        match self.drain_deadline.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(
+                ms.saturating_sub(millis_since_origin(Instant::now())),
+            )),
+        }
     }
 }
 
@@ -110,26 +220,12 @@ impl Pools {
         Pools {
             frontends,
             balance: plan.balance,
+            drain_timeout: plan.drain_timeout,
         }
     }
 
     pub fn pool(&self, kind: FrontendKind) -> Option<&Pool> {
         self.frontends.iter().find(|p| p.kind == kind)
-    }
-
-    /// Drains (or undrains) the backends named `node` in every pool; returns how many.
-    pub fn set_draining(&self, node: &str, draining: bool) -> usize {
-        let mut n = 0;
-        for b in self
-            .frontends
-            .iter()
-            .flat_map(|p| &p.backends)
-            .filter(|b| b.name == node)
-        {
-            b.set_draining(draining);
-            n += 1;
-        }
-        n
     }
 }
 
@@ -176,6 +272,7 @@ mod tests {
         LbPlan {
             balance: Balance::RoundRobin,
             check_ca: None,
+            drain_timeout: Duration::from_secs(300),
             frontends: vec![Frontend {
                 kind: FrontendKind::Api,
                 listen: vec![],
@@ -215,7 +312,7 @@ mod tests {
             .map(|_| pool.candidates(Balance::RoundRobin)[0].name.clone())
             .collect();
         assert_eq!(firsts, ["m0", "m2", "m0", "m2"]);
-        assert_eq!(pools.set_draining("m2", true), 1);
+        assert!(pool.backends[2].start_drain(Instant::now()).is_some());
         let c = pool.candidates(Balance::RoundRobin);
         assert_eq!(
             c.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
@@ -257,5 +354,52 @@ mod tests {
             &first.pool(FrontendKind::Api).unwrap().backends[1]
         ));
         assert!(!pool.backends[1].is_up(), "m1 is new and starts down");
+    }
+
+    #[tokio::test]
+    async fn a_drain_turns_claims_away_and_its_cut_reaches_open_connections() {
+        let pools = Pools::from_plan(&plan(&[("m0", "10.0.0.2:6443")]), None);
+        let backend = Arc::clone(&pools.pool(FrontendKind::Api).unwrap().backends[0]);
+        backend.set_up(true);
+        let (open, cut) = backend.claim().expect("eligible");
+        assert_eq!(backend.active(), 1);
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let generation = backend.start_drain(deadline).expect("a new drain");
+        assert_eq!(
+            backend.start_drain(Instant::now()),
+            None,
+            "a second drain keeps the first one's deadline"
+        );
+        assert!(backend.drain_is_current(generation));
+        let left = backend.drain_closes_in().expect("a timeout is pending");
+        assert!(
+            left > Duration::from_secs(59) && left <= Duration::from_secs(60),
+            "{left:?}"
+        );
+        assert!(
+            backend.claim().is_none(),
+            "no new connection while draining"
+        );
+        assert_eq!(backend.active(), 1, "a refused claim is not counted");
+
+        assert!(!cut.has_changed().unwrap());
+        assert_eq!(backend.cut_connections(), 1);
+        assert!(
+            cut.has_changed().unwrap(),
+            "the open connection is told to close"
+        );
+        assert_eq!(backend.drain_closes_in(), None);
+        drop(open);
+        assert_eq!(backend.active(), 0);
+
+        assert!(backend.undrain());
+        assert!(!backend.undrain(), "undrained already");
+        assert!(!backend.drain_is_current(generation));
+        let (_again, later) = backend.claim().expect("back in rotation");
+        assert!(
+            !later.has_changed().unwrap(),
+            "a connection made after a cut is not closed by it"
+        );
     }
 }

@@ -1,7 +1,14 @@
 //! The TCP data path of one frontend: pick a backend, connect (trying the next one if the
 //! connect is refused or times out, before the client notices), then copy both ways until both
 //! sides are done. Half-close is passed on (one side's EOF becomes a `shutdown` of the other's
-//! write half); a connection idle in both directions for the idle timeout is closed.
+//! write half); a connection idle in both directions for the idle timeout is closed, and so is
+//! one whose backend's drain timeout passes.
+//!
+//! Each connection is two tasks: the relay, which only copies, and its keeper, which sleeps
+//! until the relay ends, the backend's connections are cut (drain timeout) or the appliance
+//! stops, and aborts the relay in the last two cases. Selecting on those signals inside the
+//! relay would poll them at every wake-up of the copy loop, and polling a `CancellationToken`
+//! takes its mutex, one shared by every connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,10 +18,10 @@ use arc_swap::ArcSwap;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::pool::{Backend, Pools};
+use super::pool::{Claim, Pools};
 use crate::plan::FrontendKind;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,28 +59,62 @@ pub async fn serve(
         let (pools, token) = (Arc::clone(&pools), token.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            let Some((backend, upstream)) = connect(kind, &pools).await else {
+            let Some(upstream) = connect(kind, &pools).await else {
                 tracing::debug!("lb/{}: no backend for {peer}", kind.name());
                 return;
             };
-            tokio::select! {
-                () = token.cancelled() => {}
-                result = relay(client, upstream, &backend) => {
-                    if let Err(e) = result {
-                        tracing::debug!("lb/{} {peer} <-> {}: {e}", kind.name(), backend.addr);
-                    }
-                }
-            }
+            keep(kind, peer, client, upstream, &token).await;
         });
     }
 }
 
-async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<(Arc<Backend>, TcpStream)> {
+/// A connection made to a backend, counted on it, with the backend's cut signal.
+struct Upstream {
+    claim: Claim,
+    stream: TcpStream,
+    cut: watch::Receiver<u64>,
+}
+
+/// Runs the relay of one connection in its own task until it ends, or aborts it when the
+/// backend's connections are cut or the appliance stops.
+async fn keep(
+    kind: FrontendKind,
+    peer: std::net::SocketAddr,
+    client: TcpStream,
+    upstream: Upstream,
+    token: &CancellationToken,
+) {
+    let Upstream {
+        claim,
+        stream,
+        mut cut,
+    } = upstream;
+    let addr = claim.backend().addr;
+    let mut relay = tokio::spawn(relay(client, stream, claim));
+    tokio::select! {
+        () = token.cancelled() => relay.abort(),
+        Ok(()) = cut.changed() => {
+            relay.abort();
+            tracing::debug!("lb/{} {peer} <-> {addr}: closed at the drain timeout", kind.name());
+        }
+        joined = &mut relay => {
+            if let Ok(Err(e)) = joined {
+                tracing::debug!("lb/{} {peer} <-> {addr}: {e}", kind.name());
+            }
+        }
+    }
+}
+
+async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream> {
     let snapshot = pools.load();
     let pool = snapshot.pool(kind)?;
     for backend in pool.candidates(snapshot.balance) {
+        // Drained (or down) since the pick: the next one.
+        let Some((claim, cut)) = backend.claim() else {
+            continue;
+        };
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(backend.addr)).await {
-            Ok(Ok(stream)) => return Some((backend, stream)),
+            Ok(Ok(stream)) => return Some(Upstream { claim, stream, cut }),
             Ok(Err(e)) => tracing::debug!(
                 "lb/{}: {} refused: {e}; trying the next",
                 kind.name(),
@@ -89,19 +130,10 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<(Arc<Back
     None
 }
 
-/// Counts a connection on its backend for as long as it lives.
-struct Active<'a>(&'a Backend);
-
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-async fn relay(client: TcpStream, upstream: TcpStream, backend: &Backend) -> std::io::Result<()> {
-    backend.active.fetch_add(1, Ordering::Relaxed);
+/// Copies both ways until both are done; the claim keeps the connection counted meanwhile.
+async fn relay(client: TcpStream, upstream: TcpStream, claim: Claim) -> std::io::Result<()> {
+    let backend = claim.backend();
     backend.connections.fetch_add(1, Ordering::Relaxed);
-    let _active = Active(backend);
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     let started = Instant::now();

@@ -11,6 +11,8 @@ use crate::config::{Balance, Config, ControlPlaneCheck, IngressCheck, Role};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbPlan {
     pub balance: Balance,
+    /// How long a drained backend's open connections may go on.
+    pub drain_timeout: Duration,
     pub frontends: Vec<Frontend>,
     /// The CA HTTPS checks verify against; `None`: no verification.
     pub check_ca: Option<std::path::PathBuf>,
@@ -148,6 +150,7 @@ pub fn derive(config: &Config) -> LbPlan {
     LbPlan {
         balance: config.lb.balance,
         check_ca: config.lb.check_ca.clone(),
+        drain_timeout: config.lb.drain_timeout,
         frontends: vec![
             frontend(
                 FrontendKind::Api,

@@ -128,7 +128,11 @@ pub(super) fn render(plan: &Plan) -> String {
         Balance::RoundRobin => "round robin",
         Balance::LeastConnections => "least connections",
     };
-    let _ = writeln!(o, "\nload balancer ({balance})");
+    let _ = writeln!(
+        o,
+        "\nload balancer ({balance}, drain timeout {})",
+        short_duration(plan.lb.drain_timeout)
+    );
     for f in &plan.lb.frontends {
         let c = &f.check;
         let probe = match &c.probe {
