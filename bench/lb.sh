@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Load-balancer benchmark: okd-appliance against HAProxy (`mode tcp`, `nbthread 1`, the same
+# pools and TCP checks, from `okd-appliance render --format haproxy` of the same YAML), in one
+# run, on this machine.
+#
+#   sudo bash bench/lb.sh
+#
+# Topology: the balancer in lbsrv<PID> on CPU 0 (10.95.0.1); two backends (busybox httpd, which
+# closes every connection after its response) and the client in lbcli<PID> on CPU 1
+# (10.95.0.21, .22 and .99), over a veth pair. The ingress-http frontend (port 80) is measured;
+# both balancers use TCP checks (inter 1s fall 2 rise 2).
+#   1. conn/s: CLIENTS curl processes, each making REQS requests for a 4 KiB file, every request
+#      on a new TCP connection through the balancer (busybox httpd does not keep connections).
+#   2. throughput: PARALLEL curl downloads of a BIG_MB file through the balancer (MiB/s).
+#   3. added latency: SAMPLES sequential requests straight to a backend and through the
+#      balancer; the difference of the p50 and p99 of curl's time_total.
+# wrk and iperf3 are not installed on this machine, so curl is the load generator: absolute
+# numbers are bounded by curl, the ratio between balancers under the same load is the figure.
+#
+# Environment knobs (defaults in brackets):
+#   CLIENTS [4]  REQS [1000]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
+#   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
+set -Eeuo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+
+CLIENTS=${CLIENTS:-4}
+REQS=${REQS:-1000}
+PARALLEL=${PARALLEL:-4}
+BIG_MB=${BIG_MB:-512}
+SAMPLES=${SAMPLES:-300}
+BENCH_KEEP_TMP=${KEEP:-0}
+SRV_NS=lbsrv$$
+CLI_NS=lbcli$$
+SRV_IF=ls$$
+CLI_IF=lc$$
+LB_IP=10.95.0.1
+BACKENDS=(10.95.0.21 10.95.0.22)
+CLI_IP=10.95.0.99
+SRV_CPU=0
+LOAD_CPU=1
+SERVERS=(okd-appliance haproxy)
+
+[[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/lb.sh"
+(($(nproc) >= 2)) || die "needs at least 2 CPUs"
+export PATH="$PATH:/usr/sbin:/sbin"
+for tool in curl taskset busybox haproxy; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool missing"
+done
+
+build_appliance
+BUSY_AT_START=$(busy_pct)
+NOISE_MAX=$(noise_count curl)
+if ((NOISE_MAX > 0 || BUSY_AT_START > 10)); then
+  log "warning: $NOISE_MAX build/test/load processes running, machine ${BUSY_AT_START}% busy; numbers will be noisy"
+fi
+
+NETNS_ETC=()
+lb_cleanup() {
+  local rc=$? d
+  set +e
+  for d in "${NETNS_ETC[@]}"; do rm -rf "$d"; done
+  (exit "$rc")
+  bench_cleanup
+}
+trap lb_cleanup EXIT
+trap 'exit 130' INT TERM
+BENCH_TMP=$(mktemp -d /tmp/okd-lbbench.XXXXXX)
+W=$BENCH_TMP
+
+# --- topology (a private resolv.conf per namespace: nothing inside can touch the host's) --------
+netns_with_resolv() {
+  mkdir -p "/etc/netns/$1"
+  NETNS_ETC+=("/etc/netns/$1")
+  printf 'nameserver 127.0.0.1\n' >"/etc/netns/$1/resolv.conf"
+  bench_netns_add "$1"
+}
+netns_with_resolv "$SRV_NS"
+netns_with_resolv "$CLI_NS"
+ip link add "$SRV_IF" netns "$SRV_NS" type veth peer name "$CLI_IF" netns "$CLI_NS"
+ip -n "$SRV_NS" addr add "$LB_IP/24" dev "$SRV_IF"
+ip -n "$CLI_NS" addr add "$CLI_IP/24" dev "$CLI_IF"
+for b in "${BACKENDS[@]}"; do ip -n "$CLI_NS" addr add "$b/24" dev "$CLI_IF"; done
+ip -n "$SRV_NS" link set "$SRV_IF" up
+ip -n "$CLI_NS" link set "$CLI_IF" up
+wait_until 10 ip netns exec "$CLI_NS" ping -c 1 -W 1 "$LB_IP" || die "veth pair did not come up"
+
+# --- backends --------------------------------------------------------------------------------
+mkdir -p "$W/www" "$W/install_dir" "$W/artifacts"
+head -c 4096 /dev/urandom >"$W/www/small.bin"
+log "writing a ${BIG_MB} MiB file"
+head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/big.bin"
+for b in "${BACKENDS[@]}"; do
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU busybox httpd -f -p "$b:80" -h "$W/www" &
+  bench_track $!
+  wait_until 10 ip netns exec "$CLI_NS" curl -sf -o /dev/null "http://$b/small.bin" || die "backend $b"
+done
+
+# --- the same pools for both balancers -----------------------------------------------------
+for role in bootstrap master worker; do
+  printf '{"ignition":{"version":"3.2.0"}}\n' >"$W/install_dir/$role.ign"
+done
+cat >"$W/cluster.yml" <<EOF
+version: 1
+cluster: { name: bench, base_domain: okd.test }
+network: { subnet: 10.95.0.0/24, appliance_ip: $LB_IP }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.95.0.10 }
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:21", ip: ${BACKENDS[0]} }
+  - { name: worker-1, role: worker, mac: "52:54:00:00:00:22", ip: ${BACKENDS[1]} }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+state_dir: ./state
+lb:
+  health: { interval: 1s, timeout: 1s, rise: 2, fall: 2, ingress_check: tcp }
+listen: { dns: [], dhcp: [], tftp: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: ["$LB_IP:80"] }
+EOF
+(cd "$W" && "$BIN" render --format haproxy cluster.yml) >"$W/haproxy.cfg.in" || die "render haproxy"
+# One thread, as okd-appliance on one CPU; maxconn within this machine's descriptor limit.
+sed -e 's/^global$/global\n    nbthread 1/' -e 's/maxconn 20000/maxconn 8000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
+haproxy -c -f "$W/haproxy.cfg" >/dev/null || die "haproxy -c rejected the rendered config"
+
+start_lb() {
+  local cmd
+  case $1 in
+    okd-appliance) cmd=("$BIN" serve "$W/cluster.yml") ;;
+    haproxy) cmd=(haproxy -db -f "$W/haproxy.cfg") ;;
+  esac
+  (cd "$W" && exec ip netns exec "$SRV_NS" taskset -c $SRV_CPU "${cmd[@]}") >"$W/$1.log" 2>&1 &
+  LB_PID=$!
+  bench_track "$LB_PID"
+  # Both backends up: a few requests in a row answered.
+  wait_until 15 bash -c "for i in 1 2 3 4; do ip netns exec $CLI_NS curl -sf -o /dev/null http://$LB_IP/small.bin || exit 1; done" ||
+    die "$1 did not start serving (log: $W/$1.log)"
+  sleep 2.5 # both backends past `rise`
+}
+
+conn_rate() {
+  local i t0 t1 pids=()
+  for ((i = 0; i < REQS; i++)); do
+    printf 'url = "http://%s/small.bin"\noutput = "/dev/null"\n' "$LB_IP"
+  done >"$W/conn.curl"
+  t0=$(date +%s.%N)
+  for ((i = 0; i < CLIENTS; i++)); do
+    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -sf -K "$W/conn.curl" &
+    pids+=($!)
+  done
+  wait "${pids[@]}" || die "a request through the balancer failed"
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" -v n=$((CLIENTS * REQS)) 'BEGIN {printf "%.0f\n", n / (b - a)}'
+}
+
+throughput() {
+  local i t0 t1 pids=() want=$((BIG_MB * 1024 * 1024))
+  t0=$(date +%s.%N)
+  for ((i = 0; i < PARALLEL; i++)); do
+    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -s -o /dev/null -w '%{size_download}\n' \
+      "http://$LB_IP/big.bin" >"$W/big.$i" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  t1=$(date +%s.%N)
+  for ((i = 0; i < PARALLEL; i++)); do
+    [[ $(cat "$W/big.$i") == "$want" ]] || die "download $i got $(cat "$W/big.$i") bytes"
+  done
+  awk -v a="$t0" -v b="$t1" -v n=$((want * PARALLEL)) 'BEGIN {printf "%.0f\n", n / (b - a) / 1048576}'
+}
+
+# p50 and p99 of curl's time_total in microseconds for SAMPLES requests to $1.
+latency() {
+  local i
+  for ((i = 0; i < SAMPLES; i++)); do
+    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -sf -o /dev/null -w '%{time_total}\n' "$1"
+  done | sort -n | awk '{v[NR] = $1 * 1e6} END {printf "%.0f %.0f\n", v[int(NR * 0.5)], v[int(NR * 0.99)]}'
+}
+
+declare -A RATE TPUT P50 P99
+read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
+log "direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us"
+for s in "${SERVERS[@]}"; do
+  log "$s: starting"
+  start_lb "$s"
+  RATE[$s]=$(conn_rate)
+  log "$s: ${RATE[$s]} connections/s"
+  TPUT[$s]=$(throughput)
+  log "$s: ${TPUT[$s]} MiB/s"
+  read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
+  P50[$s]=$((p50 - DIRECT50))
+  P99[$s]=$((p99 - DIRECT99))
+  log "$s: added latency p50 ${P50[$s]} us, p99 ${P99[$s]} us"
+  stop_pid "$LB_PID" 5 || true
+done
+
+# --- report ----------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}'; }
+REPORT=$W/lb.md
+{
+  echo "## Load balancer"
+  echo
+  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs; balancer on CPU $SRV_CPU; two busybox httpd backends and curl on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\`)."
+  echo "conn/s: $CLIENTS curl clients x $REQS requests, a new connection each. Throughput: $PARALLEL parallel downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us). curl is the load generator (wrk and iperf3 are not installed here)."
+  echo
+  echo "| balancer | conn/s | MiB/s | added p50 us | added p99 us |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
+  for s in "${SERVERS[@]}"; do
+    echo "| $s | ${RATE[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} |"
+  done
+  echo
+  echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+} >"$REPORT"
+cat "$REPORT"
+if [[ ${NO_DOC:-0} != 1 ]]; then
+  replace_doc_section "${DOC:-$ROOT/docs/performance.md}" "Load balancer" "$REPORT"
+  log "updated ${DOC:-docs/performance.md}"
+fi
