@@ -14,6 +14,8 @@
 #   2. throughput: PARALLEL curl downloads of a BIG_MB file through the balancer (MiB/s).
 #   3. added latency: SAMPLES sequential requests straight to a backend and through the
 #      balancer; the difference of the p50 and p99 of curl's time_total.
+#   4. failover: one backend is killed while a client sends requests one after another; the
+#      time until the balancer logs it down, and how many requests failed in the 4 s after.
 # wrk and iperf3 are not installed on this machine, so curl is the load generator: absolute
 # numbers are bounded by curl, the ratio between balancers under the same load is the figure.
 #
@@ -92,11 +94,14 @@ mkdir -p "$W/www" "$W/install_dir" "$W/artifacts"
 head -c 4096 /dev/urandom >"$W/www/small.bin"
 log "writing a ${BIG_MB} MiB file"
 head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/big.bin"
-for b in "${BACKENDS[@]}"; do
-  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU busybox httpd -f -p "$b:80" -h "$W/www" &
+declare -A BACKEND_PID
+start_backend() {
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU busybox httpd -f -p "$1:80" -h "$W/www" &
+  BACKEND_PID[$1]=$!
   bench_track $!
-  wait_until 10 ip netns exec "$CLI_NS" curl -sf -o /dev/null "http://$b/small.bin" || die "backend $b"
-done
+  wait_until 10 ip netns exec "$CLI_NS" curl -sf -o /dev/null "http://$1/small.bin" || die "backend $1"
+}
+for b in "${BACKENDS[@]}"; do start_backend "$b"; done
 
 # --- the same pools for both balancers -----------------------------------------------------
 for role in bootstrap master worker; do
@@ -118,7 +123,10 @@ listen: { dns: [], dhcp: [], tftp: [], http: [], api: [], machine_config: [], in
 EOF
 (cd "$W" && "$BIN" render --format haproxy cluster.yml) >"$W/haproxy.cfg.in" || die "render haproxy"
 # One thread, as okd-appliance on one CPU; maxconn within this machine's descriptor limit.
-sed -e 's/^global$/global\n    nbthread 1/' -e 's/maxconn 20000/maxconn 8000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
+# Server state changes go to stderr, where the failover step looks for them.
+sed -e 's/^global$/global\n    nbthread 1\n    log stderr format raw local0/' \
+  -e 's/^defaults$/defaults\n    log global/' \
+  -e 's/maxconn 20000/maxconn 8000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
 haproxy -c -f "$W/haproxy.cfg" >/dev/null || die "haproxy -c rejected the rendered config"
 
 start_lb() {
@@ -175,7 +183,42 @@ latency() {
   done | sort -n | awk '{v[NR] = $1 * 1e6} END {printf "%.0f %.0f\n", v[int(NR * 0.5)], v[int(NR * 0.99)]}'
 }
 
-declare -A RATE TPUT P50 P99
+# Kills the second backend under a request loop and starts it again; sets DOWN_MS[$1] (until the
+# balancer logged it down) and FAILED[$1] (requests that failed). Not in a subshell: it restarts
+# the backend, whose PID the next run needs.
+failover() {
+  local lb=$1 pattern t0 t1 loop victim=${BACKENDS[1]}
+  case $lb in
+    okd-appliance) pattern="worker-1: ingress-http backend $victim:80 is down" ;;
+    haproxy) pattern="worker-1 is DOWN" ;;
+  esac
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU bash -c "
+    end=\$((SECONDS + 5))
+    while ((SECONDS < end)); do
+      curl -s -o /dev/null --max-time 2 -w '%{http_code}\n' http://$LB_IP/small.bin
+    done" >"$W/failover.$lb" &
+  loop=$!
+  sleep 1
+  t0=$(date +%s%N)
+  # SIGKILL, then any per-connection child busybox forked meanwhile (they hold the listening
+  # socket, which would keep TCP checks passing).
+  local p
+  for ((i = 0; i < 5; i++)); do
+    for p in $(proc_tree "${BACKEND_PID[$victim]}"); do kill -KILL "$p" 2>/dev/null || true; done
+  done
+  wait "${BACKEND_PID[$victim]}" 2>/dev/null || true
+  t1=""
+  for ((i = 0; i < 200; i++)); do
+    if grep -qF "$pattern" "$W/$lb.log"; then t1=$(date +%s%N); break; fi
+    sleep 0.05
+  done
+  wait "$loop" || true
+  start_backend "$victim"
+  FAILED[$lb]=$(grep -vc '^200$' "$W/failover.$lb" || true)
+  if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
+}
+
+declare -A RATE TPUT P50 P99 DOWN_MS FAILED
 read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
 log "direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us"
 for s in "${SERVERS[@]}"; do
@@ -189,6 +232,8 @@ for s in "${SERVERS[@]}"; do
   P50[$s]=$((p50 - DIRECT50))
   P99[$s]=$((p99 - DIRECT99))
   log "$s: added latency p50 ${P50[$s]} us, p99 ${P99[$s]} us"
+  failover "$s"
+  log "$s: killed backend logged down after ${DOWN_MS[$s]} ms; ${FAILED[$s]} requests failed"
   stop_pid "$LB_PID" 5 || true
 done
 
@@ -201,10 +246,10 @@ REPORT=$W/lb.md
   echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs; balancer on CPU $SRV_CPU; two busybox httpd backends and curl on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\`)."
   echo "conn/s: $CLIENTS curl clients x $REQS requests, a new connection each. Throughput: $PARALLEL parallel downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us). curl is the load generator (wrk and iperf3 are not installed here)."
   echo
-  echo "| balancer | conn/s | MiB/s | added p50 us | added p99 us |"
-  echo "| --- | ---: | ---: | ---: | ---: |"
+  echo "| balancer | conn/s | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${RATE[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} |"
+    echo "| $s | ${RATE[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
   done
   echo
   echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."

@@ -2,10 +2,11 @@
 //! http.server behind `ssl`, certificates made with the openssl command): a backend whose
 //! `/readyz` answers 500 (an API server shutting down) leaves the pool though its port still
 //! accepts TLS connections, and comes back on 200; with `lb.health.ca_file` a backend whose
-//! certificate does not chain to that CA never enters the pool.
+//! certificate does not chain to that CA never enters the pool. A third master that accepts
+//! connections and never answers (probes that time out) does not slow the verdicts on the others.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::{Netns, Process, Topology, require_root, require_tools, wait_until};
 use nix::sys::signal::{Signal, kill};
@@ -152,9 +153,12 @@ network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
 nodes:
   - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
   - {{ name: mst1, role: master, mac: "52:54:00:00:00:12", ip: 10.99.0.12 }}
+  - {{ name: mst9, role: master, mac: "52:54:00:00:00:19", ip: 10.99.0.19 }}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
 lb:
-  health: {{ interval: 300ms, timeout: 250ms, rise: 2, fall: 2{ca} }}
+  # mst9 accepts connections and never answers: its probes wait out the whole timeout, which
+  # must not slow the verdict on the others (the 2 s limits below).
+  health: {{ interval: 300ms, timeout: 1s, rise: 2, fall: 2{ca} }}
 listen:
   dns: []
   dhcp: []
@@ -205,6 +209,25 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
         std::fs::write(root.join("readyz"), "200").unwrap();
         servers.push((https_backend(&node, ip, &root, &cert, &key), node));
     }
+    let mute = topo.add_node("mst9", "10.99.0.19/24", None).unwrap();
+    let listener = mute
+        .spawn(
+            "mute",
+            [
+                "python3",
+                "-c",
+                "import socket, time\n\
+                 s = socket.socket()\n\
+                 s.bind(('10.99.0.19', 6443))\n\
+                 s.listen(128)\n\
+                 time.sleep(600)",
+            ],
+        )
+        .unwrap();
+    assert!(
+        mute.wait_tcp("10.99.0.19:6443".parse().unwrap(), Duration::from_secs(10))
+            .is_ok()
+    );
 
     // Verification against a CA that did not sign the nodes' certificates: nobody comes up.
     let config = config(dir.path(), Some(&other_ca));
@@ -245,13 +268,18 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
 
     // mst1's API server starts shutting down: /readyz 500 while TLS connects still succeed.
     std::fs::write(dir.path().join("mst1/readyz"), "500").unwrap();
+    let changed = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(2), || app
+        wait_until(Duration::from_secs(3), || app
             .stderr()
             .contains("mst1: api backend 10.99.0.12:6443 is down")),
         "{}",
         app.log_tails()
     );
+    // fall (2) x interval (300 ms) and a little: a checker that waited for mst9's 1 s timeout
+    // between rounds would take at least 1.3 s.
+    let took = changed.elapsed();
+    assert!(took < Duration::from_millis(1200), "down after {took:?}");
     for _ in 0..6 {
         assert_eq!(whoami(&client).as_deref(), Some("mst0"));
     }
@@ -266,5 +294,5 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
         "{}",
         app.log_tails()
     );
-    drop(servers);
+    drop((servers, listener));
 }

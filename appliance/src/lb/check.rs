@@ -1,13 +1,15 @@
-//! The active health checker: one loop that probes every backend of every pool each interval
-//! (concurrently, each probe bounded by the timeout), feeds the results to each backend's
-//! [`Health`] and flips the backend when it changes. It also swaps in new pools when the plan
-//! changes, keeping the state of the backends that stay.
+//! The active health checker: one task that, every interval, starts a probe of each backend of
+//! each served pool (one whose frontend has a listener) whose previous probe has finished; each
+//! probe is bounded by the timeout and runs concurrently, and its result goes to the backend's
+//! [`Health`] as soon as it arrives, so an unreachable node waiting out its timeout never delays
+//! the verdict on the others. It also swaps in new pools when the plan changes, keeping the
+//! state of the backends that stay.
 //!
 //! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::tls`]),
 //! HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect. A fresh
 //! connection per probe, as HAProxy does: a check must see what a new client would.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,83 +43,124 @@ pub async fn run(
     // reload the previous connector stays.
     let mut tls =
         super::tls::connector(seen_plan.lb.check_ca.as_deref()).context("lb.health.ca_file")?;
+    let mut period = interval_of(&pools.load());
+    let mut ticker = ticker(period);
+    // Each backend is probed every tick unless its previous probe is still running, so a probe
+    // that waits for its timeout (an unreachable node) never delays the checks of the others.
+    let mut probes: JoinSet<(Key, bool)> = JoinSet::new();
+    let mut in_flight: HashSet<Key> = HashSet::new();
     loop {
-        let current = plan.load_full();
-        if !Arc::ptr_eq(&current, &seen_plan) {
-            if current.lb.check_ca != seen_plan.lb.check_ca {
-                match super::tls::connector(current.lb.check_ca.as_deref()) {
-                    Ok(c) => tls = c,
-                    Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
+        tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            Some(joined) = probes.join_next(), if !probes.is_empty() => {
+                if let Ok((key, ok)) = joined {
+                    in_flight.remove(&key);
+                    observe(&mut health, &pools.load(), &journal, key, ok);
                 }
             }
-            let next = Pools::from_plan(&current.lb, Some(&pools.load()));
-            pools.store(Arc::new(next));
-            seen_plan = current;
-        }
-        let snapshot = pools.load_full();
-        let interval = snapshot
-            .frontends
-            .first()
-            .map_or(Duration::from_secs(1), |p| p.check.interval);
-        let mut probes = JoinSet::new();
-        for pool in &snapshot.frontends {
-            for backend in &pool.backends {
-                let (kind, addr, name) = (pool.kind, backend.addr, backend.name.clone());
-                let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
-                let tls = tls.clone();
-                probes.spawn(async move {
-                    let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
-                        .await
-                        .unwrap_or(false);
-                    ((kind, addr, name), ok)
-                });
-            }
-        }
-        let round = async {
-            while let Some(Ok((key, ok))) = probes.join_next().await {
-                let pool = snapshot.pool(key.0);
-                let Some(backend) = pool.and_then(|p| {
-                    p.backends
-                        .iter()
-                        .find(|b| b.addr == key.1 && b.name == key.2)
-                }) else {
-                    continue;
-                };
-                let check = &pool.expect("found above").check;
-                let h = health
-                    .entry(key.clone())
-                    .or_insert_with(|| Health::new(check.rise, check.fall));
-                match h.observe(ok) {
-                    Transition::None => {}
-                    t => {
-                        let up = t == Transition::WentUp;
-                        backend.set_up(up);
-                        journal.publish(
-                            Some(key.2.clone()),
-                            EventKind::BackendHealth {
-                                frontend: key.0.name().to_owned(),
-                                backend: key.1,
-                                up,
-                            },
-                        );
+            _ = ticker.tick() => {
+                let current = plan.load_full();
+                if !Arc::ptr_eq(&current, &seen_plan) {
+                    if current.lb.check_ca != seen_plan.lb.check_ca {
+                        match super::tls::connector(current.lb.check_ca.as_deref()) {
+                            Ok(c) => tls = c,
+                            Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
+                        }
+                    }
+                    let next = Pools::from_plan(&current.lb, Some(&pools.load()));
+                    pools.store(Arc::new(next));
+                    seen_plan = current;
+                    forget_removed(&mut health, &pools.load());
+                    if interval_of(&pools.load()) != period {
+                        period = interval_of(&pools.load());
+                        ticker = self::ticker(period);
+                    }
+                }
+                let snapshot = pools.load_full();
+                for pool in &snapshot.frontends {
+                    // A frontend with no listener carries no traffic: its nodes are not probed.
+                    if !seen_plan.lb.frontends.iter().any(|f| f.kind == pool.kind && !f.listen.is_empty()) {
+                        continue;
+                    }
+                    for backend in &pool.backends {
+                        let key = (pool.kind, backend.addr, backend.name.clone());
+                        if !in_flight.insert(key.clone()) {
+                            continue;
+                        }
+                        let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
+                        let tls = tls.clone();
+                        probes.spawn(async move {
+                            let ok = tokio::time::timeout(timeout, probe_once(&probe, key.1, &tls))
+                                .await
+                                .unwrap_or(false);
+                            (key, ok)
+                        });
                     }
                 }
             }
-        };
-        tokio::select! {
-            () = token.cancelled() => return Ok(()),
-            () = async { round.await; tokio::time::sleep(interval).await } => {}
         }
-        // Forget backends no pool has any more.
-        let live = pools.load();
-        health.retain(|(kind, addr, name), _| {
-            live.pool(*kind).is_some_and(|p| {
-                p.backends
-                    .iter()
-                    .any(|b| b.addr == *addr && &b.name == name)
-            })
-        });
     }
+}
+
+fn interval_of(pools: &Pools) -> Duration {
+    pools
+        .frontends
+        .first()
+        .map_or(Duration::from_secs(1), |p| p.check.interval)
+}
+
+/// Ticks every `period`, the first at once; a late tick moves the schedule instead of bursting.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(period);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
+}
+
+/// Feeds one probe result to the backend's state machine and flips the backend on a change.
+fn observe(
+    health: &mut HashMap<Key, Health>,
+    pools: &Pools,
+    journal: &Journal,
+    key: Key,
+    ok: bool,
+) {
+    let Some(pool) = pools.pool(key.0) else {
+        return;
+    };
+    let Some(backend) = pool
+        .backends
+        .iter()
+        .find(|b| b.addr == key.1 && b.name == key.2)
+    else {
+        return;
+    };
+    let h = health
+        .entry(key.clone())
+        .or_insert_with(|| Health::new(pool.check.rise, pool.check.fall));
+    let up = match h.observe(ok) {
+        Transition::None => return,
+        t => t == Transition::WentUp,
+    };
+    backend.set_up(up);
+    journal.publish(
+        Some(key.2),
+        EventKind::BackendHealth {
+            frontend: key.0.name().to_owned(),
+            backend: key.1,
+            up,
+        },
+    );
+}
+
+/// Forgets the health of backends no pool has any more.
+fn forget_removed(health: &mut HashMap<Key, Health>, live: &Pools) {
+    health.retain(|(kind, addr, name), _| {
+        live.pool(*kind).is_some_and(|p| {
+            p.backends
+                .iter()
+                .any(|b| b.addr == *addr && &b.name == name)
+        })
+    });
 }
 
 async fn probe_once(probe: &Probe, backend: SocketAddr, tls: &TlsConnector) -> bool {
