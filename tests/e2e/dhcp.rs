@@ -4,6 +4,8 @@
 //! - dhclient, udhcpc and dhcpcd each get a node's reservation with its host name, router, DNS,
 //!   domain, MTU and NTP (read from the environment their hook script is given), renew it and
 //!   release it; the appliance logs every ACK and journals the release.
+//! - A reply too big for 576 bytes moves options into the `file` field under option 52, and
+//!   dhclient reads them from there.
 //! - Unknown clients get nothing without a pool and a pool address with one; a returning
 //!   client gets its address again and its client identifier back (RFC 6842).
 //! - A client behind `dhcrelay` (adding option 82) on another segment gets its reservation
@@ -187,6 +189,94 @@ fn dhclient_gets_its_reservation_renews_and_releases() {
         "dhclient -r left the client running"
     );
     expect_released(&site, node_cfg.ip, node_cfg.mac);
+}
+
+/// The options `dhclient.conf` (see [`dhclient`]) requests, in its order.
+const DHCLIENT_REQUESTS: [OptionCode; 9] = [
+    OptionCode::SubnetMask,
+    OptionCode::BroadcastAddr,
+    OptionCode::Router,
+    OptionCode::DomainName,
+    OptionCode::DomainNameServer,
+    OptionCode::DomainSearch,
+    OptionCode::Hostname,
+    OptionCode::InterfaceMtu,
+    OptionCode::NtpServers,
+];
+
+/// Thirty NTP servers and four long search domains are more than a 576-byte reply holds: the
+/// NTP servers, asked for last, go into the `file` field under option 52, and dhclient reads
+/// them from there.
+#[test]
+fn dhclient_reads_options_from_an_overloaded_file_field() {
+    if !require_root() || !require_tools(&["dhclient", "unshare"]) {
+        return;
+    }
+    let node_cfg = MASTER0;
+    let ntp: Vec<Ipv4Addr> = (1..=30).map(|i| Ipv4Addr::new(10, 99, 1, i)).collect();
+    let search: Vec<String> = ["alpha", "bravo", "charlie", "delta"]
+        .iter()
+        .map(|w| format!("{w}-search-domain-for-this-lab.example"))
+        .collect();
+    let cluster = Cluster {
+        ntp: ntp.clone(),
+        domain_search: search.clone(),
+        ..Cluster::default()
+    };
+    let site = Site::new(&cluster);
+    let topo = Topology::new("dho").expect("topology");
+    let app = site.start_appliance(topo.services());
+    let node = topo.add_bare_node("dhon").expect("node");
+    node.set_mac(node_cfg.mac).expect("mac");
+
+    // On the wire, with dhclient's request list and no maximum size (576 bytes): option 52
+    // names `file`, and the NTP servers are not in the options field.
+    let sock = client_socket(&node, "eth0");
+    let mut probe = discover(&mac_bytes(node_cfg.mac), 0x0052_0001);
+    probe
+        .opts_mut()
+        .insert(DhcpOption::ParameterRequestList(DHCLIENT_REQUESTS.to_vec()));
+    let mut offer = None;
+    for _ in 0..3 {
+        send(&sock, &probe);
+        offer = recv(&sock, Duration::from_secs(1)).filter(|m| m.xid() == probe.xid());
+        if offer.is_some() {
+            break;
+        }
+    }
+    let offer = offer.unwrap_or_else(|| panic!("no OFFER\n{}", app.log_tails()));
+    assert_eq!(
+        offer.opts().get(OptionCode::OptionOverload),
+        Some(&DhcpOption::OptionOverload(1)),
+        "the reply does not overload file: {offer:?}"
+    );
+    assert!(offer.opts().get(OptionCode::NtpServers).is_none());
+    drop(sock);
+
+    let hook = Hook::new(site.path(), "dhclient");
+    let mut client = Process::spawn(
+        "dhclient",
+        dhclient(&node, &site, &hook, &["-1", "-d", "-v"]),
+    )
+    .expect("dhclient");
+    let bound = hook
+        .wait(0, &["BOUND"], BIND_TIMEOUT)
+        .unwrap_or_else(|| panic!("no BOUND: {:?}\n{}", hook.reasons(), client.log_tails()));
+    let ntp_text: Vec<String> = ntp.iter().map(Ipv4Addr::to_string).collect();
+    let search_text: Vec<String> = std::iter::once(DOMAIN.to_owned())
+        .chain(search)
+        .map(|d| format!("{d}."))
+        .collect();
+    bound.expect(&[
+        ("new_ip_address", node_cfg.ip.to_string()),
+        ("new_host_name", node_cfg.name.into()),
+        ("new_routers", GATEWAY.to_string()),
+        ("new_domain_search", search_text.join(" ")),
+        ("new_ntp_servers", ntp_text.join(" ")),
+        ("new_dhcp_lease_time", LEASE_SECS.to_string()),
+    ]);
+    expect_addr(&node, node_cfg.ip);
+    client.stop().expect("stop dhclient");
 }
 
 #[test]
@@ -465,6 +555,7 @@ fn a_client_behind_dhcrelay_gets_its_reservation() {
         subnet: "10.99.0.0/16",
         pool: None,
         nodes: vec![MASTER0, far],
+        ..Cluster::default()
     };
     let site = Site::new(&cluster);
     let topo = Topology::new("dhr").expect("topology");
@@ -702,6 +793,7 @@ fn acknowledged_leases_survive_kill_9_under_load() {
         subnet: "10.99.0.0/16",
         pool: Some((start, end)),
         nodes: NODES.to_vec(),
+        ..Cluster::default()
     };
     let site = Site::new(&cluster);
     let topo = Topology::new("dhk").expect("topology");

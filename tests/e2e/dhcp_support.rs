@@ -73,6 +73,10 @@ pub struct Cluster {
     /// `network.dhcp_pool` as (start, end).
     pub pool: Option<(Ipv4Addr, Ipv4Addr)>,
     pub nodes: Vec<Reserved>,
+    /// `network.ntp` (the appliance by default).
+    pub ntp: Vec<Ipv4Addr>,
+    /// `network.domain_search`: extra search domains after the cluster domain.
+    pub domain_search: Vec<String>,
 }
 
 impl Default for Cluster {
@@ -81,6 +85,8 @@ impl Default for Cluster {
             subnet: "10.99.0.0/24",
             pool: None,
             nodes: NODES.to_vec(),
+            ntp: vec![SERVER],
+            domain_search: Vec::new(),
         }
     }
 }
@@ -118,6 +124,15 @@ impl Site {
         let pool = cluster.pool.map_or_else(String::new, |(s, e)| {
             format!("  dhcp_pool: {{ start: {s}, end: {e} }}\n")
         });
+        let list = |items: &[String]| items.join(", ");
+        let ntp = list(
+            &cluster
+                .ntp
+                .iter()
+                .map(Ipv4Addr::to_string)
+                .collect::<Vec<_>>(),
+        );
+        let search = list(&cluster.domain_search);
         // DHCP follows network.interface (0.0.0.0:67 bound to br0); everything else is off, so
         // the test owns the only socket that matters.
         let text = format!(
@@ -129,7 +144,8 @@ network:
   subnet: {subnet}
   gateway: {GATEWAY}
   appliance_ip: {SERVER}
-  ntp: [{SERVER}]
+  ntp: [{ntp}]
+  domain_search: [{search}]
   mtu: {MTU}
   lease_time: 1h
 {pool}nodes:

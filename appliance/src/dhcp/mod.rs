@@ -1,9 +1,10 @@
 //! DHCPv4: reservations for the nodes, an optional dynamic pool, PXE and iPXE boot, and leases
 //! that are never lost.
 //!
-//! Architecture invariant: `reply` decides, `leases` remembers, the server layer does the I/O
-//! and syncs the leases before any ACK leaves.
+//! Architecture invariant: `reply` decides, `fit` sizes the reply, `leases` remembers, the
+//! server layer does the I/O and syncs the leases before any ACK leaves.
 
+mod fit;
 pub mod leases;
 
 /// Decodes a DHCP packet. dhcproto has debug assertions on some option lengths that a hostile

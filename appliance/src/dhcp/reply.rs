@@ -13,6 +13,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
 
+use super::fit::fit;
 use super::leases::{Lease, Leases};
 use crate::config::MacAddr;
 use crate::plan::DhcpPlan;
@@ -22,8 +23,6 @@ use crate::plan::boot::script_url;
 const OFFER_HOLD: u64 = 60;
 /// A DECLINEd address (someone else uses it) rests this long.
 const DECLINE_HOLD: u64 = 600;
-/// The smallest reply every client must accept (RFC 2131 section 2).
-const MIN_MESSAGE: usize = 576;
 /// Boot files for PXE firmware that is not iPXE yet, served by TFTP.
 pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
 pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
@@ -149,22 +148,14 @@ pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Op
             if ciaddr.is_unspecified() || !plan.subnet.contains(&ciaddr) {
                 return None;
             }
-            let mut out = reply(
+            Some(reply(
                 req,
                 plan,
                 MessageType::Ack,
                 Ipv4Addr::UNSPECIFIED,
                 mac,
                 None,
-            );
-            for code in [
-                OptionCode::AddressLeaseTime,
-                OptionCode::Renewal,
-                OptionCode::Rebinding,
-            ] {
-                out.message.opts_mut().remove(code);
-            }
-            Some(out)
+            ))
         }
         _ => None,
     }
@@ -343,9 +334,12 @@ fn reply(
     let secs = |d: std::time::Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
     let o = m.opts_mut();
     o.insert(DhcpOption::ServerIdentifier(plan.server_id));
-    o.insert(DhcpOption::AddressLeaseTime(secs(plan.lease_time)));
-    o.insert(DhcpOption::Renewal(secs(plan.renewal_time)));
-    o.insert(DhcpOption::Rebinding(secs(plan.rebinding_time)));
+    // An INFORM answer (no address) carries no lease times (RFC 2131 section 3.4).
+    if !ip.is_unspecified() {
+        o.insert(DhcpOption::AddressLeaseTime(secs(plan.lease_time)));
+        o.insert(DhcpOption::Renewal(secs(plan.renewal_time)));
+        o.insert(DhcpOption::Rebinding(secs(plan.rebinding_time)));
+    }
     o.insert(DhcpOption::SubnetMask(plan.subnet.netmask()));
     if let Some(router) = plan.router {
         o.insert(DhcpOption::Router(vec![router]));
@@ -409,7 +403,7 @@ fn reply(
     }
     echo_client_id(req, &mut m);
     echo_relay_info(req, &mut m);
-    fit(&mut m, req);
+    fit(&mut m, req, &requested);
     Outgoing {
         to: destination(req, msg_type),
         acked: (msg_type == MessageType::Ack && !ip.is_unspecified()).then_some(Acked {
@@ -433,29 +427,6 @@ fn echo_client_id(req: &Message, reply: &mut Message) {
 fn echo_relay_info(req: &Message, reply: &mut Message) {
     if let Some(info) = req.opts().get(OptionCode::RelayAgentInformation) {
         reply.opts_mut().insert(info.clone());
-    }
-}
-
-/// Keeps the reply within the client's maximum message size (option 57, at least 576) by
-/// dropping the options it did not need, least useful first.
-fn fit(m: &mut Message, req: &Message) {
-    use dhcproto::Encodable;
-    let max = match req.opts().get(OptionCode::MaxMessageSize) {
-        Some(DhcpOption::MaxMessageSize(n)) => usize::from(*n).max(MIN_MESSAGE),
-        _ => MIN_MESSAGE,
-    };
-    // IP and UDP headers count against the limit (RFC 2132 section 9.10).
-    let budget = max - 28;
-    for code in [
-        OptionCode::DomainSearch,
-        OptionCode::NtpServers,
-        OptionCode::BroadcastAddr,
-        OptionCode::InterfaceMtu,
-    ] {
-        if m.to_vec().map_or(0, |v| v.len()) <= budget {
-            return;
-        }
-        m.opts_mut().remove(code);
     }
 }
 
