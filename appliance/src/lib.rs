@@ -5,6 +5,7 @@
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
 pub mod admin;
+pub mod artifacts;
 pub mod config;
 pub mod dhcp;
 pub mod dns;

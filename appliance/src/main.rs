@@ -1,4 +1,5 @@
-//! The `okd-appliance` command line: check, render and serve one cluster config.
+//! The `okd-appliance` command line: check, render and serve one cluster config, and fetch the
+//! CoreOS artifacts it serves.
 //!
 //! Exit codes: 0 success, 1 invalid config or a failure while serving, 2 usage error.
 
@@ -7,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use okd_appliance::config::{self, RealFiles, RenderStyle};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use okd_appliance::artifacts::{self, StreamSource};
+use okd_appliance::config::{self, InstallFiles, RealFiles, RenderStyle};
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
 use okd_appliance::supervisor::{self, ServeError};
@@ -50,6 +52,15 @@ enum Command {
         #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
         state_dir: PathBuf,
     },
+    /// Put the CoreOS PXE files into `install.artifacts_dir`, verified against the stream.
+    ///
+    /// The kernel, initramfs and rootfs (and with --metal the metal disk image) of one
+    /// architecture, as a CoreOS stream metadata JSON lists them; each is checked against the
+    /// stream's SHA-256 before it gets its configured name.
+    Artifacts {
+        #[command(subcommand)]
+        action: ArtifactsAction,
+    },
     /// Manage a node of a running appliance.
     Node {
         #[command(subcommand)]
@@ -58,6 +69,49 @@ enum Command {
         #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
         state_dir: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ArtifactsAction {
+    /// Download the files, verify them, put them in place.
+    ///
+    /// A `.part` left by an interrupted run is continued; a file already in place with the
+    /// right SHA-256 is skipped; a file with the wrong one is deleted and the exit code is 1.
+    Fetch {
+        #[command(flatten)]
+        args: ArtifactsArgs,
+    },
+    /// Copy files downloaded by other means, verifying each.
+    ///
+    /// The files are looked up in DIR under their names on the mirror (the last part of their
+    /// URL in the stream).
+    Import {
+        #[command(flatten)]
+        args: ArtifactsArgs,
+        /// The directory holding the downloaded files.
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ArtifactsArgs {
+    /// The cluster config (YAML): where the files go (`install.artifacts_dir`) and their names.
+    file: PathBuf,
+    /// The CoreOS stream metadata, a URL or a file, e.g.
+    /// https://builds.coreos.fedoraproject.org/streams/stable.json
+    #[arg(long, value_name = "URL|FILE", value_parser = parse_stream)]
+    stream: StreamSource,
+    /// The architecture, as the stream names it.
+    #[arg(long, default_value = "x86_64")]
+    arch: String,
+    /// Also the metal disk image (raw.xz), kept under its name on the mirror.
+    #[arg(long)]
+    metal: bool,
+}
+
+fn parse_stream(arg: &str) -> Result<StreamSource, String> {
+    StreamSource::parse(arg).map_err(|e| format!("{e:#}"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +168,7 @@ fn main() -> ExitCode {
             };
             admin(&state_dir, &request)
         }
+        Command::Artifacts { action } => artifacts(action),
         Command::Node { action, state_dir } => match action {
             NodeAction::Reinstall { node } => admin(&state_dir, &format!("node reinstall {node}")),
         },
@@ -128,13 +183,14 @@ fn style() -> RenderStyle {
     }
 }
 
-fn load(file: &Path) -> Result<config::Loaded, ExitCode> {
-    match config::load(
-        file,
-        &RealFiles {
-            now: SystemTime::now(),
-        },
-    ) {
+fn real_files() -> RealFiles {
+    RealFiles {
+        now: SystemTime::now(),
+    }
+}
+
+fn load(file: &Path, files: &dyn InstallFiles) -> Result<config::Loaded, ExitCode> {
+    match config::load(file, files) {
         Ok(loaded) => {
             if !loaded.warnings.is_empty() {
                 eprint!("{}", loaded.warnings.render(style()));
@@ -149,7 +205,7 @@ fn load(file: &Path) -> Result<config::Loaded, ExitCode> {
 }
 
 fn check(file: &Path) -> ExitCode {
-    match load(file) {
+    match load(file, &real_files()) {
         Ok(loaded) => {
             let c = &loaded.config;
             println!(
@@ -165,7 +221,7 @@ fn check(file: &Path) -> ExitCode {
 }
 
 fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
-    let loaded = match load(file) {
+    let loaded = match load(file, &real_files()) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -199,6 +255,50 @@ fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `artifacts fetch` and `artifacts import`.
+fn artifacts(action: ArtifactsAction) -> ExitCode {
+    let (args, from) = match action {
+        ArtifactsAction::Fetch { args } => (args, None),
+        ArtifactsAction::Import { args, from } => (args, Some(from)),
+    };
+    // The artifacts are usually fetched before `openshift-install create ignition-configs`
+    // (whose output expires in 24 hours), so the ignition files are not required here.
+    let loaded = match load(&args.file, &config::AssumeFresh) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let install = &loaded.config.install;
+    let options = artifacts::Options {
+        stream: args.stream,
+        arch: args.arch,
+        metal: args.metal,
+    };
+    // One download at a time: a current-thread runtime is all it needs.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: can't start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match &from {
+            None => artifacts::fetch(install, &options).await,
+            Some(dir) => artifacts::import(install, &options, dir).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// Sends one request to the running appliance's admin socket and prints its reply.

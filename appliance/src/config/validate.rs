@@ -67,7 +67,8 @@ impl InstallFiles for RealFiles {
 }
 
 /// Every install file exists and was written a minute ago: for fixtures, fuzzing and unit tests,
-/// which check the config, not a machine.
+/// which check the config, not a machine, and for `artifacts fetch|import`, which only need the
+/// install paths and run before the ignition configs are created.
 #[derive(Debug, Clone, Copy)]
 pub struct AssumeFresh;
 

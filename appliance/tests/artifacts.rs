@@ -1,0 +1,788 @@
+//! `okd-appliance artifacts fetch|import` as a process, against a small HTTP server on
+//! 127.0.0.1 in this test (it records every request, so resuming can be seen): files land under
+//! the configured names, every digest is checked, a corrupted file is refused and leaves
+//! nothing behind, an interrupted download continues with a Range request.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use okd_appliance::artifacts::sha256::Sha256;
+
+/// What the server does for a path.
+#[derive(Clone)]
+enum Route {
+    /// The file, honouring `Range: bytes=N-`.
+    File(Vec<u8>),
+    /// The file, always whole with 200 (a server without range support).
+    NoRanges(Vec<u8>),
+    /// The file in chunked transfer coding, in pieces of 1000 bytes.
+    Chunked(Vec<u8>),
+    /// Announces the whole length but sends only the first half, then closes.
+    Short(Vec<u8>),
+    Redirect(String),
+    Status(u16),
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    path: String,
+    range: Option<String>,
+}
+
+struct Server {
+    addr: SocketAddr,
+    routes: Arc<Mutex<HashMap<String, Route>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    /// Serves on 127.0.0.1 on a port of the system's choosing, one connection at a time, on a
+    /// thread that ends with the test process.
+    fn start() -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let routes = Arc::new(Mutex::new(HashMap::new()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (r, s) = (Arc::clone(&routes), Arc::clone(&seen));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                // A client that misbehaves fails its own test; the server goes on.
+                let _ = answer(stream, &r, &s);
+            }
+        });
+        Server { addr, routes, seen }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn route(&self, path: &str, route: Route) {
+        self.routes.lock().unwrap().insert(path.to_owned(), route);
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn forget(&self) {
+        self.seen.lock().unwrap().clear();
+    }
+}
+
+fn answer(
+    stream: TcpStream,
+    routes: &Mutex<HashMap<String, Route>>,
+    seen: &Mutex<Vec<Seen>>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
+    let mut range = None;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header)?;
+        if header.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("range")
+        {
+            range = Some(value.trim().to_owned());
+        }
+    }
+    seen.lock().unwrap().push(Seen {
+        path: path.clone(),
+        range: range.clone(),
+    });
+    let route = routes.lock().unwrap().get(&path).cloned();
+    let mut out = stream;
+    match route {
+        None => respond(&mut out, "404 Not Found", &[], b"not here\n"),
+        Some(Route::Status(code)) => respond(&mut out, &format!("{code} Oops"), &[], b"oops\n"),
+        Some(Route::Redirect(to)) => respond(&mut out, "302 Found", &[("Location", &to)], b""),
+        Some(Route::NoRanges(body)) => respond(&mut out, "200 OK", &[], &body),
+        Some(Route::File(body)) => match range.as_deref().and_then(range_start) {
+            None => respond(&mut out, "200 OK", &[], &body),
+            Some(start) if start < body.len() => {
+                let cr = format!("bytes {start}-{}/{}", body.len() - 1, body.len());
+                respond(
+                    &mut out,
+                    "206 Partial Content",
+                    &[("Content-Range", &cr)],
+                    &body[start..],
+                )
+            }
+            Some(_) => {
+                let cr = format!("bytes */{}", body.len());
+                respond(
+                    &mut out,
+                    "416 Range Not Satisfiable",
+                    &[("Content-Range", &cr)],
+                    b"",
+                )
+            }
+        },
+        Some(Route::Chunked(body)) => {
+            write!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+            for piece in body.chunks(1000) {
+                write!(out, "{:x};ext=1\r\n", piece.len())?;
+                out.write_all(piece)?;
+                out.write_all(b"\r\n")?;
+            }
+            out.write_all(b"0\r\n\r\n")
+        }
+        Some(Route::Short(body)) => {
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )?;
+            out.write_all(&body[..body.len() / 2])
+        }
+    }
+}
+
+fn range_start(value: &str) -> Option<usize> {
+    value
+        .strip_prefix("bytes=")?
+        .strip_suffix('-')?
+        .parse()
+        .ok()
+}
+
+fn respond(
+    out: &mut TcpStream,
+    status: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    out.write_all(body)
+}
+
+/// Test content: `len` bytes that differ per `seed`, so a mix-up of files shows.
+fn content(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// One release: the files' content and their names on the "mirror".
+struct Release {
+    kernel: Vec<u8>,
+    initramfs: Vec<u8>,
+    rootfs: Vec<u8>,
+    metal: Vec<u8>,
+}
+
+const UPSTREAM: [(&str, &str); 4] = [
+    ("kernel", "fcos-40.1-live-kernel-x86_64"),
+    ("initramfs", "fcos-40.1-live-initramfs.x86_64.img"),
+    ("rootfs", "fcos-40.1-live-rootfs.x86_64.img"),
+    ("metal", "fcos-40.1-metal.x86_64.raw.xz"),
+];
+
+impl Release {
+    fn new() -> Release {
+        Release {
+            kernel: content(1, 70_000),
+            initramfs: content(2, 150_000),
+            rootfs: content(3, 600_000),
+            metal: content(4, 90_000),
+        }
+    }
+
+    fn bodies(&self) -> [&Vec<u8>; 4] {
+        [&self.kernel, &self.initramfs, &self.rootfs, &self.metal]
+    }
+
+    /// The stream metadata, with locations under `base` (a URL ending in `/`).
+    fn stream(&self, base: &str) -> String {
+        let entry = |i: usize| {
+            serde_json::json!({
+                "location": format!("{base}{}", UPSTREAM[i].1),
+                "signature": format!("{base}{}.sig", UPSTREAM[i].1),
+                "sha256": Sha256::of(self.bodies()[i]).to_string(),
+            })
+        };
+        serde_json::json!({
+            "stream": "stable",
+            "metadata": { "last-modified": "2026-01-01T00:00:00Z" },
+            "architectures": { "x86_64": { "artifacts": {
+                "metal": {
+                    "release": "40.1",
+                    "formats": {
+                        "pxe": { "kernel": entry(0), "initramfs": entry(1), "rootfs": entry(2) },
+                        "raw.xz": { "disk": entry(3) },
+                    },
+                },
+                "qemu": { "release": "40.1", "formats": {} },
+            } } },
+        })
+        .to_string()
+    }
+
+    /// Serves the stream at /streams/stable.json and every file under /prod/.
+    fn serve(&self, server: &Server) {
+        server.route(
+            "/streams/stable.json",
+            Route::File(self.stream(&server.url("/prod/")).into_bytes()),
+        );
+        for (i, (_, name)) in UPSTREAM.iter().enumerate() {
+            server.route(
+                &format!("/prod/{name}"),
+                Route::File(self.bodies()[i].clone()),
+            );
+        }
+    }
+}
+
+/// A cluster config in `dir` that names the artifacts as `serve` will publish them. There is
+/// no ignition directory: the artifacts are fetched before the ignition configs exist.
+fn config(dir: &Path) -> PathBuf {
+    let path = dir.join("okd.yml");
+    std::fs::write(
+        &path,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install:
+  ignition_dir: ./install_dir
+  artifacts_dir: ./artifacts
+  artifacts: { kernel: vmlinuz, initramfs: initrd.img, rootfs: rootfs.img }
+"#,
+    )
+    .unwrap();
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn fetch(config: &Path, stream: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["artifacts", "fetch", "--stream", stream];
+    args.extend_from_slice(extra);
+    args.push(config.to_str().unwrap());
+    run(&args)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Output for assertion messages.
+fn show(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn artifact(dir: &Path, name: &str) -> PathBuf {
+    dir.join("artifacts").join(name)
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The requests for one path, with their Range headers.
+fn requests_for(server: &Server, path: &str) -> Vec<Option<String>> {
+    server
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == path)
+        .map(|s| s.range)
+        .collect()
+}
+
+#[test]
+fn fetch_puts_each_file_in_place_under_its_configured_name_and_skips_it_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    assert_eq!(read(&artifact(dir.path(), "initrd.img")), release.initramfs);
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("artifacts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "only the three files, no .part: {names:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("CoreOS 40.1 (stable stream), x86_64: 3 files"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("sha256 verified").count(), 3, "{stdout}");
+    assert!(
+        !stdout.contains("image_url"),
+        "no metal image, no hint: {stdout}"
+    );
+
+    // A second run checks the files on disk and downloads nothing but the stream.
+    server.forget();
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        text(&out.stdout).matches("already up to date").count(),
+        3,
+        "{}",
+        show(&out)
+    );
+    let paths: Vec<String> = server.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths, ["/streams/stable.json"]);
+}
+
+#[test]
+fn a_corrupted_file_is_rejected_and_nothing_is_left_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let mut bad = release.rootfs.clone();
+    bad[123_456] ^= 0x01;
+    server.route(
+        &format!("/prod/{}", UPSTREAM[2].1),
+        Route::File(bad.clone()),
+    );
+
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("sha256 mismatch for "), "{stderr}");
+    assert!(stderr.contains("rootfs.img"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("expected {}", Sha256::of(&release.rootfs))),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("got {}", Sha256::of(&bad))),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 of 3 artifacts failed"), "{stderr}");
+    assert!(!artifact(dir.path(), "rootfs.img").exists());
+    assert!(!artifact(dir.path(), "rootfs.img.part").exists());
+    // The good files are still put in place.
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    assert_eq!(read(&artifact(dir.path(), "initrd.img")), release.initramfs);
+}
+
+#[test]
+fn an_interrupted_download_continues_with_a_range_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let half = release.rootfs.len() / 2;
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    std::fs::write(
+        artifact(dir.path(), "rootfs.img.part"),
+        &release.rootfs[..half],
+    )
+    .unwrap();
+
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        requests_for(&server, &format!("/prod/{}", UPSTREAM[2].1)),
+        [Some(format!("bytes={half}-"))]
+    );
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    assert!(!artifact(dir.path(), "rootfs.img.part").exists());
+    assert!(
+        text(&out.stdout).contains("resumed after 0.3 MiB"),
+        "{}",
+        show(&out)
+    );
+    // Files without a .part are asked for whole.
+    assert_eq!(
+        requests_for(&server, &format!("/prod/{}", UPSTREAM[0].1)),
+        [None]
+    );
+}
+
+#[test]
+fn a_server_without_ranges_sends_the_whole_file_which_replaces_the_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let path = format!("/prod/{}", UPSTREAM[2].1);
+    server.route(&path, Route::NoRanges(release.rootfs.clone()));
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    std::fs::write(
+        artifact(dir.path(), "rootfs.img.part"),
+        &release.rootfs[..1000],
+    )
+    .unwrap();
+
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        requests_for(&server, &path),
+        [Some("bytes=1000-".to_owned())]
+    );
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+}
+
+#[test]
+fn a_complete_part_is_renamed_and_a_stale_one_is_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    // A run that stopped between the last byte and the rename: the server answers 416.
+    std::fs::write(artifact(dir.path(), "vmlinuz.part"), &release.kernel).unwrap();
+    // A .part longer than the file (from another release): 416, wrong digest, fetched anew.
+    let mut stale = release.initramfs.clone();
+    stale.extend_from_slice(b"left over from something else");
+    std::fs::write(artifact(dir.path(), "initrd.img.part"), &stale).unwrap();
+
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    assert_eq!(read(&artifact(dir.path(), "initrd.img")), release.initramfs);
+    let kernel_len = release.kernel.len();
+    assert_eq!(
+        requests_for(&server, &format!("/prod/{}", UPSTREAM[0].1)),
+        [Some(format!("bytes={kernel_len}-"))],
+        "the complete .part needs no body"
+    );
+    assert_eq!(
+        requests_for(&server, &format!("/prod/{}", UPSTREAM[1].1)),
+        [Some(format!("bytes={}-", stale.len())), None]
+    );
+}
+
+#[test]
+fn a_part_with_wrong_bytes_fails_the_digest_is_deleted_and_the_next_run_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    std::fs::write(artifact(dir.path(), "rootfs.img.part"), vec![0u8; 1000]).unwrap();
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("sha256 mismatch"),
+        "{}",
+        show(&out)
+    );
+    assert!(!artifact(dir.path(), "rootfs.img.part").exists());
+
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+}
+
+#[test]
+fn a_body_cut_short_is_kept_as_part_and_continued_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let path = format!("/prod/{}", UPSTREAM[2].1);
+    server.route(&path, Route::Short(release.rootfs.clone()));
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("before the end of the body"), "{stderr}");
+    assert!(stderr.contains("for the next run to continue"), "{stderr}");
+    let half = release.rootfs.len() / 2;
+    assert_eq!(
+        read(&artifact(dir.path(), "rootfs.img.part")),
+        &release.rootfs[..half]
+    );
+    assert!(!artifact(dir.path(), "rootfs.img").exists());
+
+    server.route(&path, Route::File(release.rootfs.clone()));
+    server.forget();
+    let out = fetch(&cfg, &stream, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        requests_for(&server, &path),
+        [Some(format!("bytes={half}-"))]
+    );
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+}
+
+#[test]
+fn redirects_and_chunked_bodies_are_followed_and_http_errors_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    // The stream itself sits behind a relative redirect and comes chunked.
+    server.route("/stable.json", Route::Redirect("/s/stable.json".to_owned()));
+    server.route(
+        "/s/stable.json",
+        Route::Chunked(release.stream(&server.url("/prod/")).into_bytes()),
+    );
+    let kernel = format!("/prod/{}", UPSTREAM[0].1);
+    server.route(&kernel, Route::Redirect(server.url("/mirror/kernel")));
+    server.route("/mirror/kernel", Route::Chunked(release.kernel.clone()));
+    server.route(&format!("/prod/{}", UPSTREAM[1].1), Route::Status(500));
+    // The rootfs is not there at all: 404.
+
+    let out = fetch(&cfg, &server.url("/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    let stderr = text(&out.stderr);
+    let initramfs_url = server.url(&format!("/prod/{}", UPSTREAM[1].1));
+    assert!(
+        stderr.contains(&format!("GET {initramfs_url}: the server answered 500")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("404 Not Found"), "{stderr}");
+    assert!(stderr.contains("2 of 3 artifacts failed"), "{stderr}");
+    assert!(!artifact(dir.path(), "initrd.img").exists());
+    assert!(!artifact(dir.path(), "rootfs.img").exists());
+
+    // A redirect loop ends.
+    server.route("/loop", Route::Redirect("/loop".to_owned()));
+    let out = fetch(&cfg, &server.url("/loop"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("more than 5 redirects"),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn metal_also_fetches_the_disk_image_under_its_upstream_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &["--metal"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), UPSTREAM[3].1)), release.metal);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("4 files"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "coreos.inst.image_url=http://10.0.0.1:8080/artifacts/{}",
+            UPSTREAM[3].1
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_stream_without_the_arch_or_not_a_stream_at_all_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &["--arch", "s390x"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the stream has no architecture `s390x` (it has: x86_64)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&stream), "names the stream: {stderr}");
+    assert!(
+        !dir.path().join("artifacts").exists(),
+        "nothing was started"
+    );
+
+    server.route("/bad.json", Route::File(b"{\"architectures\": {".to_vec()));
+    let out = fetch(&cfg, &server.url("/bad.json"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("is not CoreOS stream metadata JSON"),
+        "{}",
+        show(&out)
+    );
+
+    let out = fetch(&cfg, &server.url("/missing.json"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("404 Not Found"),
+        "{}",
+        show(&out)
+    );
+
+    // Nothing listens on this port once the listener is dropped: a connection error.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = fetch(&cfg, &format!("http://{closed}/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("can't connect to 127.0.0.1"),
+        "{}",
+        show(&out)
+    );
+}
+
+/// Writes the stream to a file and the files, named as upstream, into `downloads/`.
+fn downloads(dir: &Path, release: &Release) -> (PathBuf, PathBuf) {
+    let stream = dir.join("stable.json");
+    std::fs::write(&stream, release.stream("https://builds.example/prod/")).unwrap();
+    let from = dir.join("downloads");
+    std::fs::create_dir_all(&from).unwrap();
+    for (i, (_, name)) in UPSTREAM.iter().enumerate() {
+        std::fs::write(from.join(name), release.bodies()[i]).unwrap();
+    }
+    (stream, from)
+}
+
+fn import(config: &Path, stream: &Path, from: &Path) -> Output {
+    run(&[
+        "artifacts",
+        "import",
+        "--stream",
+        stream.to_str().unwrap(),
+        "--from",
+        from.to_str().unwrap(),
+        config.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn import_verifies_and_copies_under_the_configured_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let (stream, from) = downloads(dir.path(), &release);
+
+    let out = import(&cfg, &stream, &from);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    assert_eq!(read(&artifact(dir.path(), "initrd.img")), release.initramfs);
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    assert_eq!(
+        text(&out.stdout).matches("imported").count(),
+        3,
+        "{}",
+        show(&out)
+    );
+    // The source files stay where they were.
+    assert_eq!(read(&from.join(UPSTREAM[2].1)), release.rootfs);
+}
+
+#[test]
+fn import_rejects_a_corrupted_or_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let (stream, from) = downloads(dir.path(), &release);
+    let mut bad = release.initramfs.clone();
+    bad.truncate(bad.len() - 1);
+    std::fs::write(from.join(UPSTREAM[1].1), &bad).unwrap();
+    std::fs::remove_file(from.join(UPSTREAM[2].1)).unwrap();
+
+    let out = import(&cfg, &stream, &from);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("sha256 mismatch for "), "{stderr}");
+    assert!(stderr.contains(UPSTREAM[1].1), "names the source: {stderr}");
+    assert!(
+        stderr.contains(&format!("expected {}", Sha256::of(&release.initramfs))),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("got {}", Sha256::of(&bad))),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("the stream's rootfs is {}", UPSTREAM[2].1)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 of 3 artifacts failed"), "{stderr}");
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    for name in [
+        "initrd.img",
+        "initrd.img.part",
+        "rootfs.img",
+        "rootfs.img.part",
+    ] {
+        assert!(!artifact(dir.path(), name).exists(), "{name}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    assert_eq!(run(&["artifacts", "fetch", cfg]).status.code(), Some(2));
+    let out = run(&["artifacts", "fetch", "--stream", "ftp://mirror/s.json", cfg]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("http:// or https://"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(
+        run(&["artifacts", "import", "--stream", "s.json", cfg])
+            .status
+            .code(),
+        Some(2),
+        "import needs --from"
+    );
+}
+
+#[test]
+fn an_invalid_config_exits_1_before_anything_is_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("okd.yml");
+    std::fs::write(&cfg, "version: 1\ncluster: {}\n").unwrap();
+    let out = fetch(&cfg, "http://127.0.0.1:9/never.json", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!dir.path().join("artifacts").exists());
+}
