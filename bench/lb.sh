@@ -253,6 +253,8 @@ REPORT=$W/lb.md
   done
   echo
   echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+  echo
+  echo "Reading the figures: the connection rate is bounded by curl (one process per request stream, on the same CPU as the backends), so equal figures mean neither balancer is the bottleneck there. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; okd-appliance retries a refused connect on the next backend, so its clients see no failure even before the check notices."
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then
