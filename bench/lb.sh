@@ -20,6 +20,7 @@
 # numbers are bounded by curl, the ratio between balancers under the same load is the figure.
 #
 # Environment knobs (defaults in brackets):
+#   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
 #   CLIENTS [4]  REQS [1000]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
 set -Eeuo pipefail
@@ -28,6 +29,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
+ROUNDS=${ROUNDS:-3}
 CLIENTS=${CLIENTS:-4}
 REQS=${REQS:-1000}
 PARALLEL=${PARALLEL:-4}
@@ -218,23 +220,42 @@ failover() {
   if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
 }
 
-declare -A RATE TPUT P50 P99 DOWN_MS FAILED
+declare -A RATE TPUT P50 P99 DOWN_MS FAILED ALL
+# Median of the numbers in the arguments ("-" when there are none).
+median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
 read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
 log "direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us"
+for ((round = 1; round <= ROUNDS; round++)); do
+  # Alternate the order, so drift in the machine hits both balancers alike.
+  order=("${SERVERS[@]}")
+  ((round % 2)) || order=("${SERVERS[1]}" "${SERVERS[0]}")
+  for s in "${order[@]}"; do
+    log "round $round, $s: starting"
+    start_lb "$s"
+    r=$(conn_rate)
+    t=$(throughput)
+    read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
+    failover "$s"
+    log "round $round, $s: $r conn/s, $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
+    ALL[$s,rate]+=" $r"
+    ALL[$s,tput]+=" $t"
+    ALL[$s,p50]+=" $((p50 - DIRECT50))"
+    ALL[$s,p99]+=" $((p99 - DIRECT99))"
+    ALL[$s,down]+=" ${DOWN_MS[$s]}"
+    ALL[$s,failed]+=" ${FAILED[$s]}"
+    stop_pid "$LB_PID" 5 || true
+  done
+done
 for s in "${SERVERS[@]}"; do
-  log "$s: starting"
-  start_lb "$s"
-  RATE[$s]=$(conn_rate)
-  log "$s: ${RATE[$s]} connections/s"
-  TPUT[$s]=$(throughput)
-  log "$s: ${TPUT[$s]} MiB/s"
-  read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
-  P50[$s]=$((p50 - DIRECT50))
-  P99[$s]=$((p99 - DIRECT99))
-  log "$s: added latency p50 ${P50[$s]} us, p99 ${P99[$s]} us"
-  failover "$s"
-  log "$s: killed backend logged down after ${DOWN_MS[$s]} ms; ${FAILED[$s]} requests failed"
-  stop_pid "$LB_PID" 5 || true
+  # shellcheck disable=SC2086
+  {
+    RATE[$s]=$(median ${ALL[$s,rate]})
+    TPUT[$s]=$(median ${ALL[$s,tput]})
+    P50[$s]=$(median ${ALL[$s,p50]})
+    P99[$s]=$(median ${ALL[$s,p99]})
+    DOWN_MS[$s]=$(median ${ALL[$s,down]})
+    FAILED[$s]=$(median ${ALL[$s,failed]})
+  }
 done
 
 # --- report ----------------------------------------------------------------------------------
@@ -245,6 +266,8 @@ REPORT=$W/lb.md
   echo
   echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs; balancer on CPU $SRV_CPU; two busybox httpd backends and curl on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\`)."
   echo "conn/s: $CLIENTS curl clients x $REQS requests, a new connection each. Throughput: $PARALLEL parallel downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us). curl is the load generator (wrk and iperf3 are not installed here)."
+  echo
+  echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
   echo
   echo "| balancer | conn/s | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

@@ -12,6 +12,7 @@ pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod idle;
 pub mod journal;
 pub mod lb;
 pub mod plan;

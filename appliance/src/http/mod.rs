@@ -7,6 +7,5 @@
 
 pub mod content;
 pub mod files;
-pub mod idle;
 pub mod install_state;
 pub mod server;

@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::content;
 use super::files::{self, Decision, FileMeta};
-use super::idle::Watched;
 use super::install_state;
 use crate::config::{MacAddr, Role};
+use crate::idle::Watched;
 use crate::journal::{EventKind, Journal};
 use crate::plan::boot::role_ignition_url;
 use crate::plan::{BootParams, Plan};

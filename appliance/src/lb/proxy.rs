@@ -4,15 +4,17 @@
 //! write half); a connection idle in both directions for the idle timeout is closed, and so is
 //! one whose backend's drain timeout passes.
 //!
-//! Each connection is two tasks: the relay, which only copies, and its keeper, which sleeps
-//! until the relay ends, the backend's connections are cut (drain timeout) or the appliance
-//! stops, and aborts the relay in the last two cases. Selecting on those signals inside the
-//! relay would poll them at every wake-up of the copy loop, and polling a `CancellationToken`
-//! takes its mutex, one shared by every connection.
+//! Each connection is two tasks: the relay, which only copies (and stores a timestamp after each
+//! write), and its keeper, which sleeps until the relay ends, the connection has been idle both
+//! ways for the idle timeout, the backend's connections are cut (drain timeout) or the appliance
+//! stops, and aborts the relay in the last three cases. Selecting on those signals, or arming a
+//! timer, inside the relay would cost at every read of the copy loop: polling a
+//! `CancellationToken` takes its mutex, one shared by every connection, and a timer per read
+//! takes the timer wheel's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -22,6 +24,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::pool::{Claim, Pools};
+use crate::idle::Progress;
 use crate::plan::FrontendKind;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -90,9 +93,14 @@ async fn keep(
         mut cut,
     } = upstream;
     let addr = claim.backend().addr;
-    let mut relay = tokio::spawn(relay(client, stream, claim));
+    let progress = Progress::new();
+    let mut relay = tokio::spawn(relay(client, stream, claim, progress.clone()));
     tokio::select! {
         () = token.cancelled() => relay.abort(),
+        () = progress.stalled(IDLE_TIMEOUT) => {
+            relay.abort();
+            tracing::debug!("lb/{} {peer} <-> {addr}: idle for {IDLE_TIMEOUT:?}; closed", kind.name());
+        }
         Ok(()) = cut.changed() => {
             relay.abort();
             tracing::debug!("lb/{} {peer} <-> {addr}: closed at the drain timeout", kind.name());
@@ -131,18 +139,21 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream>
 }
 
 /// Copies both ways until both are done; the claim keeps the connection counted meanwhile.
-async fn relay(client: TcpStream, upstream: TcpStream, claim: Claim) -> std::io::Result<()> {
+async fn relay(
+    client: TcpStream,
+    upstream: TcpStream,
+    claim: Claim,
+    progress: Progress,
+) -> std::io::Result<()> {
     let backend = claim.backend();
     backend.connections.fetch_add(1, Ordering::Relaxed);
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    let started = Instant::now();
-    let last = AtomicU64::new(0);
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
     tokio::try_join!(
-        pump(cr, uw, &backend.bytes_to_backend, &last, started),
-        pump(ur, cw, &backend.bytes_to_client, &last, started),
+        pump(cr, uw, &backend.bytes_to_backend, &progress),
+        pump(ur, cw, &backend.bytes_to_client, &progress),
     )?;
     Ok(())
 }
@@ -152,30 +163,17 @@ async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     counter: &AtomicU64,
-    last: &AtomicU64,
-    started: Instant,
+    progress: &Progress,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; BUFFER];
     loop {
-        let n = match tokio::time::timeout(IDLE_TIMEOUT, from.read(&mut buf)).await {
-            Ok(r) => r?,
-            Err(_) => {
-                // Quiet this way; closed only if the other way was quiet too.
-                let idle = started
-                    .elapsed()
-                    .saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
-                if idle >= IDLE_TIMEOUT {
-                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle"));
-                }
-                continue;
-            }
-        };
+        let n = from.read(&mut buf).await?;
         if n == 0 {
             to.shutdown().await?;
             return Ok(());
         }
         to.write_all(&buf[..n]).await?;
         counter.fetch_add(n as u64, Ordering::Relaxed);
-        last.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        progress.touch();
     }
 }

@@ -1,7 +1,10 @@
-//! A stream that remembers when it last moved a byte, so a connection whose peer stopped
-//! reading (or sending) can be closed. hyper's header timeout covers a slow request head; this
-//! covers the rest: a client that takes a 1 GiB download and then never reads holds its slot
-//! and a file descriptor until the idle limit, not forever.
+//! When a connection last moved a byte, so one whose peers went quiet can be closed without a
+//! timer per read: the copying side only stores a timestamp ([`Progress::touch`]), and one
+//! watcher per connection sleeps until the idle limit could have passed ([`Progress::stalled`]).
+//!
+//! Used by the HTTP server (a client that takes a 1 GiB download and then never reads holds its
+//! slot until the limit, not forever; hyper's header timeout covers slow request heads) through
+//! [`Watched`], and by the load balancer's relay, which touches it after each write.
 
 use std::io;
 use std::pin::Pin;
@@ -20,8 +23,23 @@ pub struct Progress {
     last_ms: Arc<AtomicU64>,
 }
 
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Progress {
-    fn touch(&self) {
+    /// Starts the clock: a new connection counts as having just moved.
+    pub fn new() -> Self {
+        Progress {
+            start: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Records that a byte moved now.
+    pub fn touch(&self) {
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);
     }
@@ -53,10 +71,7 @@ pub struct Watched<S> {
 
 impl<S> Watched<S> {
     pub fn new(inner: S) -> (Self, Progress) {
-        let progress = Progress {
-            start: Instant::now(),
-            last_ms: Arc::new(AtomicU64::new(0)),
-        };
+        let progress = Progress::new();
         let watched = Watched {
             inner,
             progress: progress.clone(),
