@@ -10,7 +10,8 @@
 # (10.95.0.21, .22 and .99), over a veth pair. The ingress-http frontend (port 80) is measured;
 # both balancers use TCP checks (inter 1s fall 2 rise 2).
 #   1. conn/s: CLIENTS curl processes, each making REQS requests for a 4 KiB file, every request
-#      on a new TCP connection through the balancer (busybox httpd does not keep connections).
+#      on a new TCP connection through the balancer (busybox httpd does not keep connections),
+#      and the balancer's CPU time (user+system, /proc) per connection.
 #   2. throughput: PARALLEL curl downloads of a BIG_MB file through the balancer (MiB/s).
 #   3. added latency: SAMPLES sequential requests straight to a backend and through the
 #      balancer; the difference of the p50 and p99 of curl's time_total.
@@ -220,7 +221,7 @@ failover() {
   if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
 }
 
-declare -A RATE TPUT P50 P99 DOWN_MS FAILED ALL
+declare -A RATE CPU TPUT P50 P99 DOWN_MS FAILED ALL
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
 read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
@@ -232,12 +233,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for s in "${order[@]}"; do
     log "round $round, $s: starting"
     start_lb "$s"
+    ticks0=$(proc_tree_ticks "$LB_PID")
     r=$(conn_rate)
+    ticks1=$(proc_tree_ticks "$LB_PID")
+    # The balancer's CPU (user+system) per connection, in microseconds.
+    c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (CLIENTS * REQS)))
     t=$(throughput)
     read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
     failover "$s"
-    log "round $round, $s: $r conn/s, $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
+    log "round $round, $s: $r conn/s ($c us CPU each), $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
     ALL[$s,rate]+=" $r"
+    ALL[$s,cpu]+=" $c"
     ALL[$s,tput]+=" $t"
     ALL[$s,p50]+=" $((p50 - DIRECT50))"
     ALL[$s,p99]+=" $((p99 - DIRECT99))"
@@ -250,6 +256,7 @@ for s in "${SERVERS[@]}"; do
   # shellcheck disable=SC2086
   {
     RATE[$s]=$(median ${ALL[$s,rate]})
+    CPU[$s]=$(median ${ALL[$s,cpu]})
     TPUT[$s]=$(median ${ALL[$s,tput]})
     P50[$s]=$(median ${ALL[$s,p50]})
     P99[$s]=$(median ${ALL[$s,p99]})
@@ -269,13 +276,13 @@ REPORT=$W/lb.md
   echo
   echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
   echo
-  echo "| balancer | conn/s | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| balancer | conn/s | CPU us per conn | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${RATE[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
+    echo "| $s | ${RATE[$s]} | ${CPU[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
   done
   echo
-  echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+  echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}") (lower is better), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
   echo
   echo "Reading the figures: the connection rate is bounded by curl (one process per request stream, on the same CPU as the backends), so equal figures mean neither balancer is the bottleneck there. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; okd-appliance retries a refused connect on the next backend, so its clients see no failure even before the check notices."
 } >"$REPORT"
