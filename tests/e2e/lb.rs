@@ -19,7 +19,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::dns_support::{start_appliance, write_config};
-use crate::lb_support::{Conn, LbCluster, api_active, backend_ip, lb_admin, payload, up_line};
+use crate::lb_support::{
+    Conn, LbCluster, api_active, backend_ip, crc32, lb_admin, payload, up_line,
+};
 
 /// A web server in `ns` on `ip:port` serving `dir`.
 fn web(ns: &Netns, ip: &str, port: u16, dir: &Path) -> Process {
@@ -524,5 +526,25 @@ fn reload_under_load_drops_nothing() {
         "{status}"
     );
     eprintln!("{} connections during the reload test", log.len());
+    c.assert_peers_running();
+}
+
+#[test]
+fn half_close_reaches_the_backend_and_the_answer_comes_back() {
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    let mut c = LbCluster::new(1);
+    let config = c.write_config(&[0], "");
+    c.start(&config, &[0]);
+    // Enough to fill the pipes and socket buffers on the way several times over.
+    let data = payload(7, 8 * 1024 * 1024 + 13);
+    let conn = c.open().expect("connect through the balancer");
+    let verdict = conn.sink(&data).expect("verdict after the half-close");
+    assert_eq!(
+        verdict,
+        format!("GOT {} {:08x}", data.len(), crc32(&data)),
+        "the backend saw EOF after exactly the bytes sent"
+    );
     c.assert_peers_running();
 }

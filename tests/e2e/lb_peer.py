@@ -9,6 +9,9 @@ Per connection the server first sends `NAME\\n`, then answers requests until the
   PING\\n                  -> PONG NAME\\n
   PUT LEN CRC\\n + LEN bytes -> OK LEN CRC2\\n + LEN fresh random bytes whose CRC-32 is CRC2, when
                              the CRC-32 of the bytes received is CRC (hex); BAD GOT\\n otherwise
+  SINK\\n + bytes until the client's EOF (its half-close) -> GOT LEN CRC\\n, then the server closes:
+                             proves the client's shutdown arrived as EOF while the way back
+                             still works
 Anything else gets ERR\\n and the connection is closed.
 """
 
@@ -29,6 +32,11 @@ async def answer(reader, writer):
         words = line.split()
         if words == [b"PING"]:
             writer.write(f"PONG {NAME}\n".encode())
+        elif words == [b"SINK"]:
+            data = await reader.read()
+            writer.write(f"GOT {len(data)} {zlib.crc32(data):08x}\n".encode())
+            await writer.drain()
+            return
         elif len(words) == 3 and words[0] == b"PUT":
             data = await reader.readexactly(int(words[1]))
             got = zlib.crc32(data)

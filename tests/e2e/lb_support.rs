@@ -94,6 +94,25 @@ impl Conn {
         Ok(line.trim_end().to_owned())
     }
 
+    /// Sends `data` after `SINK`, half-closes (shutdown of the write side) and returns the
+    /// backend's verdict line, read after that: `GOT LEN CRC`.
+    pub fn sink(mut self, data: &[u8]) -> io::Result<String> {
+        self.writer.write_all(b"SINK\n")?;
+        self.writer.write_all(data)?;
+        self.writer.shutdown(std::net::Shutdown::Write)?;
+        let verdict = self.line()?;
+        // Then the backend closes: EOF reaches us too.
+        let mut rest = Vec::new();
+        self.reader.read_to_end(&mut rest)?;
+        if !rest.is_empty() {
+            return Err(protocol_error(format!(
+                "{} bytes after the verdict",
+                rest.len()
+            )));
+        }
+        Ok(verdict)
+    }
+
     /// The backend still answers on this connection, and it is still the same backend.
     pub fn ping(&mut self) -> io::Result<()> {
         self.writer.write_all(b"PING\n")?;

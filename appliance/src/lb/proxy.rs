@@ -1,7 +1,8 @@
 //! The TCP data path of one frontend: pick a backend, connect (trying the next one if the
 //! connect is refused or times out, before the client notices), then copy both ways until both
-//! sides are done. Half-close is passed on (one side's EOF becomes a `shutdown` of the other's
-//! write half); a connection idle in both directions for the idle timeout is closed, and so is
+//! sides are done: with splice(2) through a pipe per direction, so the bytes never pass through
+//! user space (a read/write copy when no pipe can be had). Half-close is passed on (one side's
+//! EOF becomes a `shutdown` of the other's write half); a connection idle in both directions for the idle timeout is closed, and so is
 //! one whose backend's drain timeout passes.
 //!
 //! Each connection is two tasks: the relay, which only copies (and stores a timestamp after each
@@ -12,12 +13,14 @@
 //! `CancellationToken` takes its mutex, one shared by every connection, and a timer per read
 //! takes the timer wheel's.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use nix::fcntl::{OFlag, SpliceFFlags, splice};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -149,6 +152,26 @@ async fn relay(
     backend.connections.fetch_add(1, Ordering::Relaxed);
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
+    // splice(2) through a pipe per direction: the bytes never enter user space (bench/lb.sh:
+    // ~1.5x the throughput of read/write). Without pipes (out of descriptors), copy instead.
+    match (pipe(), pipe()) {
+        (Ok(up), Ok(down)) => {
+            tokio::try_join!(
+                splice_pump(&client, &upstream, up, &backend.bytes_to_backend, &progress),
+                splice_pump(
+                    &upstream,
+                    &client,
+                    down,
+                    &backend.bytes_to_client,
+                    &progress
+                ),
+            )?;
+            return Ok(());
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::debug!("lb: no pipe for splice ({e}); copying through user space");
+        }
+    }
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
     tokio::try_join!(
@@ -173,6 +196,55 @@ async fn pump(
             return Ok(());
         }
         to.write_all(&buf[..n]).await?;
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+        progress.touch();
+    }
+}
+
+/// Size asked of each splice: a default Linux pipe holds 64 KiB.
+const PIPE_CHUNK: usize = 64 * 1024;
+
+/// A non-blocking pipe: (read end, write end).
+fn pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)
+}
+
+/// Moves one direction through `pipe` with splice(2), socket to pipe then pipe to socket,
+/// emptying the pipe before reading more; at EOF shuts down the other side's write half
+/// (half-close).
+async fn splice_pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    (pipe_r, pipe_w): (OwnedFd, OwnedFd),
+    counter: &AtomicU64,
+    progress: &Progress,
+) -> std::io::Result<()> {
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    loop {
+        let n = loop {
+            from.readable().await?;
+            match from.try_io(Interest::READABLE, || {
+                Ok(splice(from, None, &pipe_w, None, PIPE_CHUNK, flags)?)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+        }
+        let mut left = n;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                Ok(splice(&pipe_r, None, to, None, left, flags)?)
+            }) {
+                Ok(k) => left -= k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
         counter.fetch_add(n as u64, Ordering::Relaxed);
         progress.touch();
     }
