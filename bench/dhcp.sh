@@ -87,22 +87,9 @@ if ((NOISE_MAX > 0 || BUSY_AT_START > 10)); then
 fi
 
 # --- cleanup ---------------------------------------------------------------------------------
-# bench_cleanup (lib.sh) kills what we started by PID and deletes the namespaces; before it,
-# stop the servers and remove the per-namespace resolv.conf directories made below.
-NETNS_ETC=()
-dhcp_cleanup() {
-  local rc=$? pid d
-  set +e
-  for pid in "${BENCH_PIDS[@]}"; do
-    stop_pid "$pid" 3 >/dev/null 2>&1
-  done
-  for d in "${NETNS_ETC[@]}"; do
-    rm -rf "$d"
-  done
-  (exit "$rc")
-  bench_cleanup
-}
-trap dhcp_cleanup EXIT
+# bench_cleanup (lib.sh) stops what we started by PID and deletes the namespaces and their
+# /etc/netns directories.
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 BENCH_TMP=$(mktemp -d /tmp/okd-dhcpbench.XXXXXX)
 W=$BENCH_TMP
@@ -114,23 +101,10 @@ log "work directory $W ($FS_TYPE)"
 [[ $FS_TYPE != tmpfs ]] || log "warning: $W is on tmpfs: fdatasync costs nothing there"
 
 # --- topology --------------------------------------------------------------------------------
-# A resolv.conf of our own in every namespace: `ip netns exec` bind-mounts /etc/netns/NAME/*
-# over /etc, so nothing started inside can touch the host's /etc/resolv.conf.
-netns_with_resolv() {
-  mkdir -p "/etc/netns/$1"
-  NETNS_ETC+=("/etc/netns/$1")
-  printf 'nameserver 127.0.0.1\n' >"/etc/netns/$1/resolv.conf"
-  bench_netns_add "$1"
-}
 log "namespaces $SRV_NS, $CLI_NS"
-netns_with_resolv "$SRV_NS"
-netns_with_resolv "$CLI_NS"
-ip link add "$SRV_IF" netns "$SRV_NS" type veth peer name "$CLI_IF" netns "$CLI_NS"
-ip -n "$SRV_NS" addr add "$SRV_IP/$PREFIX" dev "$SRV_IF"
-ip -n "$CLI_NS" addr add "$CLI_IP/$PREFIX" dev "$CLI_IF"
-ip -n "$SRV_NS" link set "$SRV_IF" up
-ip -n "$CLI_NS" link set "$CLI_IF" up
-wait_until 10 ip netns exec "$CLI_NS" ping -c 1 -W 1 "$SRV_IP" || die "veth pair did not come up"
+bench_netns_with_resolv "$SRV_NS"
+bench_netns_with_resolv "$CLI_NS"
+bench_veth "$SRV_NS" "$SRV_IF" "$SRV_IP/$PREFIX" "$CLI_NS" "$CLI_IF" "$CLI_IP/$PREFIX"
 
 # --- configs ---------------------------------------------------------------------------------
 mkdir -p "$W/cluster/install_dir" "$W/cluster/artifacts"

@@ -64,34 +64,15 @@ if ((NOISE_MAX > 0 || BUSY_AT_START > 10)); then
   log "warning: $NOISE_MAX build/test/load processes running, machine ${BUSY_AT_START}% busy; numbers will be noisy"
 fi
 
-NETNS_ETC=()
-http_cleanup() {
-  local rc=$? d
-  set +e
-  for d in "${NETNS_ETC[@]}"; do rm -rf "$d"; done
-  (exit "$rc")
-  bench_cleanup
-}
-trap http_cleanup EXIT
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 BENCH_TMP=$(mktemp -d /tmp/okd-httpbench.XXXXXX)
 W=$BENCH_TMP
 
-# --- topology (a private resolv.conf per namespace: nothing inside can touch the host's) --------
-netns_with_resolv() {
-  mkdir -p "/etc/netns/$1"
-  NETNS_ETC+=("/etc/netns/$1")
-  printf 'nameserver 127.0.0.1\n' >"/etc/netns/$1/resolv.conf"
-  bench_netns_add "$1"
-}
-netns_with_resolv "$SRV_NS"
-netns_with_resolv "$CLI_NS"
-ip link add "$SRV_IF" netns "$SRV_NS" type veth peer name "$CLI_IF" netns "$CLI_NS"
-ip -n "$SRV_NS" addr add "$SRV_IP/24" dev "$SRV_IF"
-ip -n "$CLI_NS" addr add "$CLI_IP/24" dev "$CLI_IF"
-ip -n "$SRV_NS" link set "$SRV_IF" up
-ip -n "$CLI_NS" link set "$CLI_IF" up
-wait_until 10 ip netns exec "$CLI_NS" ping -c 1 -W 1 "$SRV_IP" || die "veth pair did not come up"
+# --- topology ---------------------------------------------------------------------------------
+bench_netns_with_resolv "$SRV_NS"
+bench_netns_with_resolv "$CLI_NS"
+bench_veth "$SRV_NS" "$SRV_IF" "$SRV_IP/24" "$CLI_NS" "$CLI_IF" "$CLI_IP/24"
 
 # --- content: the same directory for every server, under /artifacts/ -------------------------
 DOCROOT=$W/www

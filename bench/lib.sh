@@ -23,6 +23,28 @@ bench_netns_add() {
   ip -n "$1" link set lo up
 }
 
+# Like bench_netns_add, with a private /etc/netns/NAME/resolv.conf: `ip netns exec` bind-mounts
+# it over /etc/resolv.conf, so nothing started inside can touch the host's. Removed on exit.
+BENCH_NETNS_ETC=()
+bench_netns_with_resolv() {
+  mkdir -p "/etc/netns/$1"
+  BENCH_NETNS_ETC+=("/etc/netns/$1")
+  printf 'nameserver 127.0.0.1\n' >"/etc/netns/$1/resolv.conf"
+  bench_netns_add "$1"
+}
+
+# A veth pair between two namespaces, both ends up:
+#   bench_veth NS_A IF_A CIDR_A NS_B IF_B CIDR_B
+# Returns once NS_B reaches A's address.
+bench_veth() {
+  ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
+  ip -n "$1" addr add "$3" dev "$2"
+  ip -n "$4" addr add "$6" dev "$5"
+  ip -n "$1" link set "$2" up
+  ip -n "$4" link set "$5" up
+  wait_until 10 ip netns exec "$4" ping -c 1 -W 1 "${3%/*}" || die "veth pair $2/$5 did not come up"
+}
+
 # Registers a PID to be killed on exit.
 bench_track() { BENCH_PIDS+=("$1"); }
 
@@ -109,6 +131,9 @@ bench_cleanup() {
   done
   for ns in "${BENCH_NETNS[@]}"; do
     ip netns del "$ns" 2>/dev/null
+  done
+  for ns in "${BENCH_NETNS_ETC[@]}"; do
+    rm -rf "$ns"
   done
   if [[ -n $BENCH_TMP && -d $BENCH_TMP ]]; then
     if ((rc != 0 || BENCH_KEEP_TMP)); then

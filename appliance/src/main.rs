@@ -276,15 +276,9 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
         metal: args.metal,
     };
     // One download at a time: a current-thread runtime is all it needs.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: can't start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async {
         match &from {
@@ -333,15 +327,9 @@ fn serve(file: &Path) -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_target(false)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: can't start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(supervisor::serve(file)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -367,4 +355,12 @@ fn serve(file: &Path) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Builds a tokio runtime with I/O and timers, or says why not (exit code 1).
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: can't start the async runtime: {e}");
+        ExitCode::from(1)
+    })
 }

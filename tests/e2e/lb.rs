@@ -22,33 +22,21 @@ use crate::dns_support::{start_appliance, write_config};
 use crate::lb_support::{
     Conn, LbCluster, api_active, backend_ip, crc32, lb_admin, payload, up_line,
 };
+use crate::support::spawn_listening;
 
 /// A web server in `ns` on `ip:port` serving `dir`.
 fn web(ns: &Netns, ip: &str, port: u16, dir: &Path) -> Process {
-    let p = ns
-        .spawn(
-            "web",
-            [
-                "python3",
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                ip,
-                "--directory",
-                dir.to_str().unwrap(),
-            ],
-        )
-        .unwrap();
-    assert!(
-        ns.wait_tcp(
-            format!("{ip}:{port}").parse().unwrap(),
-            Duration::from_secs(10)
-        )
-        .is_ok(),
-        "web server on {ip}:{port}"
-    );
-    p
+    let argv = [
+        "python3",
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        ip,
+        "--directory",
+        dir.to_str().unwrap(),
+    ];
+    spawn_listening(ns, "web", argv, &format!("{ip}:{port}"))
 }
 
 /// `curl URL` from `ns`: the body, or None when the request failed.

@@ -13,7 +13,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::dns_support::{start_appliance, write_config};
-use crate::support::run_ok;
+use crate::support::{run_ok, spawn_listening};
 
 const DOMAIN: &str = "okd.lab.example.com";
 
@@ -117,29 +117,9 @@ fn pki(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
 fn https_backend(ns: &Netns, ip: &str, root: &Path, cert: &Path, key: &Path) -> Process {
     let script = root.join("server.py");
     std::fs::write(&script, SERVER).unwrap();
-    let p = ns
-        .spawn(
-            "https",
-            [
-                "python3",
-                script.to_str().unwrap(),
-                "6443",
-                ip,
-                root.to_str().unwrap(),
-                cert.to_str().unwrap(),
-                key.to_str().unwrap(),
-            ],
-        )
-        .unwrap();
-    assert!(
-        ns.wait_tcp(
-            format!("{ip}:6443").parse().unwrap(),
-            Duration::from_secs(10)
-        )
-        .is_ok(),
-        "https server on {ip}"
-    );
-    p
+    let argv = [&script, Path::new("6443"), Path::new(ip), root, cert, key];
+    let argv = std::iter::once(Path::new("python3")).chain(argv);
+    spawn_listening(ns, "https", argv, &format!("{ip}:6443"))
 }
 
 fn config(dir: &Path, ca: Option<&Path>) -> PathBuf {
@@ -210,23 +190,19 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
         servers.push((https_backend(&node, ip, &root, &cert, &key), node));
     }
     let mute = topo.add_node("mst9", "10.99.0.19/24", None).unwrap();
-    let listener = mute
-        .spawn(
-            "mute",
-            [
-                "python3",
-                "-c",
-                "import socket, time\n\
-                 s = socket.socket()\n\
-                 s.bind(('10.99.0.19', 6443))\n\
-                 s.listen(128)\n\
-                 time.sleep(600)",
-            ],
-        )
-        .unwrap();
-    assert!(
-        mute.wait_tcp("10.99.0.19:6443".parse().unwrap(), Duration::from_secs(10))
-            .is_ok()
+    let listener = spawn_listening(
+        &mute,
+        "mute",
+        [
+            "python3",
+            "-c",
+            "import socket, time\n\
+             s = socket.socket()\n\
+             s.bind(('10.99.0.19', 6443))\n\
+             s.listen(128)\n\
+             time.sleep(600)",
+        ],
+        "10.99.0.19:6443",
     );
 
     // Verification against a CA that did not sign the nodes' certificates: nobody comes up.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use harness::{appliance_bin, repo_root, write_install_dir};
+use harness::{Netns, Process, appliance_bin, repo_root, write_install_dir};
 
 /// Copies `config/<name>.yml` into `dir` with its ignition directory pointed at a freshly
 /// written `dir/install_dir`, as an operator's services host would have it.
@@ -26,6 +26,22 @@ pub fn stage_config(name: &str, dir: &Path) -> PathBuf {
     let path = dir.join(format!("{name}.yml"));
     std::fs::write(&path, staged + "\n").unwrap();
     path
+}
+
+/// Starts `argv` in `ns` and waits (10 s at most) until `addr` accepts TCP connections.
+pub fn spawn_listening<I, S>(ns: &Netns, label: &str, argv: I, addr: &str) -> Process
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let p = ns.spawn(label, argv).unwrap();
+    let ready = ns.wait_tcp(addr.parse().unwrap(), std::time::Duration::from_secs(10));
+    assert!(
+        ready.is_ok(),
+        "{label} on {addr}: {ready:?}\n{}",
+        p.log_tails()
+    );
+    p
 }
 
 /// Runs `okd-appliance ARGS` to completion.
