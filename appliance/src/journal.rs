@@ -27,6 +27,11 @@ pub enum EventKind {
     ScriptFetched { from: SocketAddr },
     /// A node fetched its ignition config.
     IgnitionFetched { from: SocketAddr },
+    /// A node fetched its role's ignition config (the one its own config merges).
+    RoleIgnitionFetched {
+        from: SocketAddr,
+        file: &'static str,
+    },
     /// A load-balancer backend changed health.
     BackendHealth {
         frontend: String,
@@ -68,6 +73,7 @@ impl fmt::Display for Event {
             EventKind::ScriptFetched { from } => write!(f, "ipxe script fetched by {from}"),
             EventKind::ReinstallRequested => write!(f, "reinstall requested"),
             EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
+            EventKind::RoleIgnitionFetched { from, file } => write!(f, "{file} fetched by {from}"),
             EventKind::BackendHealth {
                 frontend,
                 backend,

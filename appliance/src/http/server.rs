@@ -157,7 +157,13 @@ async fn handle(
             );
             return text(StatusCode::FORBIDDEN, "not a node of this role\n");
         };
-        tracing::info!("http: {} fetched {}", node.node, role.ignition_file());
+        if req.method() == Method::GET {
+            let file = role.ignition_file();
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::RoleIgnitionFetched { from: peer, file },
+            );
+        }
         return file(
             req,
             &files.ignition_dir.join(role.ignition_file()),
