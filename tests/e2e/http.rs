@@ -156,12 +156,16 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
         status(&mst0, &[], &format!("{BASE}/ignition/roles/bootstrap.ign")),
         "403"
     );
-    assert!(
-        app.stderr()
-            .contains("mst0: ignition fetched by 10.99.0.11:"),
-        "journal: {}",
-        app.log_tails()
-    );
+    for fetched in [
+        "mst0: ignition fetched by 10.99.0.11:",
+        "mst0: master.ign fetched by 10.99.0.11:",
+    ] {
+        assert!(
+            app.stderr().contains(fetched),
+            "journal: {fetched}\n{}",
+            app.log_tails()
+        );
+    }
     assert!(
         !app.stderr().contains("passwd"),
         "ignition content must never be logged"
