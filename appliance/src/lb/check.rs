@@ -47,13 +47,20 @@ pub async fn run(
     let mut ticker = ticker(period);
     // Each backend is probed every tick unless its previous probe is still running, so a probe
     // that waits for its timeout (an unreachable node) never delays the checks of the others.
-    let mut probes: JoinSet<(Key, bool)> = JoinSet::new();
+    let mut probes: JoinSet<bool> = JoinSet::new();
     let mut in_flight: HashSet<Key> = HashSet::new();
+    // Which backend each probe task is for, so even a probe that panicked frees its backend.
+    let mut task_of: HashMap<tokio::task::Id, Key> = HashMap::new();
     loop {
         tokio::select! {
             () = token.cancelled() => return Ok(()),
-            Some(joined) = probes.join_next(), if !probes.is_empty() => {
-                if let Ok((key, ok)) = joined {
+            Some(joined) = probes.join_next_with_id(), if !probes.is_empty() => {
+                let (id, ok) = match joined {
+                    Ok((id, ok)) => (id, ok),
+                    // A probe that panicked counts as a failed check.
+                    Err(e) => (e.id(), false),
+                };
+                if let Some(key) = task_of.remove(&id) {
                     in_flight.remove(&key);
                     observe(&mut health, &pools.load(), &journal, key, ok);
                 }
@@ -88,13 +95,13 @@ pub async fn run(
                             continue;
                         }
                         let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
-                        let tls = tls.clone();
-                        probes.spawn(async move {
-                            let ok = tokio::time::timeout(timeout, probe_once(&probe, key.1, &tls))
+                        let (tls, addr) = (tls.clone(), backend.addr);
+                        let task = probes.spawn(async move {
+                            tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
                                 .await
-                                .unwrap_or(false);
-                            (key, ok)
+                                .unwrap_or(false)
                         });
+                        task_of.insert(task.id(), key);
                     }
                 }
             }
