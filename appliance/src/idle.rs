@@ -78,6 +78,15 @@ impl<S> Watched<S> {
         };
         (watched, progress)
     }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// For writes that bypass the wrapper (sendfile on the inner socket).
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {

@@ -1,0 +1,382 @@
+//! Zero-copy file bodies: file ranges that reach the socket through sendfile(2) although hyper
+//! writes the response.
+//!
+//! hyper writes byte slices and nothing else. A [`FileBody`] therefore yields frames whose bytes
+//! are a placeholder (zeroed memory that is never read) and queues the file range each frame
+//! stands for in the connection's [`Segments`]. The connection's socket, [`SendfileStream`],
+//! recognises placeholder slices by their address and sends the next bytes of the queued range
+//! with sendfile(2) in their place. Everything else (heads, generated bodies) is written as usual.
+//!
+//! This is exact because of two properties of hyper's HTTP/1 writer with `writev(true)`:
+//! body buffers are queued as given, never copied into another buffer, and every queued byte is
+//! written once, in order. The stream still checks that the placeholder offset it is handed is
+//! the one its bookkeeping expects and fails the connection rather than send anything else; the
+//! end-to-end tests compare checksums of every download.
+//!
+//! Like nginx without thread pools, the file read happens in the sendfile call on the runtime
+//! thread: artifacts live on a local disk and are usually in the page cache.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd as _;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::idle::Watched;
+
+/// Bytes one frame stands for. The kernel sends what the socket buffer takes per call, so this
+/// only sets how often the body is polled; the placeholder is never touched, so it costs address
+/// space, not memory.
+const FRAME: usize = 8 * 1024 * 1024;
+
+static PLACEHOLDER: LazyLock<&'static [u8]> = LazyLock::new(|| vec![0u8; FRAME].leak());
+
+/// The file ranges a connection's body frames stand for, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct Segments(Arc<Mutex<VecDeque<Segment>>>);
+
+#[derive(Debug)]
+struct Segment {
+    file: Arc<File>,
+    offset: u64,
+    len: usize,
+    sent: usize,
+}
+
+impl Segments {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Segment>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `len` bytes of `file` from `offset`, sent by the connection's [`SendfileStream`].
+#[derive(Debug)]
+pub struct FileBody {
+    file: Arc<File>,
+    offset: u64,
+    remaining: u64,
+    segments: Segments,
+}
+
+impl FileBody {
+    pub fn new(file: File, offset: u64, len: u64, segments: Segments) -> Self {
+        FileBody {
+            file: Arc::new(file),
+            offset,
+            remaining: len,
+            segments,
+        }
+    }
+}
+
+impl Body for FileBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if self.remaining == 0 {
+            return Poll::Ready(None);
+        }
+        let len = usize::try_from(self.remaining).map_or(FRAME, |r| r.min(FRAME));
+        self.segments.lock().push_back(Segment {
+            file: Arc::clone(&self.file),
+            offset: self.offset,
+            len,
+            sent: 0,
+        });
+        self.offset += len as u64;
+        self.remaining -= len as u64;
+        let placeholder: &'static [u8] = &PLACEHOLDER[..len];
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(placeholder)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.remaining == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
+}
+
+/// Where `slice` starts inside the placeholder, if it is a piece of it.
+fn placeholder_offset(slice: &[u8]) -> Option<usize> {
+    let base = PLACEHOLDER.as_ptr() as usize;
+    let at = slice.as_ptr() as usize;
+    (!slice.is_empty() && at >= base && at + slice.len() <= base + FRAME).then(|| at - base)
+}
+
+fn out_of_step(what: &str) -> io::Error {
+    io::Error::other(format!("sendfile bookkeeping out of step: {what}"))
+}
+
+/// A connection's socket as hyper sees it: placeholder bytes become sendfile(2) calls.
+#[derive(Debug)]
+pub struct SendfileStream {
+    inner: Watched<TcpStream>,
+    segments: Segments,
+}
+
+impl SendfileStream {
+    pub fn new(inner: Watched<TcpStream>, segments: Segments) -> Self {
+        SendfileStream { inner, segments }
+    }
+
+    /// Sends the file bytes `slice` (a piece of the placeholder) stands for.
+    fn poll_sendfile(&self, cx: &mut Context<'_>, slice: &[u8]) -> Poll<io::Result<usize>> {
+        let at = placeholder_offset(slice).ok_or_else(|| out_of_step("not a placeholder"))?;
+        let mut segments = self.segments.lock();
+        let seg = segments
+            .front_mut()
+            .ok_or_else(|| out_of_step("no file range queued"))?;
+        if at != seg.sent || slice.len() > seg.len - seg.sent {
+            return Poll::Ready(Err(out_of_step("unexpected placeholder range")));
+        }
+        let socket = self.inner.get_ref();
+        loop {
+            ready!(socket.poll_write_ready(cx))?;
+            let mut offset = i64::try_from(seg.offset + seg.sent as u64)
+                .map_err(|_| io::Error::other("file offset out of range"))?;
+            let sent = socket.try_io(Interest::WRITABLE, || {
+                nix::sys::sendfile::sendfile64(
+                    socket,
+                    seg.file.as_fd(),
+                    Some(&mut offset),
+                    slice.len(),
+                )
+                .map_err(io::Error::from)
+            });
+            match sent {
+                Ok(0) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the file shrank while it was being sent",
+                    )));
+                }
+                Ok(n) => {
+                    seg.sent += n;
+                    if seg.sent == seg.len {
+                        segments.pop_front();
+                    }
+                    self.inner.progress().touch();
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncRead for SendfileStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SendfileStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if placeholder_offset(data).is_some() {
+            self.poll_sendfile(cx, data)
+        } else {
+            Pin::new(&mut self.inner).poll_write(cx, data)
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        // Plain slices up to the first placeholder go out in one writev; the caller comes back
+        // for the rest, and a placeholder at the front becomes one sendfile call.
+        match bufs.iter().position(|b| placeholder_offset(b).is_some()) {
+            None => Pin::new(&mut self.inner).poll_write_vectored(cx, bufs),
+            Some(0) => self.poll_sendfile(cx, &bufs[0]),
+            Some(first) => Pin::new(&mut self.inner).poll_write_vectored(cx, &bufs[..first]),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use http_body_util::BodyExt as _;
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper::{Request, Response};
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    type TestBody = http_body_util::combinators::BoxBody<Bytes, io::Error>;
+
+    /// Serves one connection: each request's path is `/<offset>/<len>` of `path`, or `/text` for
+    /// an in-memory body, through a [`SendfileStream`].
+    async fn serve_one(listener: TcpListener, path: std::path::PathBuf) {
+        let (stream, _) = listener.accept().await.unwrap();
+        let segments = Segments::default();
+        let (watched, _) = Watched::new(stream);
+        let io = SendfileStream::new(watched, segments.clone());
+        let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+            let (segments, path) = (segments.clone(), path.clone());
+            async move {
+                let parts: Vec<&str> = req.uri().path().split('/').collect();
+                let body: TestBody = if parts[1] == "text" {
+                    http_body_util::Full::new(Bytes::from_static(b"plain bytes"))
+                        .map_err(|never| match never {})
+                        .boxed()
+                } else {
+                    let (offset, len) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
+                    let file = File::open(&path).unwrap();
+                    FileBody::new(file, offset, len, segments).boxed()
+                };
+                Ok::<_, std::convert::Infallible>(Response::new(body))
+            }
+        });
+        let _ = http1::Builder::new()
+            .writev(true)
+            .serve_connection(TokioIo::new(io), service)
+            .await;
+    }
+
+    /// Reads one response off `stream`: (head, body), the body as long as Content-Length says.
+    async fn response(stream: &mut TcpStream, pending: &mut Vec<u8>) -> (String, Vec<u8>) {
+        loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8(pending[..end].to_vec()).unwrap();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                while pending.len() < end + 4 + len {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let n = stream.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "connection closed inside a body");
+                    pending.extend_from_slice(&buf[..n]);
+                }
+                let body = pending[end + 4..end + 4 + len].to_vec();
+                pending.drain(..end + 4 + len);
+                return (head, body);
+            }
+            let mut buf = vec![0u8; 65536];
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed before a head");
+            pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i % 251) as u8 ^ (i >> 16) as u8)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn file_ranges_and_plain_bodies_share_a_keep_alive_connection() {
+        // Larger than a frame, so one body is several segments.
+        let data = pattern(FRAME * 2 + 12345);
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&data).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_one(listener, tmp.path().to_path_buf()));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        // Pipelined: hyper answers in order, so bodies and heads interleave on the socket.
+        let requests = [
+            format!("/0/{}", data.len()),
+            "/text".to_string(),
+            "/7/1".to_string(),
+            format!("/{}/{}", FRAME - 3, FRAME + 10),
+        ];
+        for r in &requests {
+            let req = format!("GET {r} HTTP/1.1\r\nhost: t\r\n\r\n");
+            client.write_all(req.as_bytes()).await.unwrap();
+        }
+        let mut pending = Vec::new();
+        let (head, body) = response(&mut client, &mut pending).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body == data, "whole file differs");
+        let (_, body) = response(&mut client, &mut pending).await;
+        assert_eq!(body, b"plain bytes");
+        let (_, body) = response(&mut client, &mut pending).await;
+        assert_eq!(body, &data[7..8]);
+        let (_, body) = response(&mut client, &mut pending).await;
+        assert!(
+            body == data[FRAME - 3..FRAME * 2 + 7],
+            "range across frames differs"
+        );
+        drop(client);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_that_shrinks_ends_the_connection_short() {
+        let data = pattern(4 * 1024 * 1024);
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&data).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_one(listener, tmp.path().to_path_buf()));
+        // The body promises more than the file holds: the connection must close after the
+        // bytes that exist, never pad with anything.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET /0/{} HTTP/1.1\r\nhost: t\r\n\r\n", data.len() + 100);
+        client.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(
+            got[end..] == data[..],
+            "sent something other than the file's bytes"
+        );
+        server.await.unwrap();
+    }
+
+    #[test]
+    fn placeholder_slices_are_told_from_other_bytes() {
+        assert_eq!(placeholder_offset(&PLACEHOLDER[..10]), Some(0));
+        assert_eq!(placeholder_offset(&PLACEHOLDER[5..10]), Some(5));
+        assert_eq!(
+            placeholder_offset(&PLACEHOLDER[FRAME - 1..]),
+            Some(FRAME - 1)
+        );
+        assert_eq!(placeholder_offset(&PLACEHOLDER[3..3]), None);
+        assert_eq!(placeholder_offset(&[0u8; 16]), None);
+    }
+}
