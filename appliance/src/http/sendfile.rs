@@ -307,16 +307,28 @@ mod tests {
             .collect()
     }
 
+    /// `data` in a temporary file, a server for it, and a client connected to that server.
+    async fn connected(
+        data: &[u8],
+    ) -> (
+        tempfile::NamedTempFile,
+        TcpStream,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(data).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_one(listener, tmp.path().to_path_buf()));
+        let client = TcpStream::connect(addr).await.unwrap();
+        (tmp, client, server)
+    }
+
     #[tokio::test]
     async fn file_ranges_and_plain_bodies_share_a_keep_alive_connection() {
         // Larger than a frame, so one body is several segments.
         let data = pattern(FRAME * 2 + 12345);
-        let mut tmp = tempfile::NamedTempFile::new().unwrap();
-        tmp.write_all(&data).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve_one(listener, tmp.path().to_path_buf()));
-        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (_tmp, mut client, server) = connected(&data).await;
         // Pipelined: hyper answers in order, so bodies and heads interleave on the socket.
         let requests = [
             format!("/0/{}", data.len()),
@@ -348,14 +360,9 @@ mod tests {
     #[tokio::test]
     async fn a_file_that_shrinks_ends_the_connection_short() {
         let data = pattern(4 * 1024 * 1024);
-        let mut tmp = tempfile::NamedTempFile::new().unwrap();
-        tmp.write_all(&data).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve_one(listener, tmp.path().to_path_buf()));
+        let (_tmp, mut client, server) = connected(&data).await;
         // The body promises more than the file holds: the connection must close after the
         // bytes that exist, never pad with anything.
-        let mut client = TcpStream::connect(addr).await.unwrap();
         let req = format!("GET /0/{} HTTP/1.1\r\nhost: t\r\n\r\n", data.len() + 100);
         client.write_all(req.as_bytes()).await.unwrap();
         let mut got = Vec::new();
