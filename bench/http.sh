@@ -226,7 +226,7 @@ REPORT=$W/http.md
   done
   command -v nginx >/dev/null 2>&1 || echo "nginx (the issue's target) is not installed on this machine; the busybox httpd figures are a floor, not the target."
   echo
-  echo "Reading the figures: busybox httpd and nginx send files with sendfile(2), so file pages go to the socket without passing through user space; okd-appliance streams through hyper (read into a 512 KiB buffer on tokio's blocking pool, then written), one extra copy per byte, which is where its big-file gap comes from. Its memory grows by about 1 MiB per concurrent download (the chunk in flight and hyper's write queue), bounded by the 512-connection limit; busybox httpd forks a process per connection instead. Small files: hyper keeps connections alive, busybox httpd closes each one."
+  echo "Reading the figures: all three servers send file bodies with sendfile(2) (okd-appliance through hyper, see docs/architecture.md), so file pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; busybox httpd forks a process per connection instead. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs (see the spread below). Small files: hyper keeps connections alive, busybox httpd closes each one."
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then
