@@ -41,14 +41,24 @@ if ((${#missing[@]})); then
 fi
 
 # Build from the local crate cache when the registry can't be reached (an offline machine
-# whose cache already holds every crate in Cargo.lock).
+# whose cache already holds every crate in Cargo.lock). A machine that keeps its crates in a
+# directory source instead (cargo vendor's layout) names it in OKD_CARGO_VENDOR, by default
+# ~/.cargo/local-vendor; it is used only when the registry can't be reached.
+CARGO_SOURCE=()
 if ! cargo fetch --quiet; then
-  echo "cargo fetch failed: building offline from the local crate cache" >&2
+  vendor=${OKD_CARGO_VENDOR:-${CARGO_HOME:-$HOME/.cargo}/local-vendor}
+  if [[ -d $vendor ]]; then
+    echo "cargo fetch failed: building offline from the directory source $vendor" >&2
+    CARGO_SOURCE=(--config 'source.crates-io.replace-with="okd-vendor"'
+      --config "source.okd-vendor.directory=\"$vendor\"")
+  else
+    echo "cargo fetch failed: building offline from the local crate cache" >&2
+  fi
   export CARGO_NET_OFFLINE=true
 fi
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+cargo "${CARGO_SOURCE[@]}" fmt --all -- --check
+cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings
 # Builds the okd-appliance binary the end-to-end tests run, then every test of the workspace.
-cargo build --workspace
-cargo test --workspace
+cargo "${CARGO_SOURCE[@]}" build --workspace
+cargo "${CARGO_SOURCE[@]}" test --workspace
