@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 # Third-party peers the tests run or compare against (see ../shared/brief/testing.md).
 PACKAGES=(
-  iproute2 iputils-ping procps curl openssl python3
+  iproute2 iputils-ping procps curl openssl python3 gpg gpgv
   nsd knot knot-dnssecutils knot-dnsutils bind9 bind9-utils bind9-dnsutils
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin

@@ -108,6 +108,12 @@ struct ArtifactsArgs {
     /// Also the metal disk image (raw.xz), kept under its name on the mirror.
     #[arg(long)]
     metal: bool,
+    /// Also check each file's detached OpenPGP signature against this key file (armored or
+    /// binary; Fedora CoreOS: https://fedoraproject.org/fedora.gpg), with gpgv. Signatures come
+    /// from the stream's URLs (fetch) or `<name>.sig` beside each file (import), and are kept
+    /// beside the artifacts as `<name>.sig`.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
 }
 
 fn parse_stream(arg: &str) -> Result<StreamSource, String> {
@@ -274,6 +280,7 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
         stream: args.stream,
         arch: args.arch,
         metal: args.metal,
+        key: args.key,
     };
     // One download at a time: a current-thread runtime is all it needs.
     let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {

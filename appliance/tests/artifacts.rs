@@ -355,12 +355,18 @@ fn fetch_puts_each_file_in_place_under_its_configured_name_and_skips_it_next_tim
     // A second run checks the files on disk and downloads nothing but the stream.
     server.forget();
     let out = fetch(&cfg, &stream, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_up_to_date(&out, &server, "already up to date (sha256 verified)");
+}
+
+/// Every file was found in place (`phrase` says how it was checked) and nothing but the
+/// stream was fetched.
+fn assert_up_to_date(out: &Output, server: &Server, phrase: &str) {
+    assert_eq!(out.status.code(), Some(0), "{}", show(out));
     assert_eq!(
-        text(&out.stdout).matches("already up to date").count(),
+        text(&out.stdout).matches(phrase).count(),
         3,
         "{}",
-        show(&out)
+        show(out)
     );
     let paths: Vec<String> = server.seen().into_iter().map(|s| s.path).collect();
     assert_eq!(paths, ["/streams/stable.json"]);
@@ -785,4 +791,249 @@ fn an_invalid_config_exits_1_before_anything_is_fetched() {
     let out = fetch(&cfg, "http://127.0.0.1:9/never.json", &[]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     assert!(!dir.path().join("artifacts").exists());
+}
+
+/// A signing key made for the test by gpg in a GNUPGHOME of its own, and its public key in both
+/// forms gpgv's callers meet: armored (as Fedora publishes it) and binary.
+struct Signer {
+    home: tempfile::TempDir,
+    armored: PathBuf,
+    binary: PathBuf,
+}
+
+impl Signer {
+    /// `None` (after saying so) when gpg can't be run outside CI; with CI=true that fails.
+    fn new(name: &str) -> Option<Signer> {
+        if Command::new("gpg").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "gpg is needed (apt install gpg)"
+            );
+            eprintln!("SKIPPED: gpg is not installed");
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let gpg = |args: &[&str]| {
+            let out = Command::new("gpg")
+                .env("GNUPGHOME", home.path())
+                .args(["--batch", "--quiet", "--pinentry-mode", "loopback"])
+                .args(["--passphrase", ""])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "gpg {args:?}: {}", show(&out));
+            out.stdout
+        };
+        let uid = format!("{name} <{name}@example.test>");
+        gpg(&["--quick-gen-key", &uid, "ed25519", "sign", "never"]);
+        let armored = home.path().join("key.asc");
+        let binary = home.path().join("key.gpg");
+        std::fs::write(&armored, gpg(&["--armor", "--export"])).unwrap();
+        std::fs::write(&binary, gpg(&["--export"])).unwrap();
+        Some(Signer {
+            home,
+            armored,
+            binary,
+        })
+    }
+
+    /// A detached binary signature of `data`.
+    fn sign(&self, data: &[u8]) -> Vec<u8> {
+        let input = self.home.path().join("to-sign");
+        std::fs::write(&input, data).unwrap();
+        let sig = self.home.path().join("to-sign.sig");
+        let _ = std::fs::remove_file(&sig);
+        let out = Command::new("gpg")
+            .env("GNUPGHOME", self.home.path())
+            .args(["--batch", "--quiet", "--detach-sign", "-o"])
+            .arg(&sig)
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "gpg --detach-sign: {}", show(&out));
+        read(&sig)
+    }
+
+    fn path(&self, armored: bool) -> &str {
+        let p = if armored { &self.armored } else { &self.binary };
+        p.to_str().unwrap()
+    }
+}
+
+impl Release {
+    /// Serves every file's signature by `signer` at the stream's `signature` URLs.
+    fn serve_signatures(&self, server: &Server, signer: &Signer) {
+        for (i, (_, name)) in UPSTREAM.iter().enumerate() {
+            server.route(
+                &format!("/prod/{name}.sig"),
+                Route::File(signer.sign(self.bodies()[i])),
+            );
+        }
+    }
+}
+
+#[test]
+fn with_a_key_every_signature_is_checked_and_kept_beside_its_file() {
+    let Some(signer) = Signer::new("release") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    release.serve_signatures(&server, &signer);
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &["--key", signer.path(true)]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout.matches("sha256 and OpenPGP signature by ").count(),
+        3,
+        "{stdout}"
+    );
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    // The signature is kept under the served name, for clients that fetch `<url>.sig`.
+    let kept = read(&artifact(dir.path(), "rootfs.img.sig"));
+    let served = Command::new("gpgv")
+        .args(["--keyring", signer.path(false)])
+        .arg(artifact(dir.path(), "rootfs.img.sig"))
+        .arg(artifact(dir.path(), "rootfs.img"))
+        .output()
+        .unwrap();
+    assert!(served.status.success(), "kept signature: {}", show(&served));
+    assert!(!kept.is_empty());
+
+    // A second run checks the files in place against the kept signatures: nothing fetched.
+    server.forget();
+    let out = fetch(&cfg, &stream, &["--key", signer.path(false)]);
+    assert_up_to_date(
+        &out,
+        &server,
+        "already up to date (sha256 and OpenPGP signature by ",
+    );
+}
+
+#[test]
+fn a_wrong_signature_or_an_unknown_signer_keeps_the_file_out() {
+    let (Some(signer), Some(stranger)) = (Signer::new("release"), Signer::new("stranger")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    release.serve_signatures(&server, &signer);
+    // The rootfs is served with the kernel's signature: right key, wrong file.
+    server.route(
+        &format!("/prod/{}.sig", UPSTREAM[2].1),
+        Route::File(signer.sign(&release.kernel)),
+    );
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &["--key", signer.path(true)]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("rootfs: "), "{stderr}");
+    assert!(stderr.contains("BAD signature"), "{stderr}");
+    assert!(stderr.contains("1 of 3 artifacts failed"), "{stderr}");
+    for name in ["rootfs.img", "rootfs.img.part", "rootfs.img.sig"] {
+        assert!(!artifact(dir.path(), name).exists(), "{name}");
+    }
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+
+    // Another signer's key: every file is refused, whatever is already in place included.
+    let out = fetch(&cfg, &stream, &["--key", stranger.path(false)]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("which the key file does not hold").count(),
+        3,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("was in place with the right sha256 and has been removed"),
+        "{stderr}"
+    );
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("artifacts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "nothing unverified stays: {left:?}");
+}
+
+#[test]
+fn import_with_a_key_reads_the_signatures_beside_the_files() {
+    let Some(signer) = Signer::new("release") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let (stream, from) = downloads(dir.path(), &release);
+    for (i, (_, name)) in UPSTREAM.iter().enumerate().take(2) {
+        let sig = signer.sign(release.bodies()[i]);
+        std::fs::write(from.join(format!("{name}.sig")), sig).unwrap();
+    }
+    let key = signer.path(true);
+    let args = |from: &Path| {
+        let mut a = vec!["artifacts", "import", "--key", key, "--stream"];
+        a.push(stream.to_str().unwrap());
+        a.push("--from");
+        a.push(from.to_str().unwrap());
+        a.push(cfg.to_str().unwrap());
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let argv = args(&from);
+    let out = run(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    // The rootfs has no signature beside it: refused, with where to get one.
+    assert!(
+        stderr.contains(&format!("{}.sig", UPSTREAM[2].1)),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "download it from https://builds.example/prod/{}.sig",
+            UPSTREAM[2].1
+        )),
+        "{stderr}"
+    );
+    assert!(!artifact(dir.path(), "rootfs.img").exists());
+    assert!(artifact(dir.path(), "vmlinuz.sig").exists());
+    assert!(artifact(dir.path(), "initrd.img.sig").exists());
+}
+
+#[test]
+fn a_key_file_that_is_not_a_key_stops_before_anything_is_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let server = Server::start();
+    Release::new().serve(&server);
+    let key = dir.path().join("not-a-key.asc");
+    for content in [
+        &b"just text\n"[..],
+        b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n**\n-----END PGP PUBLIC KEY BLOCK-----\n",
+    ] {
+        std::fs::write(&key, content).unwrap();
+        let out = fetch(
+            &cfg,
+            &server.url("/streams/stable.json"),
+            &["--key", key.to_str().unwrap()],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        assert!(
+            text(&out.stderr).contains("not-a-key.asc"),
+            "{}",
+            show(&out)
+        );
+        assert!(
+            server.seen().is_empty(),
+            "fetched something: {:?}",
+            server.seen()
+        );
+    }
 }

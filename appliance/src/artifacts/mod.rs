@@ -8,15 +8,18 @@
 //! [`store`] (`.part` files, atomic rename), and this file, which runs one artifact after the
 //! other and reports each.
 //!
-//! Not done: the detached OpenPGP signatures the stream also lists are not checked (no OpenPGP
-//! implementation is available to this build); the SHA-256 comes from the stream metadata, so
-//! its integrity is that of the stream's transport (HTTPS, or the operator's own file).
+//! With `--key`, each file's detached OpenPGP signature (the stream's `signature` URL, or
+//! `<name>.sig` beside an imported file) is checked too, by gpgv ([`signature`]), before the
+//! file is put in place, and is kept beside it as `<dest>.sig` (coreos-installer fetches
+//! `<image_url>.sig`). Without `--key` the SHA-256 from the stream metadata is all there is,
+//! so integrity is that of the stream's transport (HTTPS, or the operator's own file).
 
 mod client;
 pub mod http1;
 mod progress;
 pub mod rules;
 pub mod sha256;
+pub mod signature;
 pub mod store;
 pub mod stream;
 
@@ -31,7 +34,7 @@ use url::Url;
 use self::client::{Client, Response};
 use self::progress::Progress;
 use self::rules::Answer;
-use self::sha256::Sha256;
+use self::signature::{Keyring, SIGNATURE_LIMIT};
 use self::store::Partial;
 pub use self::stream::{Kind, Selection, Wanted};
 use crate::config::Install;
@@ -70,6 +73,8 @@ pub struct Options {
     pub arch: String,
     /// Also the metal disk image.
     pub metal: bool,
+    /// The OpenPGP key file to check the detached signatures with.
+    pub key: Option<PathBuf>,
 }
 
 /// The name `wanted` has in the artifacts directory: the configured one for the PXE files
@@ -101,11 +106,16 @@ enum Outcome {
 }
 
 impl Outcome {
-    fn describe(&self, wanted: &Wanted, dest: &Path) -> String {
+    /// One line for the operator; `signed_by` is the fingerprint of a verified signature.
+    fn describe(&self, wanted: &Wanted, dest: &Path, signed_by: Option<&str>) -> String {
         let label = wanted.kind.label();
         let dest = dest.display();
+        let verified = match signed_by {
+            Some(fpr) => format!("sha256 and OpenPGP signature by {fpr} verified"),
+            None => "sha256 verified".to_owned(),
+        };
         match self {
-            Outcome::UpToDate => format!("{label}: {dest} is already up to date (sha256 verified)"),
+            Outcome::UpToDate => format!("{label}: {dest} is already up to date ({verified})"),
             Outcome::Fetched {
                 size,
                 resumed,
@@ -118,7 +128,7 @@ impl Outcome {
                     String::new()
                 };
                 format!(
-                    "{label}: fetched {dest} ({}{resumed}, {} in {:.1} s, {}), sha256 verified",
+                    "{label}: fetched {dest} ({}{resumed}, {} in {:.1} s, {}), {verified}",
                     progress::mib(*size),
                     progress::mib(*moved),
                     elapsed.as_secs_f64(),
@@ -126,7 +136,7 @@ impl Outcome {
                 )
             }
             Outcome::Imported { from, size } => format!(
-                "{label}: imported {} as {dest} ({}), sha256 verified",
+                "{label}: imported {} as {dest} ({}), {verified}",
                 from.display(),
                 progress::mib(*size)
             ),
@@ -137,15 +147,22 @@ impl Outcome {
 /// Downloads every file of the selection that is not already in place and verified. Each file
 /// is tried even when an earlier one failed; the error then counts the failures.
 pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
+    let keyring = options.key.as_deref().map(Keyring::load).transpose()?;
     let client = Client::new();
     let selection = read_selection(&client, options).await?;
     prepare(install, &selection)?;
     let terminal = std::io::stderr().is_terminal();
+    let signing = keyring.as_ref().map(|keyring| Signing {
+        keyring,
+        from: Signatures::Remote(&client),
+    });
     let mut failed = 0;
     for wanted in &selection.files {
         let dest = install.artifacts_dir.join(dest_name(install, wanted));
-        match fetch_one(&client, wanted, &dest, terminal).await {
-            Ok(outcome) => println!("{}", outcome.describe(wanted, &dest)),
+        match fetch_one(&client, wanted, &dest, terminal, signing.as_ref()).await {
+            Ok((outcome, signed_by)) => {
+                println!("{}", outcome.describe(wanted, &dest, signed_by.as_deref()));
+            }
             Err(e) => {
                 eprintln!("error: {}: {e:#}", wanted.kind.label());
                 failed += 1;
@@ -158,15 +175,22 @@ pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
 /// Copies the selection's files from `from`, where they have their upstream names, verifying
 /// each on the way in.
 pub async fn import(install: &Install, options: &Options, from: &Path) -> anyhow::Result<()> {
+    let keyring = options.key.as_deref().map(Keyring::load).transpose()?;
     let client = Client::new();
     let selection = read_selection(&client, options).await?;
     anyhow::ensure!(from.is_dir(), "{} is not a directory", from.display());
     prepare(install, &selection)?;
+    let signing = keyring.as_ref().map(|keyring| Signing {
+        keyring,
+        from: Signatures::Dir(from),
+    });
     let mut failed = 0;
     for wanted in &selection.files {
         let dest = install.artifacts_dir.join(dest_name(install, wanted));
-        match import_one(wanted, from, &dest) {
-            Ok(outcome) => println!("{}", outcome.describe(wanted, &dest)),
+        match import_one(wanted, from, &dest, signing.as_ref()).await {
+            Ok((outcome, signed_by)) => {
+                println!("{}", outcome.describe(wanted, &dest, signed_by.as_deref()));
+            }
             Err(e) => {
                 eprintln!("error: {}: {e:#}", wanted.kind.label());
                 failed += 1;
@@ -184,22 +208,27 @@ async fn read_selection(client: &Client, options: &Options) -> anyhow::Result<Se
             url.to_string(),
             Some(url),
         ),
-        StreamSource::File(path) => (read_limited(path)?, path.display().to_string(), None),
+        StreamSource::File(path) => (
+            read_limited(path, STREAM_LIMIT, "stream metadata")?,
+            path.display().to_string(),
+            None,
+        ),
     };
     let stream = stream::parse(&text, &name)?;
     stream::select(&stream, &options.arch, options.metal, base)
         .with_context(|| format!("in {name}"))
 }
 
-fn read_limited(path: &Path) -> anyhow::Result<Vec<u8>> {
+/// The file at `path`, refused when it is larger than `limit` and so can't be `what`.
+fn read_limited(path: &Path, limit: usize, what: &str) -> anyhow::Result<Vec<u8>> {
     let file = File::open(path).with_context(|| format!("can't read {}", path.display()))?;
     let mut text = Vec::new();
-    file.take(STREAM_LIMIT as u64 + 1)
+    file.take(limit as u64 + 1)
         .read_to_end(&mut text)
         .with_context(|| format!("can't read {}", path.display()))?;
     anyhow::ensure!(
-        text.len() <= STREAM_LIMIT,
-        "{} is larger than {STREAM_LIMIT} bytes: not stream metadata",
+        text.len() <= limit,
+        "{} is larger than {limit} bytes: not {what}",
         path.display()
     );
     Ok(text)
@@ -244,9 +273,14 @@ async fn fetch_one(
     wanted: &Wanted,
     dest: &Path,
     terminal: bool,
-) -> anyhow::Result<Outcome> {
+    signing: Option<&Signing<'_>>,
+) -> anyhow::Result<(Outcome, Option<String>)> {
     if store::hash_file(dest)? == Some(wanted.sha256) {
-        return Ok(Outcome::UpToDate);
+        let signed_by = match signing {
+            Some(s) => Some(s.check_in_place(wanted, dest).await?),
+            None => None,
+        };
+        return Ok((Outcome::UpToDate, signed_by));
     }
     let mut part = Partial::resume(&store::part_path(dest))?;
     let opened = open(client, wanted, &mut part).await?;
@@ -259,13 +293,14 @@ async fn fetch_one(
         }
     };
     let size = part.len();
-    commit_verified(part, wanted.sha256, dest, wanted.location.as_str())?;
-    Ok(Outcome::Fetched {
+    let signed_by = commit_verified(part, wanted, dest, wanted.location.as_str(), signing).await?;
+    let outcome = Outcome::Fetched {
         size,
         resumed,
         moved,
         elapsed,
-    })
+    };
+    Ok((outcome, signed_by))
 }
 
 /// Writes the body of `response` into `part`; returns the bytes moved and how long it took. A
@@ -357,15 +392,18 @@ async fn receive(
     Ok(())
 }
 
-/// Renames `part` to `dest` if its digest is `expected`; otherwise deletes it, because a file
-/// with the wrong content must never be served or continued. `source` names where it came from.
-fn commit_verified(
-    part: Partial,
-    expected: Sha256,
+/// Renames `part` to `dest` if its digest is the stream's (and, with `signing`, its signature
+/// verifies; the signature is then kept as `<dest>.sig`); otherwise deletes it, because a file
+/// with the wrong content must never be served or continued. `source` names where it came
+/// from. Returns the signer's fingerprint.
+async fn commit_verified(
+    mut part: Partial,
+    wanted: &Wanted,
     dest: &Path,
     source: &str,
-) -> anyhow::Result<()> {
-    let actual = part.digest();
+    signing: Option<&Signing<'_>>,
+) -> anyhow::Result<Option<String>> {
+    let (expected, actual) = (wanted.sha256, part.digest());
     if actual != expected {
         part.discard()?;
         bail!(
@@ -374,12 +412,125 @@ fn commit_verified(
             dest.display()
         );
     }
-    part.commit(dest)
+    let sig_dest = store::sig_path(dest);
+    let Some(signing) = signing else {
+        part.commit(dest)?;
+        // A signature left from the file this one replaces would not match it.
+        return store::remove_if_present(&sig_dest).map(|()| None);
+    };
+    let checked = async {
+        let sig = signing.signature(wanted).await?;
+        part.flush()?;
+        let fingerprint = signing.keyring.verify(&sig, part.path())?;
+        Ok::<_, anyhow::Error>((sig, fingerprint))
+    };
+    match checked.await {
+        Ok((sig, fingerprint)) => {
+            part.commit(dest)?;
+            store::write_file(&sig_dest, &sig)?;
+            Ok(Some(fingerprint))
+        }
+        Err(e) => {
+            part.discard()?;
+            Err(e.context(format!(
+                "{} was deleted and nothing was put in place",
+                part_name(dest)
+            )))
+        }
+    }
 }
 
-fn import_one(wanted: &Wanted, from: &Path, dest: &Path) -> anyhow::Result<Outcome> {
+fn part_name(dest: &Path) -> String {
+    store::part_path(dest).display().to_string()
+}
+
+/// Where detached signatures come from.
+enum Signatures<'a> {
+    /// The stream's `signature` URLs.
+    Remote(&'a Client),
+    /// `<upstream name>.sig` files in the directory an import reads.
+    Dir(&'a Path),
+}
+
+/// `--key`: the keyring and where the signatures are.
+struct Signing<'a> {
+    keyring: &'a Keyring,
+    from: Signatures<'a>,
+}
+
+impl Signing<'_> {
+    async fn signature(&self, wanted: &Wanted) -> anyhow::Result<Vec<u8>> {
+        match &self.from {
+            Signatures::Remote(client) => {
+                let url = wanted.signature.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!("the stream lists no signature for it, and --key wants one")
+                })?;
+                client.get_bytes(url, SIGNATURE_LIMIT).await
+            }
+            Signatures::Dir(dir) => {
+                let path = dir.join(format!("{}.sig", wanted.upstream_name));
+                let from = wanted
+                    .signature
+                    .as_ref()
+                    .map(|u| format!("; download it from {u}"))
+                    .unwrap_or_default();
+                read_signature(&path)
+                    .with_context(|| format!("--key needs the signature beside the file{from}"))
+            }
+        }
+    }
+
+    /// Checks the file already in place at `dest` against its kept `<dest>.sig`, or else the
+    /// signature from the source, which is then kept. A file that fails is removed: with `--key`
+    /// nothing unverified stays published.
+    async fn check_in_place(&self, wanted: &Wanted, dest: &Path) -> anyhow::Result<String> {
+        let sig_dest = store::sig_path(dest);
+        let kept = match read_signature(&sig_dest) {
+            Ok(sig) => Some(sig),
+            Err(_) if !sig_dest.exists() => None,
+            Err(e) => return Err(e),
+        };
+        let sig = match &kept {
+            Some(sig) => sig.clone(),
+            None => self.signature(wanted).await?,
+        };
+        match self.keyring.verify(&sig, dest) {
+            Ok(fingerprint) => {
+                if kept.is_none() {
+                    store::write_file(&sig_dest, &sig)?;
+                }
+                Ok(fingerprint)
+            }
+            Err(e) => {
+                store::remove_if_present(dest)?;
+                store::remove_if_present(&sig_dest)?;
+                Err(e.context(format!(
+                    "{} was in place with the right sha256 and has been removed; run again to \
+                     fetch it anew",
+                    dest.display()
+                )))
+            }
+        }
+    }
+}
+
+/// A detached signature file, refused when it is too large to be one.
+fn read_signature(path: &Path) -> anyhow::Result<Vec<u8>> {
+    read_limited(path, SIGNATURE_LIMIT, "a detached signature")
+}
+
+async fn import_one(
+    wanted: &Wanted,
+    from: &Path,
+    dest: &Path,
+    signing: Option<&Signing<'_>>,
+) -> anyhow::Result<(Outcome, Option<String>)> {
     if store::hash_file(dest)? == Some(wanted.sha256) {
-        return Ok(Outcome::UpToDate);
+        let signed_by = match signing {
+            Some(s) => Some(s.check_in_place(wanted, dest).await?),
+            None => None,
+        };
+        return Ok((Outcome::UpToDate, signed_by));
     }
     let source = from.join(&wanted.upstream_name);
     let file = File::open(&source).with_context(|| {
@@ -395,8 +546,9 @@ fn import_one(wanted: &Wanted, from: &Path, dest: &Path) -> anyhow::Result<Outco
     part.write_from(file, |_| {})
         .with_context(|| format!("copying {} to {}", source.display(), dest.display()))?;
     let size = part.len();
-    commit_verified(part, wanted.sha256, dest, &source.display().to_string())?;
-    Ok(Outcome::Imported { from: source, size })
+    let from = source.display().to_string();
+    let signed_by = commit_verified(part, wanted, dest, &from, signing).await?;
+    Ok((Outcome::Imported { from: source, size }, signed_by))
 }
 
 #[cfg(test)]

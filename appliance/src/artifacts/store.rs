@@ -21,6 +21,31 @@ pub fn part_path(dest: &Path) -> PathBuf {
     dest.with_file_name(name)
 }
 
+/// Where the detached signature of `dest` is kept: `<dest>.sig`, the URL coreos-installer
+/// looks for beside an image.
+pub fn sig_path(dest: &Path) -> PathBuf {
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(".sig");
+    dest.with_file_name(name)
+}
+
+/// Puts `data` in place as `dest` the way a download is: through a `.part` file, synced,
+/// renamed.
+pub fn write_file(dest: &Path, data: &[u8]) -> anyhow::Result<()> {
+    let mut part = Partial::create(&part_path(dest))?;
+    part.write(data)?;
+    part.commit(dest)
+}
+
+pub fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("can't remove {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The digest of the file at `path`, or `None` when there is no such file.
 pub fn hash_file(path: &Path) -> anyhow::Result<Option<Sha256>> {
     let file = match File::open(path) {
@@ -112,6 +137,17 @@ impl Partial {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes what is buffered through to the file, so another process can read all of it.
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.file
+            .flush()
+            .with_context(|| format!("can't write {}", self.path.display()))
     }
 
     /// The digest of everything written so far.

@@ -38,6 +38,7 @@ struct Platform {
 #[derive(Debug, Deserialize)]
 struct File {
     location: Option<String>,
+    signature: Option<String>,
     sha256: Option<String>,
 }
 
@@ -81,6 +82,8 @@ pub struct Wanted {
     /// what an operator who downloaded it by hand has.
     pub upstream_name: String,
     pub sha256: Sha256,
+    /// The detached OpenPGP signature, when the stream lists one.
+    pub signature: Option<Url>,
 }
 
 /// The files to fetch for one architecture.
@@ -185,11 +188,17 @@ fn wanted(
         .ok_or_else(|| anyhow!("`{at}.sha256` is not 64 hex digits: `{sha}`"))?;
     let location = resolve(location, base).with_context(|| format!("`{at}.location`"))?;
     let upstream_name = file_name(&location).with_context(|| format!("`{at}.location`"))?;
+    let signature = file
+        .signature
+        .as_deref()
+        .map(|s| resolve(s, base).with_context(|| format!("`{at}.signature`")))
+        .transpose()?;
     Ok(Wanted {
         kind,
         location,
         upstream_name,
         sha256,
+        signature,
     })
 }
 
