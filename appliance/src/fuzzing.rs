@@ -166,3 +166,72 @@ pub fn config_text(data: &[u8]) {
         let _ = e.render(config::RenderStyle::Plain);
     }
 }
+
+/// The served files of the HTTP boot server's fuzz input: `<root>/a` (the artifacts directory:
+/// a file, a subdirectory, a symlink inside and one leading out) beside `<root>/secret`.
+fn http_tree() -> &'static (std::path::PathBuf, std::path::PathBuf) {
+    static TREE: OnceLock<(std::path::PathBuf, std::path::PathBuf)> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("okd-fuzz-http-{}", std::process::id()));
+        let served = root.join("a");
+        let create = || -> std::io::Result<()> {
+            std::fs::create_dir_all(served.join("sub dir"))?;
+            std::fs::write(root.join("secret"), b"outside")?;
+            std::fs::write(served.join("rootfs.img"), b"inside")?;
+            std::fs::write(served.join("sub dir").join("kernel"), b"inside")?;
+            for (link, target) in [("inner", "rootfs.img"), ("escape", "../secret")] {
+                match std::os::unix::fs::symlink(target, served.join(link)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+            }
+            Ok(())
+        };
+        create().unwrap_or_else(|e| panic!("can't create {}: {e}", root.display()));
+        let served = served.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+        let secret = root
+            .join("secret")
+            .canonicalize()
+            .unwrap_or_else(|e| panic!("{e}"));
+        (served, secret)
+    })
+}
+
+/// One artifact request as the HTTP server sees it: input lines are the URL path under
+/// `/artifacts/`, If-None-Match, If-Modified-Since, Range and If-Range. A path resolves only to
+/// a file inside the served directory; a decision is consistent with the headers and the size.
+pub fn http_file_request(data: &[u8]) {
+    use crate::http::files::{Conditions, Decision, FileMeta, decide, resolve};
+
+    let (served, secret) = http_tree();
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.split('\n');
+    let path = lines.next().unwrap_or("");
+    let mut header = || lines.next().filter(|l| !l.is_empty());
+    let conditions = Conditions {
+        if_none_match: header(),
+        if_modified_since: header(),
+        range: header(),
+        if_range: header(),
+    };
+    if let Some(found) = resolve(served, path) {
+        assert!(found.starts_with(served), "{path:?} resolved to {found:?}");
+        assert!(&found != secret, "{path:?} reached the secret");
+        assert!(found.is_file(), "{path:?} resolved to a non-file");
+    }
+    let modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    for len in [0, 1, 6, 1 << 30, u64::MAX] {
+        let meta = FileMeta { len, modified };
+        match decide(&conditions, meta) {
+            Decision::Partial { start, end } => {
+                assert!(conditions.range.is_some(), "a partial answer without Range");
+                assert!(start <= end && end < len, "{start}-{end} of {len}");
+            }
+            Decision::RangeNotSatisfiable => assert!(conditions.range.is_some()),
+            Decision::NotModified => assert!(
+                conditions.if_none_match.is_some() || conditions.if_modified_since.is_some()
+            ),
+            Decision::Full => {}
+        }
+    }
+}

@@ -38,3 +38,11 @@ fn config_text_corpus() {
 fn dhcp_packet_corpus() {
     replay("dhcp_packet", okd_appliance::fuzzing::dhcp_packet);
 }
+
+#[test]
+fn http_file_request_corpus() {
+    replay(
+        "http_file_request",
+        okd_appliance::fuzzing::http_file_request,
+    );
+}
