@@ -1,5 +1,5 @@
 //! The load balancer with real backends in node namespaces (python3's http.server) and curl as
-//! the client: balancing, a killed backend leaving the pool with no failed request after the
+//! the client: balancing (over IPv4 and IPv6 listeners), a killed backend leaving the pool with no failed request after the
 //! checks notice, its return after `rise` checks, the ingress HTTP check (`/healthz/ready` on
 //! 1936) taking a backend out while its service port still accepts, and a large transfer.
 //!
@@ -42,7 +42,7 @@ fn web(ns: &Netns, ip: &str, port: u16, dir: &Path) -> Process {
 /// `curl URL` from `ns`: the body, or None when the request failed.
 fn get(ns: &Netns, url: &str) -> Option<String> {
     let out: std::process::Output = ns
-        .exec(["curl", "-sf", "--max-time", "3", url])
+        .exec(["curl", "-gsf", "--max-time", "3", url])
         .output()
         .ok()?;
     out.status
@@ -79,7 +79,10 @@ fn balances_fails_over_and_recovers() {
             )
         })
         .collect();
-    let client = topo.add_node("cli", "10.99.0.99/24", None).unwrap();
+    // Dual-stack: the API frontend also listens on the bridge's IPv6 address.
+    let client = topo
+        .add_node("cli", "10.99.0.99/24", Some("fd99::99/64"))
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut servers = Vec::new();
     for (ns, name, ip) in &nodes {
@@ -112,7 +115,7 @@ listen:
   dhcp: []
   tftp: []
   http: []
-  api: ["10.99.0.1:6443"]
+  api: ["10.99.0.1:6443", "[fd99::1]:6443"]
   machine_config: []
   ingress_https: []
   ingress_http: ["10.99.0.1:80"]
@@ -141,6 +144,14 @@ listen:
     assert!(
         answers.iter().any(|a| a == "mst0") && answers.iter().any(|a| a == "mst1"),
         "round robin: {answers:?}"
+    );
+    // IPv6 clients reach the same (IPv4) pool through the IPv6 listener.
+    let over_v6: Vec<String> = (0..6)
+        .map(|_| get(&client, "http://[fd99::1]:6443/whoami").expect("api answers over IPv6"))
+        .collect();
+    assert!(
+        over_v6.iter().any(|a| a == "mst0") && over_v6.iter().any(|a| a == "mst1"),
+        "round robin over IPv6: {over_v6:?}"
     );
 
     // Kill mst1: within fall x interval (+ timeout) it leaves the pool; afterwards nothing fails.
