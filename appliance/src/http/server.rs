@@ -72,6 +72,11 @@ pub async fn serve(
             },
         };
         let (plan, journal, token) = (Arc::clone(&plan), journal.clone(), token.clone());
+        // A response head and a sendfile body are two writes: with Nagle's algorithm the body
+        // of a small file would wait for the client's delayed ACK of the head (~40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("http {peer}: TCP_NODELAY: {e}");
+        }
         let (stream, progress) = Watched::new(stream);
         let segments = Segments::default();
         let stream = SendfileStream::new(stream, segments.clone());
