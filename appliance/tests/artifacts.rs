@@ -620,6 +620,22 @@ fn metal_also_fetches_the_disk_image_under_its_upstream_name() {
         )),
         "{stdout}"
     );
+    // No signature was kept, so coreos-installer would refuse the image: the hint says so.
+    assert!(stdout.contains("coreos.inst.insecure"), "{stdout}");
+
+    // With --key the signature is kept beside the image, where coreos-installer looks.
+    let Some(signer) = Signer::new("release") else {
+        return;
+    };
+    release.serve_signatures(&server, &signer);
+    let out = fetch(
+        &cfg,
+        &server.url("/streams/stable.json"),
+        &["--metal", "--key", signer.path(true)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(!text(&out.stdout).contains("insecure"), "{}", show(&out));
+    assert!(artifact(dir.path(), &format!("{}.sig", UPSTREAM[3].1)).exists());
 }
 
 #[test]

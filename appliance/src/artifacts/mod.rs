@@ -169,7 +169,7 @@ pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
             }
         }
     }
-    conclude(install, &selection, failed)
+    conclude(install, &selection, failed, signing.is_some())
 }
 
 /// Copies the selection's files from `from`, where they have their upstream names, verifying
@@ -197,7 +197,7 @@ pub async fn import(install: &Install, options: &Options, from: &Path) -> anyhow
             }
         }
     }
-    conclude(install, &selection, failed)
+    conclude(install, &selection, failed, signing.is_some())
 }
 
 /// Reads the stream metadata and picks the files of the requested architecture.
@@ -250,7 +250,13 @@ fn prepare(install: &Install, selection: &Selection) -> anyhow::Result<()> {
 }
 
 /// The result of the whole run, with the one step left to the operator for the metal image.
-fn conclude(install: &Install, selection: &Selection, failed: usize) -> anyhow::Result<()> {
+/// `signed`: the signatures were checked and kept beside the files.
+fn conclude(
+    install: &Install,
+    selection: &Selection,
+    failed: usize,
+    signed: bool,
+) -> anyhow::Result<()> {
     if failed > 0 {
         bail!(
             "{failed} of {} artifacts failed; a file whose digest did not match was deleted, an \
@@ -264,6 +270,13 @@ fn conclude(install: &Install, selection: &Selection, failed: usize) -> anyhow::
              coreos.inst.image_url={}/artifacts/{} to install.kernel_args",
             install.base_url, metal.upstream_name
         );
+        if !signed {
+            // coreos-installer refuses an image without `<image_url>.sig` unless told not to.
+            println!(
+                "coreos-installer checks the image's signature at <image_url>.sig: run this \
+                 command with --key to check and keep it, or also add coreos.inst.insecure"
+            );
+        }
     }
     Ok(())
 }
