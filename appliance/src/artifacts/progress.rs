@@ -1,15 +1,13 @@
-//! Download progress: on a terminal, one line on stderr rewritten at most once a second; on
-//! anything else nothing until the file is done (the caller prints one line per file), so logs
-//! and CI output hold no carriage-return noise.
-//!
-//! A plain line rather than a progress-bar crate: none (indicatif and its kin) is available to
-//! this build.
+//! Download progress: on a terminal, an indicatif bar on stderr (bytes, total, rate, time left);
+//! on anything else nothing until the file is done (the caller prints one line per file), so logs
+//! and CI output hold no carriage-return noise. Also the size and rate formatting of those
+//! result lines.
 
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
 const MIB: f64 = 1024.0 * 1024.0;
-const EVERY: Duration = Duration::from_secs(1);
 
 /// `12.5 MiB`.
 pub fn mib(bytes: u64) -> String {
@@ -22,63 +20,51 @@ pub fn rate(bytes: u64, elapsed: Duration) -> String {
     format!("{:.1} MiB/s", bytes as f64 / MIB / secs)
 }
 
-/// One progress line: `rootfs.img: 120.5 MiB / 812.0 MiB (14%), 25.3 MiB/s`. `done` and `total`
-/// count the whole file; `moved` is what this run transferred in `elapsed` (a resumed download
-/// starts with bytes it did not move).
-pub fn line(name: &str, done: u64, total: Option<u64>, moved: u64, elapsed: Duration) -> String {
-    let of = match total {
-        Some(t) if t > 0 => format!(
-            " / {} ({}%)",
-            mib(t),
-            (u128::from(done.min(t)) * 100 / u128::from(t))
-        ),
-        _ => String::new(),
-    };
-    format!("{name}: {}{of}, {}", mib(done), rate(moved, elapsed))
+/// The bar with a known size: bytes, share, rate and time left, then a bar as wide as the
+/// terminal leaves room for (a fixed width wraps on narrow terminals).
+const SIZED: &str = "{msg}: {binary_bytes}/{binary_total_bytes} ({percent}%), \
+                     {binary_bytes_per_sec}, {eta} left [{wide_bar}]";
+/// Without a size (no Content-Length): a spinner with bytes and rate.
+const UNSIZED: &str = "{msg}: {spinner} {binary_bytes}, {binary_bytes_per_sec}";
+
+fn style(total_known: bool) -> ProgressStyle {
+    ProgressStyle::with_template(if total_known { SIZED } else { UNSIZED })
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
 }
 
 /// The progress of one file.
 #[derive(Debug)]
 pub struct Progress {
-    name: String,
-    terminal: bool,
+    bar: ProgressBar,
     started: Instant,
-    shown: Option<Instant>,
-    done: u64,
     moved: u64,
-    total: Option<u64>,
 }
 
 impl Progress {
-    /// `done` bytes are already held before this run moves any.
+    /// `done` bytes are already held before this run moves any (a resumed download); the bar
+    /// starts there, and its rate counts only what this run moves.
     pub fn new(name: &str, terminal: bool, done: u64, total: Option<u64>) -> Progress {
+        let target = if terminal {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(total, target)
+            .with_style(style(total.is_some()))
+            .with_message(name.to_owned());
+        bar.set_position(done);
+        bar.reset_eta();
         Progress {
-            name: name.to_owned(),
-            terminal,
+            bar,
             started: Instant::now(),
-            shown: None,
-            done,
             moved: 0,
-            total,
         }
     }
 
     pub fn advance(&mut self, bytes: u64) {
-        self.done += bytes;
         self.moved += bytes;
-        if self.terminal && self.shown.is_none_or(|t| t.elapsed() >= EVERY) {
-            self.shown = Some(Instant::now());
-            let text = line(
-                &self.name,
-                self.done,
-                self.total,
-                self.moved,
-                self.started.elapsed(),
-            );
-            // \x1b[K clears what a longer previous line left behind.
-            eprint!("\r{text}\x1b[K");
-            let _ = std::io::stderr().flush();
-        }
+        self.bar.inc(bytes);
     }
 
     /// Bytes moved by this run and how long it took.
@@ -86,12 +72,15 @@ impl Progress {
         (self.moved, self.started.elapsed())
     }
 
-    /// Clears the progress line, so the caller's result line starts clean.
+    /// Removes the bar, so the caller's result line starts clean.
     pub fn finish(&self) {
-        if self.terminal && self.shown.is_some() {
-            eprint!("\r\x1b[K");
-            let _ = std::io::stderr().flush();
-        }
+        self.bar.finish_and_clear();
+    }
+
+    /// Where the bar stands: the whole file's bytes held so far.
+    #[cfg(test)]
+    fn position(&self) -> u64 {
+        self.bar.position()
     }
 }
 
@@ -100,38 +89,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_line_has_done_total_percent_and_rate() {
-        let l = line(
-            "rootfs.img",
-            120 * 1024 * 1024,
-            Some(800 * 1024 * 1024),
-            60 * 1024 * 1024,
-            Duration::from_secs(2),
-        );
-        assert_eq!(l, "rootfs.img: 120.0 MiB / 800.0 MiB (15%), 30.0 MiB/s");
-    }
-
-    #[test]
-    fn an_unknown_total_leaves_out_the_share() {
-        let l = line("k", 512 * 1024, None, 512 * 1024, Duration::from_secs(1));
-        assert_eq!(l, "k: 0.5 MiB, 0.5 MiB/s");
-        let l = line("k", 0, Some(0), 0, Duration::ZERO);
-        assert_eq!(l, "k: 0.0 MiB, 0.0 MiB/s");
+    fn sizes_and_rates_for_the_result_lines() {
+        assert_eq!(mib(120 * 1024 * 1024), "120.0 MiB");
+        assert_eq!(rate(60 * 1024 * 1024, Duration::from_secs(2)), "30.0 MiB/s");
     }
 
     #[test]
     fn rates_survive_a_zero_duration_and_huge_sizes() {
         assert_eq!(rate(1024 * 1024, Duration::ZERO), "1000.0 MiB/s");
-        let l = line("k", u64::MAX, Some(u64::MAX), 1, Duration::from_secs(1));
-        assert!(l.contains("(100%)"), "{l}");
+        assert!(mib(u64::MAX).ends_with(" MiB"));
     }
 
     #[test]
     fn counters_start_from_what_is_held() {
         let mut p = Progress::new("k", false, 100, Some(300));
         p.advance(50);
-        assert_eq!(p.done, 150);
+        assert_eq!(p.position(), 150);
         assert_eq!(p.moved().0, 50);
-        assert!(p.shown.is_none(), "nothing is drawn off a terminal");
+        p.finish();
+        let mut unknown = Progress::new("k", false, 0, None);
+        unknown.advance(7);
+        assert_eq!(unknown.position(), 7);
+    }
+
+    #[test]
+    fn both_templates_parse() {
+        for template in [SIZED, UNSIZED] {
+            assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
+        }
     }
 }
