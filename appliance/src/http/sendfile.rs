@@ -9,9 +9,10 @@
 //!
 //! This is exact because of two properties of hyper's HTTP/1 writer with `writev(true)`:
 //! body buffers are queued as given, never copied into another buffer, and every queued byte is
-//! written once, in order. The stream still checks that the placeholder offset it is handed is
-//! the one its bookkeeping expects and fails the connection rather than send anything else; the
-//! end-to-end tests compare checksums of every download.
+//! written once, in order. The stream still checks that each slice it is handed starts where
+//! its frame's placeholder range began (frames start at different offsets, so a skipped or
+//! reordered frame shows) and is what is left of that frame, and fails the connection rather
+//! than send anything else; the end-to-end tests compare checksums of every download.
 //!
 //! Like nginx without thread pools, the file read happens in the sendfile call on the runtime
 //! thread: artifacts live on a local disk and are usually in the page cache.
@@ -36,23 +37,49 @@ use crate::idle::Watched;
 /// space, not memory.
 const FRAME: usize = 8 * 1024 * 1024;
 
-static PLACEHOLDER: LazyLock<&'static [u8]> = LazyLock::new(|| vec![0u8; FRAME].leak());
+/// Frames start at different places in the placeholder, one byte apart, cycling through this
+/// many: a frame that hyper skipped or delivered out of order would present a slice at the wrong
+/// place, which the stream detects, instead of passing for the next range.
+const STARTS: usize = 4096;
 
-/// The file ranges a connection's body frames stand for, oldest first.
+static PLACEHOLDER: LazyLock<&'static [u8]> = LazyLock::new(|| vec![0u8; FRAME + STARTS].leak());
+
+/// The file ranges a connection's body frames stand for, oldest first. Only a connection served
+/// through a [`SendfileStream`] over these segments, by hyper with `writev(true)`, may carry the
+/// bodies made by [`Segments::body`]: anywhere else their placeholder bytes would be sent.
 #[derive(Debug, Clone, Default)]
-pub struct Segments(Arc<Mutex<VecDeque<Segment>>>);
+pub struct Segments(Arc<Mutex<Queue>>);
+
+#[derive(Debug, Default)]
+struct Queue {
+    ranges: VecDeque<Segment>,
+    /// Frames queued so far on this connection: picks each frame's start.
+    queued: usize,
+}
 
 #[derive(Debug)]
 struct Segment {
     file: Arc<File>,
     offset: u64,
     len: usize,
+    /// Where the frame's slice begins in the placeholder.
+    start: usize,
     sent: usize,
 }
 
 impl Segments {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Segment>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `len` bytes of `file` from `offset`, as a body for this connection.
+    pub fn body(&self, file: File, offset: u64, len: u64) -> FileBody {
+        FileBody {
+            file: Arc::new(file),
+            offset,
+            remaining: len,
+            segments: self.clone(),
+        }
     }
 }
 
@@ -63,17 +90,6 @@ pub struct FileBody {
     offset: u64,
     remaining: u64,
     segments: Segments,
-}
-
-impl FileBody {
-    pub fn new(file: File, offset: u64, len: u64, segments: Segments) -> Self {
-        FileBody {
-            file: Arc::new(file),
-            offset,
-            remaining: len,
-            segments,
-        }
-    }
 }
 
 impl Body for FileBody {
@@ -88,15 +104,22 @@ impl Body for FileBody {
             return Poll::Ready(None);
         }
         let len = usize::try_from(self.remaining).map_or(FRAME, |r| r.min(FRAME));
-        self.segments.lock().push_back(Segment {
-            file: Arc::clone(&self.file),
-            offset: self.offset,
-            len,
-            sent: 0,
-        });
+        let start = {
+            let mut queue = self.segments.lock();
+            let start = queue.queued % STARTS;
+            queue.queued += 1;
+            queue.ranges.push_back(Segment {
+                file: Arc::clone(&self.file),
+                offset: self.offset,
+                len,
+                start,
+                sent: 0,
+            });
+            start
+        };
         self.offset += len as u64;
         self.remaining -= len as u64;
-        let placeholder: &'static [u8] = &PLACEHOLDER[..len];
+        let placeholder: &'static [u8] = &PLACEHOLDER[start..start + len];
         Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(placeholder)))))
     }
 
@@ -113,7 +136,8 @@ impl Body for FileBody {
 fn placeholder_offset(slice: &[u8]) -> Option<usize> {
     let base = PLACEHOLDER.as_ptr() as usize;
     let at = slice.as_ptr() as usize;
-    (!slice.is_empty() && at >= base && at + slice.len() <= base + FRAME).then(|| at - base)
+    (!slice.is_empty() && at >= base && at + slice.len() <= base + PLACEHOLDER.len())
+        .then(|| at - base)
 }
 
 fn out_of_step(what: &str) -> io::Error {
@@ -135,11 +159,13 @@ impl SendfileStream {
     /// Sends the file bytes `slice` (a piece of the placeholder) stands for.
     fn poll_sendfile(&self, cx: &mut Context<'_>, slice: &[u8]) -> Poll<io::Result<usize>> {
         let at = placeholder_offset(slice).ok_or_else(|| out_of_step("not a placeholder"))?;
-        let mut segments = self.segments.lock();
-        let seg = segments
+        let mut queue = self.segments.lock();
+        let seg = queue
+            .ranges
             .front_mut()
             .ok_or_else(|| out_of_step("no file range queued"))?;
-        if at != seg.sent || slice.len() > seg.len - seg.sent {
+        // hyper hands over what is left of the frame's bytes, whole, where the frame began.
+        if at != seg.start + seg.sent || slice.len() != seg.len - seg.sent {
             return Poll::Ready(Err(out_of_step("unexpected placeholder range")));
         }
         let socket = self.inner.get_ref();
@@ -166,13 +192,22 @@ impl SendfileStream {
                 Ok(n) => {
                     seg.sent += n;
                     if seg.sent == seg.len {
-                        segments.pop_front();
+                        queue.ranges.pop_front();
                     }
                     self.inner.progress().touch();
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    // The head is out already: the client sees a short body, the log says why
+                    // (a file system without sendfile support would fail every download here).
+                    tracing::error!("http: sendfile of a file body failed: {e}");
+                    return Poll::Ready(Err(e));
+                }
             }
         }
     }
@@ -262,7 +297,7 @@ mod tests {
                 } else {
                     let (offset, len) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
                     let file = File::open(&path).unwrap();
-                    FileBody::new(file, offset, len, segments).boxed()
+                    segments.body(file, offset, len).boxed()
                 };
                 Ok::<_, std::convert::Infallible>(Response::new(body))
             }
@@ -373,6 +408,46 @@ mod tests {
             "sent something other than the file's bytes"
         );
         server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_frame_presented_out_of_order_fails_instead_of_sending_the_wrong_range() {
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&pattern(100)).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let segments = Segments::default();
+        let (watched, _) = Watched::new(server);
+        let mut stream = SendfileStream::new(watched, segments.clone());
+        let mut first = segments.body(File::open(tmp.path()).unwrap(), 0, 10);
+        let mut second = segments.body(File::open(tmp.path()).unwrap(), 50, 10);
+        let frame = |body: &mut FileBody| {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            match Pin::new(body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(f))) => f.into_data().unwrap(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (a, b) = (frame(&mut first), frame(&mut second));
+        // The second frame's bytes while the first range is still queued: refused.
+        let err = stream.write(&b).await.unwrap_err();
+        assert!(err.to_string().contains("out of step"), "{err}");
+        // Part of a frame that is not what is left of it: refused too.
+        let err = stream.write(&a[..5]).await.unwrap_err();
+        assert!(err.to_string().contains("out of step"), "{err}");
+        // In order, both ranges go out.
+        assert_eq!(stream.write(&a).await.unwrap(), 10);
+        assert_eq!(stream.write(&b).await.unwrap(), 10);
+        drop(stream);
+        let mut got = Vec::new();
+        let mut client = client;
+        client.read_to_end(&mut got).await.unwrap();
+        let data = pattern(100);
+        assert_eq!(got[..10], data[..10]);
+        assert_eq!(got[10..], data[50..60]);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::content;
 use super::files::{self, Decision, FileMeta};
 use super::install_state;
-use super::sendfile::{FileBody, Segments, SendfileStream};
+use super::sendfile::{Segments, SendfileStream};
 use crate::config::{MacAddr, Role};
 use crate::idle::Watched;
 use crate::journal::{EventKind, Journal};
@@ -109,7 +109,11 @@ pub async fn serve(
                 }
                 () = token.cancelled() => {
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    // The response in flight finishes, unless its client stopped reading.
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        () = progress.stalled(IDLE_TIMEOUT) => {}
+                    }
                 }
             }
         });
@@ -346,7 +350,7 @@ async fn file(
     let body = if req.method() == Method::HEAD || len == 0 {
         empty()
     } else {
-        FileBody::new(f.into_std().await, start, len, segments.clone()).boxed()
+        segments.body(f.into_std().await, start, len).boxed()
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;
