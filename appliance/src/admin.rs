@@ -15,16 +15,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::http::install_state;
+use crate::install_state;
 use crate::journal::{EventKind, Journal};
+use crate::lb::SharedPools;
 use crate::lb::pool::Pools;
-use crate::plan::Plan;
-use crate::supervisor::PlanHandle;
+use crate::plan::{self, Plan};
+use crate::service::{Context, Running};
 
 pub const SOCKET_NAME: &str = "admin.sock";
 /// A request line longer than this is refused.
@@ -55,10 +57,26 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
     Ok(listener)
 }
 
-pub async fn serve(
+/// Answers requests on `listener` (from [`bind`]) until the appliance stops.
+pub fn start(
+    listener: std::os::unix::net::UnixListener,
+    ctx: Context,
+    pools: SharedPools,
+) -> anyhow::Result<Running> {
+    let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
+    Ok(Box::pin(serve(
+        listener,
+        ctx.plan,
+        pools,
+        ctx.journal,
+        ctx.shutdown,
+    )))
+}
+
+async fn serve(
     listener: UnixListener,
-    plan: PlanHandle,
-    pools: Arc<ArcSwap<Pools>>,
+    plan: plan::Handle,
+    pools: SharedPools,
     journal: Journal,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -86,7 +104,7 @@ pub async fn serve(
 
 async fn session(
     stream: UnixStream,
-    plan: &PlanHandle,
+    plan: &plan::Handle,
     pools: &ArcSwap<Pools>,
     journal: &Journal,
 ) -> std::io::Result<()> {
@@ -215,8 +233,8 @@ pub fn call(state_dir: &Path, request: &str) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Balance, Role};
     use crate::plan::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
+    use crate::vocabulary::{Balance, Role};
 
     fn pools() -> ArcSwap<Pools> {
         let check = HealthCheck {

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use tokio::sync::broadcast;
 
-use crate::config::MacAddr;
+use crate::vocabulary::MacAddr;
 
 /// Events kept for readers that arrive late (`status`).
 const HISTORY: usize = 4096;

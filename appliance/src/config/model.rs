@@ -4,15 +4,14 @@
 //! invariant that validation checks (unique addresses, nodes inside the subnet, one bootstrap at
 //! most, at least one master) holds for every `Config` the rest of the program sees.
 
-use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::records::RecordData;
+pub use crate::vocabulary::{Balance, MacAddr, MacAddrParseError, Role};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -89,40 +88,6 @@ impl Pool {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    Bootstrap,
-    Master,
-    Worker,
-}
-
-impl Role {
-    pub const ALL: [Role; 3] = [Role::Bootstrap, Role::Master, Role::Worker];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Bootstrap => "bootstrap",
-            Role::Master => "master",
-            Role::Worker => "worker",
-        }
-    }
-
-    /// The file `openshift-install create ignition-configs` writes for this role.
-    pub fn ignition_file(self) -> &'static str {
-        match self {
-            Role::Bootstrap => "bootstrap.ign",
-            Role::Master => "master.ign",
-            Role::Worker => "worker.ign",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     pub name: String,
@@ -133,59 +98,6 @@ pub struct Node {
     /// The disk CoreOS installs to; the install default when absent.
     pub install_dev: Option<String>,
     pub kernel_args: Vec<String>,
-}
-
-/// An Ethernet address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl MacAddr {
-    /// Group (multicast or broadcast) addresses can't belong to a network card.
-    pub fn is_group(self) -> bool {
-        self.0[0] & 1 == 1
-    }
-
-    pub fn is_zero(self) -> bool {
-        self.0 == [0; 6]
-    }
-
-    /// `52-54-00-00-00-02`, the form used in URLs and file names.
-    pub fn hyphenated(self) -> String {
-        let [a, b, c, d, e, g] = self.0;
-        format!("{a:02x}-{b:02x}-{c:02x}-{d:02x}-{e:02x}-{g:02x}")
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d, e, g] = self.0;
-        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a MAC address: expected six hex octets separated by ':' or '-'")]
-pub struct MacAddrParseError;
-
-impl FromStr for MacAddr {
-    type Err = MacAddrParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let sep = if s.contains('-') { '-' } else { ':' };
-        let mut out = [0u8; 6];
-        let mut parts = s.split(sep);
-        for byte in &mut out {
-            let part = parts.next().ok_or(MacAddrParseError)?;
-            if part.len() != 2 {
-                return Err(MacAddrParseError);
-            }
-            *byte = u8::from_str_radix(part, 16).map_err(|_| MacAddrParseError)?;
-        }
-        if parts.next().is_some() {
-            return Err(MacAddrParseError);
-        }
-        Ok(MacAddr(out))
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,12 +161,6 @@ pub struct Lb {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Balance {
-    RoundRobin,
-    LeastConnections,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthSettings {
     pub interval: Duration,
     pub timeout: Duration,
@@ -299,27 +205,4 @@ pub struct Listen {
 pub struct RunAs {
     pub user: String,
     pub group: Option<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mac_parses_both_separators_and_prints_lowercase() {
-        let mac: MacAddr = "52:54:00:AB:00:07".parse().unwrap();
-        assert_eq!(mac.to_string(), "52:54:00:ab:00:07");
-        assert_eq!("52-54-00-ab-00-07".parse::<MacAddr>(), Ok(mac));
-        assert_eq!(mac.hyphenated(), "52-54-00-ab-00-07");
-        for bad in [
-            "52:54:00:ab:00",
-            "52:54:00:ab:00:07:08",
-            "5:54:00:ab:00:07",
-            "zz:54:00:ab:00:07",
-            "",
-        ] {
-            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
-        }
-        assert!("01:00:5e:00:00:01".parse::<MacAddr>().unwrap().is_group());
-    }
 }

@@ -17,7 +17,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use crate::config::MacAddr;
+use crate::vocabulary::MacAddr;
 
 const FILE_NAME: &str = "dhcp-leases";
 

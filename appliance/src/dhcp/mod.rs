@@ -19,5 +19,42 @@ pub fn decode(packet: &[u8]) -> Option<dhcproto::v4::Message> {
 pub mod reply;
 pub mod server;
 
+use anyhow::Context as _;
+
+use crate::service::{self, Context, Running};
+use crate::sockets::BoundSocket;
+
+/// Opens the lease journal (before privileges are dropped) and serves DHCP on `sockets` (one,
+/// bound to the cluster interface).
+pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+    let [bound] = <[BoundSocket; 1]>::try_from(sockets)
+        .map_err(|s| anyhow::anyhow!("dhcp serves one socket, got {}", s.len()))?;
+    let addr = bound.local_addr;
+    let socket = bound
+        .into_udp()
+        .with_context(|| format!("adopting the dhcp socket on {addr}"))?;
+    server::prepare(&socket)?;
+    let state_dir = ctx.plan.load().state_dir.clone();
+    let (leases, recovery) = leases::Leases::open(&state_dir, server::unix_now())
+        .with_context(|| format!("opening the lease journal in {}", state_dir.display()))?;
+    if recovery.skipped > 0 {
+        tracing::warn!(
+            "lease journal: {} damaged records skipped, {} recovered, {} leases live",
+            recovery.skipped,
+            recovery.records,
+            recovery.live
+        );
+    } else {
+        tracing::info!("lease journal: {} leases live", recovery.live);
+    }
+    Ok(service::all(vec![Box::pin(server::serve(
+        socket,
+        leases,
+        ctx.plan,
+        ctx.journal,
+        ctx.shutdown,
+    ))]))
+}
+
 #[cfg(test)]
 mod tests;

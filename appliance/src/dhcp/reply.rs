@@ -15,9 +15,9 @@ use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
 
 use super::fit::fit;
 use super::leases::{Lease, Leases};
-use crate::config::MacAddr;
 use crate::plan::DhcpPlan;
 use crate::plan::boot::script_url;
+use crate::vocabulary::MacAddr;
 
 /// An OFFER holds its address this long for the client's REQUEST.
 const OFFER_HOLD: u64 = 60;

@@ -15,47 +15,39 @@ use tokio_util::sync::CancellationToken;
 use super::leases::Leases;
 use super::reply::{Outgoing, State, handle};
 use crate::journal::{EventKind, Journal};
-use crate::supervisor::PlanHandle;
+use crate::plan;
 
 /// Requests handled per disk sync at most.
 const BATCH: usize = 64;
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-/// Serves DHCP on `socket` (bound to the cluster interface) until `token` is cancelled.
-pub async fn serve(
-    socket: UdpSocket,
-    plan: PlanHandle,
-    journal: Journal,
-    token: CancellationToken,
-) -> anyhow::Result<()> {
+/// Prepares `socket` (bound to the cluster interface) for DHCP: broadcast, a large receive
+/// buffer.
+pub fn prepare(socket: &UdpSocket) -> anyhow::Result<()> {
     socket
         .set_broadcast(true)
         .context("enabling broadcast on the DHCP socket")?;
     // Room for the requests that arrive while a batch is being synced to disk; the kernel caps
     // it at net.core.rmem_max.
-    if let Err(e) = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20) {
+    if let Err(e) = socket2::SockRef::from(socket).set_recv_buffer_size(4 << 20) {
         tracing::debug!("dhcp: can't enlarge the receive buffer: {e}");
     }
-    let state_dir = plan.load().state_dir.clone();
-    let (leases, recovery) =
-        tokio::task::spawn_blocking(move || Leases::open(&state_dir, unix_now()))
-            .await
-            .context("opening the lease journal")??;
-    if recovery.skipped > 0 {
-        tracing::warn!(
-            "lease journal: {} damaged records skipped, {} recovered, {} leases live",
-            recovery.skipped,
-            recovery.records,
-            recovery.live
-        );
-    } else {
-        tracing::info!("lease journal: {} leases live", recovery.live);
-    }
+    Ok(())
+}
+
+/// Serves DHCP on `socket` with the lease table `leases` until `token` is cancelled.
+pub async fn serve(
+    socket: UdpSocket,
+    leases: Leases,
+    plan: plan::Handle,
+    journal: Journal,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
     let mut state = State::new(leases);
     let mut packets: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut buf = vec![0u8; 65_535];

@@ -12,5 +12,37 @@ pub mod rrl;
 pub mod server;
 pub mod wire;
 
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::service::{self, Context, Running};
+use crate::sockets::{BoundSocket, Proto};
+
+/// Answers on every UDP socket and TCP listener in `sockets`, all sharing one index of the plan
+/// and one forwarder cache.
+pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+    let shared = server::Shared::new(ctx.plan);
+    let mut tasks: Vec<Running> = Vec::new();
+    for bound in sockets {
+        let (addr, proto) = (bound.local_addr, bound.spec.proto);
+        let adopting = || format!("adopting the dns/{proto} socket on {addr}");
+        let (shared, token) = (Arc::clone(&shared), ctx.shutdown.clone());
+        tasks.push(match proto {
+            Proto::Udp => Box::pin(server::serve_udp(
+                bound.into_udp().with_context(adopting)?,
+                shared,
+                token,
+            )),
+            Proto::Tcp => Box::pin(server::serve_tcp(
+                bound.into_tcp().with_context(adopting)?,
+                shared,
+                token,
+            )),
+        });
+    }
+    Ok(service::all(tasks))
+}
+
 #[cfg(test)]
 mod tests;

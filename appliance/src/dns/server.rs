@@ -23,8 +23,7 @@ use super::rrl::{RateLimiter, Verdict};
 use super::wire::{
     self, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Query, Reply, ReplyEdns, ReplyFlags, rcode,
 };
-use crate::plan::Plan;
-use crate::supervisor::PlanHandle;
+use crate::plan::{self, Plan};
 
 /// A TCP client that sends nothing for this long is closed (RFC 7766 section 6.2.3).
 const TCP_IDLE: Duration = Duration::from_secs(10);
@@ -36,7 +35,7 @@ const TRANSFER_BATCH: usize = 100;
 /// forwarder and its cache.
 #[derive(Debug)]
 pub struct Shared {
-    plan: PlanHandle,
+    plan: plan::Handle,
     current: Mutex<Arc<Indexed>>,
     forwarder: Forwarder,
 }
@@ -85,7 +84,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 impl Shared {
-    pub fn new(plan: PlanHandle) -> Arc<Shared> {
+    pub fn new(plan: plan::Handle) -> Arc<Shared> {
         let indexed = Arc::new(Indexed::new(plan.load_full()));
         Arc::new(Shared {
             plan,

@@ -5,8 +5,8 @@
 
 use serde_json::json;
 
-use crate::config::MacAddr;
 use crate::plan::BootParams;
+use crate::vocabulary::MacAddr;
 
 /// Installs CoreOS from the live PXE artifacts. `initrd=main` names the initramfs for UEFI
 /// kernels (EFI stub loading); BIOS kernels ignore it.

@@ -1,12 +1,34 @@
 //! The HTTP boot server: iPXE scripts, ignition configs and CoreOS artifacts.
 //!
 //! Architecture invariant: `files` (range and conditional rules, path resolution) and `content`
-//! (scripts, ignition) are pure; `install_state` is the only state, a marker file per installed
-//! node. `server` is the socket layer (hyper): it routes, decides who may fetch what by the
+//! (scripts, ignition) are pure; the only state it keeps is which nodes installed
+//! (`crate::install_state`). `server` is the socket layer (hyper): it routes, decides who may fetch what by the
 //! peer's address, and streams files (`sendfile`: file bodies go to the socket through sendfile(2)).
 
 pub mod content;
 pub mod files;
-pub mod install_state;
 pub mod sendfile;
 pub mod server;
+
+use anyhow::Context as _;
+
+use crate::service::{self, Context, Running};
+use crate::sockets::BoundSocket;
+
+/// Serves the boot files on every listener in `sockets`.
+pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+    let mut tasks: Vec<Running> = Vec::new();
+    for bound in sockets {
+        let addr = bound.local_addr;
+        let listener = bound
+            .into_tcp()
+            .with_context(|| format!("adopting the http listener on {addr}"))?;
+        tasks.push(Box::pin(server::serve(
+            listener,
+            ctx.plan.clone(),
+            ctx.journal.clone(),
+            ctx.shutdown.clone(),
+        )));
+    }
+    Ok(service::all(tasks))
+}

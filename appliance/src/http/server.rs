@@ -28,14 +28,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::content;
 use super::files::{self, Decision, FileMeta};
-use super::install_state;
 use super::sendfile::{Segments, SendfileStream};
-use crate::config::{MacAddr, Role};
 use crate::idle::Watched;
+use crate::install_state;
 use crate::journal::{EventKind, Journal};
 use crate::plan::boot::role_ignition_url;
-use crate::plan::{BootParams, Plan};
-use crate::supervisor::PlanHandle;
+use crate::plan::{self, BootParams, Plan};
+use crate::vocabulary::{MacAddr, Role};
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 16 * 1024;
@@ -48,7 +47,7 @@ pub type Body = BoxBody<Bytes, io::Error>;
 /// Serves HTTP on `listener` until `token` is cancelled; open connections finish their request.
 pub async fn serve(
     listener: TcpListener,
-    plan: PlanHandle,
+    plan: plan::Handle,
     journal: Journal,
     token: CancellationToken,
 ) -> anyhow::Result<()> {

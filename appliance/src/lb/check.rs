@@ -26,23 +26,27 @@ use tokio_util::sync::CancellationToken;
 use super::health::{Health, Transition};
 use super::pool::Pools;
 use crate::journal::{EventKind, Journal};
-use crate::plan::{FrontendKind, Probe};
-use crate::supervisor::PlanHandle;
+use crate::plan::{self, FrontendKind, Probe};
 
 type Key = (FrontendKind, SocketAddr, String);
 
+/// The TLS client of the HTTPS probes, as the plan asks. A CA that can't be read at start is
+/// fatal (the operator asked for verification); after a reload the previous connector stays.
+pub fn initial_tls(plan: &plan::Plan) -> anyhow::Result<TlsConnector> {
+    super::tls::connector(plan.lb.check_ca.as_deref()).context("lb.health.ca_file")
+}
+
+/// Probes the backends of every served pool until `token` is cancelled, starting with `tls`
+/// (from [`initial_tls`]).
 pub async fn run(
-    plan: PlanHandle,
+    plan: plan::Handle,
     pools: Arc<ArcSwap<Pools>>,
+    mut tls: TlsConnector,
     journal: Journal,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut health: HashMap<Key, Health> = HashMap::new();
     let mut seen_plan = plan.load_full();
-    // A CA that can't be read at start is fatal (the operator asked for verification); after a
-    // reload the previous connector stays.
-    let mut tls =
-        super::tls::connector(seen_plan.lb.check_ca.as_deref()).context("lb.health.ca_file")?;
     let mut period = interval_of(&pools.load());
     let mut ticker = ticker(period);
     // Each backend is probed every tick unless its previous probe is still running, so a probe

@@ -126,8 +126,8 @@ async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Balance, Role};
     use crate::plan::{Backend as PlanBackend, Frontend, HealthCheck, LbPlan, Probe};
+    use crate::vocabulary::{Balance, Role};
 
     const TIMEOUT: Duration = Duration::from_secs(300);
 

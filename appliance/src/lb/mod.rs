@@ -12,3 +12,66 @@ pub mod health;
 pub mod pool;
 pub mod proxy;
 pub mod tls;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+
+use crate::plan::{FrontendKind, Plan};
+use crate::service::{self, Context, Running};
+use crate::sockets::{BoundSocket, Service};
+
+/// The pools, shared by the frontends, the health checker and the admin socket (drain, status).
+pub type SharedPools = Arc<ArcSwap<pool::Pools>>;
+
+/// The pools of `plan`, every backend down until its checks bring it up.
+pub fn shared_pools(plan: &Plan) -> SharedPools {
+    Arc::new(ArcSwap::from_pointee(pool::Pools::from_plan(
+        &plan.lb, None,
+    )))
+}
+
+/// The frontend a listener serves.
+fn frontend_of(service: Service) -> Option<FrontendKind> {
+    match service {
+        Service::Api => Some(FrontendKind::Api),
+        Service::MachineConfig => Some(FrontendKind::MachineConfig),
+        Service::IngressHttps => Some(FrontendKind::IngressHttps),
+        Service::IngressHttp => Some(FrontendKind::IngressHttp),
+        Service::Dns | Service::Dhcp | Service::Tftp | Service::Http => None,
+    }
+}
+
+/// Balances every frontend listener in `sockets` over `pools`, and runs the health checker
+/// when there is at least one (the TLS settings of its probes are read here, at start).
+pub fn start(
+    sockets: Vec<BoundSocket>,
+    ctx: Context,
+    pools: SharedPools,
+) -> anyhow::Result<Running> {
+    let tls = check::initial_tls(&ctx.plan.load())?;
+    let mut tasks: Vec<Running> = vec![Box::pin(check::run(
+        Arc::clone(&ctx.plan),
+        Arc::clone(&pools),
+        tls,
+        ctx.journal.clone(),
+        ctx.shutdown.clone(),
+    ))];
+    for bound in sockets {
+        let addr = bound.local_addr;
+        let service = bound.spec.service;
+        let kind = frontend_of(service)
+            .with_context(|| format!("{} is not a load-balancer frontend", service.name()))?;
+        let listener = bound
+            .into_tcp()
+            .with_context(|| format!("adopting the {} listener on {addr}", service.name()))?;
+        tasks.push(Box::pin(proxy::serve(
+            listener,
+            kind,
+            Arc::clone(&pools),
+            ctx.shutdown.clone(),
+        )));
+    }
+    Ok(service::all(tasks))
+}

@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::Balance;
 use crate::plan::{FrontendKind, HealthCheck, LbPlan};
+use crate::vocabulary::Balance;
 
 #[derive(Debug)]
 pub struct Pools {
@@ -257,8 +257,8 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Role;
     use crate::plan::{Backend as PlanBackend, Frontend, Probe};
+    use crate::vocabulary::Role;
     use std::time::Duration;
 
     fn plan(names: &[(&str, &str)]) -> LbPlan {

@@ -11,7 +11,9 @@ pub mod reverse;
 pub mod zones;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use ipnet::IpNet;
 
 use crate::config::{Config, Listen, RateLimit};
@@ -20,6 +22,10 @@ pub use boot::{BootFiles, BootParams};
 pub use dhcp::{DhcpPlan, Reservation};
 pub use lb::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
 pub use zones::{Record, Zone};
+
+/// The plan every service reads; replaced whole on reload (one atomic pointer swap, so a
+/// request in flight keeps the plan it started with).
+pub type Handle = Arc<ArcSwap<Plan>>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {

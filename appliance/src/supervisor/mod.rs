@@ -2,12 +2,12 @@
 //! report readiness, reload on SIGHUP, stop on SIGTERM.
 //!
 //! Architecture invariant: the supervisor knows the order of things and which service gets
-//! which socket; it knows nothing of any protocol. Services see the plan only through a
-//! [`PlanHandle`], so a reload is one atomic pointer swap and a query in flight keeps the plan it
-//! started with.
+//! which socket; it knows nothing of any protocol. Each service has one entry point of the same
+//! shape (`start(sockets, service::Context)`); services see the plan only through a
+//! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
+//! it started with. Nothing imports the supervisor but `main`.
 
 mod privileges;
-pub mod sockets;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,15 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, LoadError, RealFiles, RenderStyle};
 use crate::journal::{EventKind, Journal};
-use crate::plan::Plan;
+use crate::plan::{self, Plan};
+use crate::service::{self, Running};
+use crate::sockets::{self, BindError, BoundSocket, ListenerSpec, Proto, Service};
 pub use privileges::PrivilegeError;
-use sockets::{BindError, BoundSocket, ListenerSpec, Proto, Service};
-
-/// The plan every service reads; replaced whole on reload.
-pub type PlanHandle = Arc<ArcSwap<Plan>>;
-
-/// The load balancer's pools, shared by its frontends, its checker and the admin socket.
-type LbPools = Arc<ArcSwap<crate::lb::pool::Pools>>;
 
 /// How long running services get to finish after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -116,38 +111,27 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
     };
 
+    let journal = Journal::new();
+    let serial = first_serial(&plan);
+    let handle: plan::Handle = Arc::new(ArcSwap::from_pointee(plan));
+    let token = CancellationToken::new();
+    let ctx = service::Context {
+        plan: Arc::clone(&handle),
+        journal: journal.clone(),
+        shutdown: token.clone(),
+    };
+    // Every service's fallible set-up happens here, with the privileges the files it opens may
+    // need and before readiness is reported.
+    let started = start_services(sockets, admin_socket, &ctx)?;
+
     if let Some(run_as) = &loaded.config.run_as {
         let (uid, gid) = privileges::drop_to(run_as)?;
         tracing::info!("running as uid {uid} gid {gid}");
     }
 
-    let journal = Journal::new();
-    let serial = first_serial(&plan);
-    let handle: PlanHandle = Arc::new(ArcSwap::from_pointee(plan));
-    let token = CancellationToken::new();
-    let pools: LbPools = Arc::new(ArcSwap::from_pointee(crate::lb::pool::Pools::from_plan(
-        &handle.load().lb,
-        None,
-    )));
-    let mut services = start_services(sockets, &handle, &pools, &journal, &token)?;
-    if let Some(listener) = admin_socket {
-        match tokio::net::UnixListener::from_std(listener) {
-            Ok(listener) => {
-                let (plan, p, journal, token) = (
-                    Arc::clone(&handle),
-                    Arc::clone(&pools),
-                    journal.clone(),
-                    token.clone(),
-                );
-                services.spawn(async move {
-                    (
-                        "admin",
-                        crate::admin::serve(listener, plan, p, journal, token).await,
-                    )
-                });
-            }
-            Err(e) => tracing::warn!("admin socket unusable: {e}"),
-        }
+    let mut services = JoinSet::new();
+    for (name, running) in started {
+        services.spawn(async move { (name, running.await) });
     }
     journal.publish(None, EventKind::PlanLoaded { serial });
     notify(&[sd_notify::NotifyState::Ready]);
@@ -180,119 +164,60 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     outcome.map(|_| ())
 }
 
-/// Hands each built-in service its sockets; each runs until the token is cancelled.
+/// Hands each service its sockets and starts it; nothing serves until the caller spawns them.
 fn start_services(
     sockets: Vec<BoundSocket>,
-    plan: &PlanHandle,
-    pools: &LbPools,
-    journal: &Journal,
-    token: &CancellationToken,
-) -> Result<JoinSet<(&'static str, anyhow::Result<()>)>, ServeError> {
-    let mut services = JoinSet::new();
-    let dns = crate::dns::server::Shared::new(Arc::clone(plan));
-    let mut checker_started = false;
-    for bound in sockets {
-        let service = bound.spec.service;
-        let adopt = |e: std::io::Error| ServeError::Service {
-            service: service.name(),
-            source: anyhow::Error::new(e)
-                .context(format!("adopting the socket on {}", bound.local_addr)),
-        };
-        match (service, bound.spec.proto) {
-            (Service::Dns, Proto::Udp) => {
-                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
-                let (dns, token) = (Arc::clone(&dns), token.clone());
-                services.spawn(async move {
-                    (
-                        "dns/udp",
-                        crate::dns::server::serve_udp(socket, dns, token).await,
-                    )
-                });
-            }
-            (Service::Dns, Proto::Tcp) => {
-                let listener =
-                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
-                let (dns, token) = (Arc::clone(&dns), token.clone());
-                services.spawn(async move {
-                    (
-                        "dns/tcp",
-                        crate::dns::server::serve_tcp(listener, dns, token).await,
-                    )
-                });
-            }
-            (Service::Dhcp, Proto::Udp) => {
-                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
-                let (plan, journal, token) = (Arc::clone(plan), journal.clone(), token.clone());
-                services.spawn(async move {
-                    (
-                        "dhcp",
-                        crate::dhcp::server::serve(socket, plan, journal, token).await,
-                    )
-                });
-            }
-            (Service::Tftp, Proto::Udp) => {
-                let socket = tokio::net::UdpSocket::from_std(bound.socket.into()).map_err(adopt)?;
-                let (plan, token) = (Arc::clone(plan), token.clone());
-                services.spawn(async move {
-                    (
-                        "tftp",
-                        crate::tftp::server::serve(socket, plan, token).await,
-                    )
-                });
-            }
-            (Service::Http, Proto::Tcp) => {
-                let listener =
-                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
-                let (plan, journal, token) = (Arc::clone(plan), journal.clone(), token.clone());
-                services.spawn(async move {
-                    (
-                        "http",
-                        crate::http::server::serve(listener, plan, journal, token).await,
-                    )
-                });
-            }
-            (
-                Service::Api
-                | Service::MachineConfig
-                | Service::IngressHttps
-                | Service::IngressHttp,
-                Proto::Tcp,
-            ) => {
-                let kind = match service {
-                    Service::Api => crate::plan::FrontendKind::Api,
-                    Service::MachineConfig => crate::plan::FrontendKind::MachineConfig,
-                    Service::IngressHttps => crate::plan::FrontendKind::IngressHttps,
-                    _ => crate::plan::FrontendKind::IngressHttp,
-                };
-                let listener =
-                    tokio::net::TcpListener::from_std(bound.socket.into()).map_err(adopt)?;
-                let (p, token2) = (Arc::clone(pools), token.clone());
-                services.spawn(async move {
-                    (
-                        "lb",
-                        crate::lb::proxy::serve(listener, kind, p, token2).await,
-                    )
-                });
-                if !checker_started {
-                    checker_started = true;
-                    let (plan, p, journal, token) = (
-                        Arc::clone(plan),
-                        Arc::clone(pools),
-                        journal.clone(),
-                        token.clone(),
-                    );
-                    services.spawn(async move {
-                        (
-                            "lb health checks",
-                            crate::lb::check::run(plan, p, journal, token).await,
-                        )
-                    });
-                }
-            }
-            (other, proto) => unreachable!("{}/{proto} has no listener spec", other.name()),
+    admin_socket: Option<std::os::unix::net::UnixListener>,
+    ctx: &service::Context,
+) -> Result<Vec<(&'static str, Running)>, ServeError> {
+    let mut sockets = sockets;
+    let mut take = |of: &[Service]| -> Vec<BoundSocket> {
+        sockets
+            .extract_if(.., |b| of.contains(&b.spec.service))
+            .collect()
+    };
+    let dns = take(&[Service::Dns]);
+    let dhcp = take(&[Service::Dhcp]);
+    let tftp = take(&[Service::Tftp]);
+    let http = take(&[Service::Http]);
+    let lb = take(&[
+        Service::Api,
+        Service::MachineConfig,
+        Service::IngressHttps,
+        Service::IngressHttp,
+    ]);
+    let pools = crate::lb::shared_pools(&ctx.plan.load());
+    let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
+    if !dns.is_empty() {
+        started.push(("dns", crate::dns::start(dns, ctx.clone())));
+    }
+    if !dhcp.is_empty() {
+        started.push(("dhcp", crate::dhcp::start(dhcp, ctx.clone())));
+    }
+    if !tftp.is_empty() {
+        started.push(("tftp", crate::tftp::start(tftp, ctx.clone())));
+    }
+    if !http.is_empty() {
+        started.push(("http", crate::http::start(http, ctx.clone())));
+    }
+    if !lb.is_empty() {
+        started.push(("lb", crate::lb::start(lb, ctx.clone(), Arc::clone(&pools))));
+    }
+    let mut running = Vec::with_capacity(started.len() + 1);
+    for (service, result) in started {
+        running.push((
+            service,
+            result.map_err(|source| ServeError::Service { service, source })?,
+        ));
+    }
+    if let Some(listener) = admin_socket {
+        // The admin socket is a convenience: without it the appliance still serves.
+        match crate::admin::start(listener, ctx.clone(), pools) {
+            Ok(admin) => running.push(("admin", admin)),
+            Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }
     }
-    Ok(services)
+    Ok(running)
 }
 
 fn service_failure(
@@ -326,7 +251,7 @@ async fn load(path: &Path) -> Result<config::Loaded, LoadError> {
 }
 
 /// Re-reads the config; swaps in the new plan, or keeps the old one and logs why.
-async fn reload(path: &Path, handle: &PlanHandle, journal: &Journal) {
+async fn reload(path: &Path, handle: &plan::Handle, journal: &Journal) {
     notify_reloading();
     tracing::info!("SIGHUP: reloading {}", path.display());
     match load(path).await {

@@ -8,3 +8,25 @@
 
 pub mod packet;
 pub mod server;
+
+use anyhow::Context as _;
+
+use crate::service::{self, Context, Running};
+use crate::sockets::BoundSocket;
+
+/// Serves TFTP read requests on every socket in `sockets`.
+pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+    let mut tasks: Vec<Running> = Vec::new();
+    for bound in sockets {
+        let addr = bound.local_addr;
+        let socket = bound
+            .into_udp()
+            .with_context(|| format!("adopting the tftp socket on {addr}"))?;
+        tasks.push(Box::pin(server::serve(
+            socket,
+            ctx.plan.clone(),
+            ctx.shutdown.clone(),
+        )));
+    }
+    Ok(service::all(tasks))
+}

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::packet::{self, DATA, DEFAULT_BLOCK, ReadRequest, Request, code};
-use crate::supervisor::PlanHandle;
+use crate::plan;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 const RETRIES: usize = 5;
@@ -23,7 +23,7 @@ const MAX_FILE: u64 = 64 * 1024 * 1024;
 /// Serves read requests arriving on `socket` until `token` is cancelled.
 pub async fn serve(
     socket: UdpSocket,
-    plan: PlanHandle,
+    plan: plan::Handle,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let local = socket.local_addr()?;

@@ -1,8 +1,9 @@
 //! Binding every listening socket before anything is served.
 //!
-//! Architecture invariant: this is the only place in the program that binds. Services receive
-//! sockets that are already bound, so tests hand them port-0 sockets and privileges can be
-//! dropped before the first packet is read.
+//! Architecture invariant: this is the only code in the program that binds a listener (the
+//! supervisor calls it). Services receive sockets that are already bound, so tests hand them
+//! port-0 sockets and privileges can be dropped before the first packet is read. A leaf: it
+//! knows addresses and socket options, no protocol.
 
 use std::fmt;
 use std::io;
@@ -69,6 +70,18 @@ pub struct BoundSocket {
     pub spec: ListenerSpec,
     pub local_addr: SocketAddr,
     pub socket: Socket,
+}
+
+impl BoundSocket {
+    /// The socket as a tokio UDP socket (inside a tokio runtime).
+    pub fn into_udp(self) -> io::Result<tokio::net::UdpSocket> {
+        tokio::net::UdpSocket::from_std(self.socket.into())
+    }
+
+    /// The socket as a tokio TCP listener (inside a tokio runtime).
+    pub fn into_tcp(self) -> io::Result<tokio::net::TcpListener> {
+        tokio::net::TcpListener::from_std(self.socket.into())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,48 @@
+//! What every service is started with, and the shape of a started service.
+//!
+//! Each service module (`dns`, `dhcp`, `tftp`, `http`, `lb`) has one entry point,
+//! `start(sockets, Context) -> anyhow::Result<Running>`, in the spirit of mini-redis's
+//! `server::run(listener, shutdown)`: its fallible set-up (files it opens, certificates it
+//! reads) happens in `start`, while the supervisor still has its privileges and before it
+//! reports readiness; the returned future serves until the shutdown token is cancelled.
+//!
+//! Architecture invariant: services depend on this module, the plan and the journal; never on
+//! the supervisor and never on each other. The tidy test (`appliance/tests/tidy.rs`) checks it.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use anyhow::Context as _;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::journal::Journal;
+use crate::plan;
+
+/// What a service shares with the rest of the appliance.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The current plan; replaced whole on reload.
+    pub plan: plan::Handle,
+    pub journal: Journal,
+    /// Cancelled when the appliance stops.
+    pub shutdown: CancellationToken,
+}
+
+/// A started service: serves until the shutdown token is cancelled, or fails.
+pub type Running = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Runs every task of one service at once: ends when all have ended, or with the first failure
+/// (the others are then stopped with the set).
+pub fn all(tasks: Vec<Running>) -> Running {
+    Box::pin(async move {
+        let mut set = JoinSet::new();
+        for task in tasks {
+            set.spawn(task);
+        }
+        while let Some(done) = set.join_next().await {
+            done.context("a task panicked")??;
+        }
+        Ok(())
+    })
+}
