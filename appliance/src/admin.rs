@@ -60,16 +60,16 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
 /// Answers requests on `listener` (from [`bind`]) until the appliance stops.
 pub fn start(
     listener: std::os::unix::net::UnixListener,
-    ctx: Context,
+    ctx: &Context,
     pools: SharedPools,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
     Ok(Box::pin(serve(
         listener,
-        ctx.plan,
+        ctx.plan.clone(),
         pools,
-        ctx.journal,
-        ctx.shutdown,
+        ctx.journal.clone(),
+        ctx.shutdown.clone(),
     )))
 }
 

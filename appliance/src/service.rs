@@ -1,7 +1,7 @@
 //! What every service is started with, and the shape of a started service.
 //!
 //! Each service module (`dns`, `dhcp`, `tftp`, `http`, `lb`) has one entry point,
-//! `start(sockets, Context) -> anyhow::Result<Running>`, in the spirit of mini-redis's
+//! `start(sockets, &Context) -> anyhow::Result<Running>`, in the spirit of mini-redis's
 //! `server::run(listener, shutdown)`: its fallible set-up (files it opens, certificates it
 //! reads) happens in `start`, while the supervisor still has its privileges and before it
 //! reports readiness; the returned future serves until the shutdown token is cancelled.

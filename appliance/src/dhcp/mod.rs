@@ -26,7 +26,7 @@ use crate::sockets::BoundSocket;
 
 /// Opens the lease journal (before privileges are dropped) and serves DHCP on `sockets` (one,
 /// bound to the cluster interface).
-pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
     let [bound] = <[BoundSocket; 1]>::try_from(sockets)
         .map_err(|s| anyhow::anyhow!("dhcp serves one socket, got {}", s.len()))?;
     let addr = bound.local_addr;
@@ -50,9 +50,9 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running>
     Ok(service::all(vec![Box::pin(server::serve(
         socket,
         leases,
-        ctx.plan,
-        ctx.journal,
-        ctx.shutdown,
+        ctx.plan.clone(),
+        ctx.journal.clone(),
+        ctx.shutdown.clone(),
     ))]))
 }
 

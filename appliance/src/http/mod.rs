@@ -16,7 +16,7 @@ use crate::service::{self, Context, Running};
 use crate::sockets::BoundSocket;
 
 /// Serves the boot files on every listener in `sockets`.
-pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let addr = bound.local_addr;

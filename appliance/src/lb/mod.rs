@@ -47,8 +47,8 @@ fn frontend_of(service: Service) -> Option<FrontendKind> {
 /// when there is at least one (the TLS settings of its probes are read here, at start).
 pub fn start(
     sockets: Vec<BoundSocket>,
-    ctx: Context,
-    pools: SharedPools,
+    ctx: &Context,
+    pools: &SharedPools,
 ) -> anyhow::Result<Running> {
     let tls = check::initial_tls(&ctx.plan.load())?;
     let mut tasks: Vec<Running> = vec![Box::pin(check::run(

@@ -3,7 +3,7 @@
 //!
 //! Architecture invariant: the supervisor knows the order of things and which service gets
 //! which socket; it knows nothing of any protocol. Each service has one entry point of the same
-//! shape (`start(sockets, service::Context)`); services see the plan only through a
+//! shape (`start(sockets, &service::Context)`); services see the plan only through a
 //! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
 //! it started with. Nothing imports the supervisor but `main`.
 
@@ -189,19 +189,19 @@ fn start_services(
     let pools = crate::lb::shared_pools(&ctx.plan.load());
     let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
     if !dns.is_empty() {
-        started.push(("dns", crate::dns::start(dns, ctx.clone())));
+        started.push(("dns", crate::dns::start(dns, ctx)));
     }
     if !dhcp.is_empty() {
-        started.push(("dhcp", crate::dhcp::start(dhcp, ctx.clone())));
+        started.push(("dhcp", crate::dhcp::start(dhcp, ctx)));
     }
     if !tftp.is_empty() {
-        started.push(("tftp", crate::tftp::start(tftp, ctx.clone())));
+        started.push(("tftp", crate::tftp::start(tftp, ctx)));
     }
     if !http.is_empty() {
-        started.push(("http", crate::http::start(http, ctx.clone())));
+        started.push(("http", crate::http::start(http, ctx)));
     }
     if !lb.is_empty() {
-        started.push(("lb", crate::lb::start(lb, ctx.clone(), Arc::clone(&pools))));
+        started.push(("lb", crate::lb::start(lb, ctx, &pools)));
     }
     let mut running = Vec::with_capacity(started.len() + 1);
     for (service, result) in started {
@@ -212,7 +212,7 @@ fn start_services(
     }
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx.clone(), pools) {
+        match crate::admin::start(listener, ctx, pools) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }

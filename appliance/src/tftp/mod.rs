@@ -15,7 +15,7 @@ use crate::service::{self, Context, Running};
 use crate::sockets::BoundSocket;
 
 /// Serves TFTP read requests on every socket in `sockets`.
-pub fn start(sockets: Vec<BoundSocket>, ctx: Context) -> anyhow::Result<Running> {
+pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let addr = bound.local_addr;
