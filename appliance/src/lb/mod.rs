@@ -53,7 +53,7 @@ pub fn start(
     let tls = check::initial_tls(&ctx.plan.load())?;
     let mut tasks: Vec<Running> = vec![Box::pin(check::run(
         Arc::clone(&ctx.plan),
-        Arc::clone(&pools),
+        Arc::clone(pools),
         tls,
         ctx.journal.clone(),
         ctx.shutdown.clone(),
@@ -69,7 +69,7 @@ pub fn start(
         tasks.push(Box::pin(proxy::serve(
             listener,
             kind,
-            Arc::clone(&pools),
+            Arc::clone(pools),
             ctx.shutdown.clone(),
         )));
     }
