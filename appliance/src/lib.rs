@@ -9,6 +9,7 @@ pub mod artifacts;
 pub mod config;
 pub mod dhcp;
 pub mod dns;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
