@@ -279,9 +279,6 @@ mod corpus {
 
     #[test]
     fn http_file_request_corpus() {
-        replay(
-            "http_file_request",
-            super::http_file_request,
-        );
+        replay("http_file_request", super::http_file_request);
     }
 }

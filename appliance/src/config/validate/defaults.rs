@@ -1,0 +1,17 @@
+//! The values a config gets for what it leaves out. Every default is here, so a reader looking
+//! for "what happens if I don't set X" opens one file.
+
+use std::time::Duration;
+
+pub(super) const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
+pub(super) const DEFAULT_INSTALL_DEV: &str = "/dev/sda";
+/// Debian's `ipxe` package puts undionly.kpxe and ipxe.efi here.
+pub(super) const DEFAULT_IPXE_DIR: &str = "/usr/lib/ipxe";
+pub(super) const DEFAULT_TTL: u32 = 300;
+/// Generous: a node or a resolver never gets near it; a reflection attack does.
+pub(super) const DEFAULT_RRL_RATE: u32 = 50;
+pub(super) const DEFAULT_RRL_SLIP: u32 = 2;
+pub(super) const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(3600);
+/// Ample for requests in flight to finish; the long-lived ones (API watches, up to an hour) are
+/// cut sooner, which their clients handle by reconnecting, now to another backend.
+pub(super) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);

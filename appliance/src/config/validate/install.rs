@@ -1,0 +1,188 @@
+//! The `install` section: ignition and artifact directories, the ignition files' presence and
+//! age, the boot base URL.
+
+use super::*;
+
+impl Validator<'_> {
+    pub(super) fn install(
+        &mut self,
+        raw: &Spanned<RawInstall>,
+        dir: &Path,
+        net: Option<&Network>,
+        listen: Option<&Listen>,
+        roles: &[Role],
+        files: &dyn InstallFiles,
+    ) -> Option<Install> {
+        let r = &raw.value;
+        let ignition_dir = dir.join(&r.ignition_dir.value);
+        let artifacts_dir = dir.join(&r.artifacts_dir.value);
+        self.ignition_files(&r.ignition_dir, &ignition_dir, roles, files);
+        let install_dev = match &r.install_dev {
+            None => Some(DEFAULT_INSTALL_DEV.to_owned()),
+            Some(d) => self.install_dev(d),
+        };
+        let kernel_args = self.kernel_args(&r.kernel_args);
+        let base_url = match (&r.base_url, net, listen) {
+            (Some(u), _, _) => {
+                let url = u.value.trim_end_matches('/');
+                let rest = url
+                    .strip_prefix("http://")
+                    .or_else(|| url.strip_prefix("https://"));
+                if rest.is_some_and(|h| !h.is_empty() && !h.contains(char::is_whitespace)) {
+                    Some(url.to_owned())
+                } else {
+                    self.p
+                        .error(
+                            "config::base-url",
+                            u.referenced,
+                            format!("base URL `{}` is not an http:// or https:// URL", u.value),
+                            "not a URL",
+                        )
+                        .hint("e.g. http://10.0.0.1:8080");
+                    None
+                }
+            }
+            (None, Some(net), Some(listen)) => Some(default_base_url(net, listen)),
+            // Derived from parts that failed; their errors are reported.
+            (None, _, _) => None,
+        };
+        let artifact = |v: &mut Self, raw: &Option<Text>, default: &str| -> Option<String> {
+            let Some(t) = raw else {
+                return Some(default.to_owned());
+            };
+            let name = &t.value;
+            if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+                v.p.error(
+                    "config::artifact",
+                    t.referenced,
+                    format!("artifact `{name}` is not a plain file name"),
+                    "expected a file name inside artifacts_dir",
+                );
+                return None;
+            }
+            Some(name.clone())
+        };
+        let ipxe_dir = r
+            .ipxe_dir
+            .as_ref()
+            .map_or_else(|| PathBuf::from(DEFAULT_IPXE_DIR), |d| dir.join(&d.value));
+        let kernel = artifact(self, &r.artifacts.kernel, "kernel");
+        let initramfs = artifact(self, &r.artifacts.initramfs, "initramfs.img");
+        let rootfs = artifact(self, &r.artifacts.rootfs, "rootfs.img");
+        Some(Install {
+            ignition_dir,
+            artifacts_dir,
+            install_dev: install_dev?,
+            kernel_args: kernel_args?,
+            base_url: base_url?,
+            ipxe_dir,
+            artifacts: Artifacts {
+                kernel: kernel?,
+                initramfs: initramfs?,
+                rootfs: rootfs?,
+            },
+        })
+    }
+
+    /// The role ignition files must exist. Only bootstrap.ign is checked for age, and only
+    /// while a bootstrap node is listed: it carries the certificates that expire 24 hours after
+    /// `openshift-install` wrote them. master.ign and worker.ign only point at the machine
+    /// config server and stay valid (workers added months later still use worker.ign).
+    pub(super) fn ignition_files(
+        &mut self,
+        raw: &Text,
+        dir: &Path,
+        roles: &[Role],
+        files: &dyn InstallFiles,
+    ) {
+        let create = format!(
+            "run `openshift-install create ignition-configs --dir {}`",
+            raw.value
+        );
+        if let Err(e) = files.age(dir) {
+            self.p
+                .error(
+                    "config::ignition",
+                    raw.referenced,
+                    format!(
+                        "ignition directory {} can't be read: {}",
+                        dir.display(),
+                        io_reason(&e)
+                    ),
+                    "ignition_dir",
+                )
+                .hint(create);
+            return;
+        }
+        for role in Role::ALL {
+            if !roles.contains(&role) {
+                continue;
+            }
+            let file = role.ignition_file();
+            match files.age(&dir.join(file)) {
+                Err(e) => {
+                    self.p
+                        .error(
+                            "config::ignition",
+                            raw.referenced,
+                            format!(
+                                "{file} for the {role} nodes can't be read: {}",
+                                io_reason(&e)
+                            ),
+                            format!("no usable {file} here"),
+                        )
+                        .hint(create.clone());
+                }
+                Ok(age) if role == Role::Bootstrap && age > IGNITION_MAX_AGE => {
+                    self.p
+                        .error(
+                            "config::ignition-expired",
+                            raw.referenced,
+                            format!(
+                                "{file} was written {} ago: its certificates expire 24 hours after creation",
+                                hours(age)
+                            ),
+                            "expired ignition configs",
+                        )
+                        .hint(format!("{create} again in a fresh directory, or remove the bootstrap node once bootstrap is done"));
+                }
+                Ok(age) if role == Role::Bootstrap && age > IGNITION_WARN_AGE => {
+                    self.p
+                        .warning(
+                            "config::ignition-aging",
+                            raw.referenced,
+                            format!(
+                                "{file} was written {} ago: its certificates expire 24 hours after creation",
+                                hours(age)
+                            ),
+                            "ignition configs aging",
+                        )
+                        .hint("finish the bootstrap soon, or create the ignition configs again");
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+fn hours(age: Duration) -> String {
+    format!("{} h", age.as_secs() / 3600)
+}
+
+fn io_reason(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "it does not exist".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => e.to_string(),
+    }
+}
+
+/// `http://<appliance IPv4>[:port]` from the first HTTP listener's port.
+fn default_base_url(net: &Network, listen: &Listen) -> String {
+    let port = listen.http.first().map_or(8080, SocketAddr::port);
+    if port == 80 {
+        format!("http://{}", net.v4.appliance)
+    } else {
+        format!("http://{}:{port}", net.v4.appliance)
+    }
+}

@@ -1,0 +1,300 @@
+//! Turns the raw YAML tree into a [`Config`], reporting every problem at once. One file per
+//! section of the YAML holds that section's rules (`network.rs`, `nodes.rs`, `install.rs`,
+//! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`); `defaults.rs` holds every default; this file
+//! walks the sections in order and checks what spans them.
+//!
+//! Architecture invariant: validation reads the file system only through [`InstallFiles`] (the
+//! ignition files' presence and age) and writes nothing, so a bad config can never touch on-disk
+//! state and tests can pin the clock.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde_saphyr::{Location, Spanned};
+
+use super::diagnostic::Problems;
+use super::model::*;
+use super::raw::*;
+use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
+use defaults::*;
+
+mod cluster;
+mod defaults;
+mod dns;
+mod install;
+mod lb;
+mod listen;
+mod network;
+mod nodes;
+
+/// Ignition configs embed certificates that expire 24 hours after `openshift-install` wrote them.
+pub const IGNITION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Past this age an install still works but is running out of time.
+pub const IGNITION_WARN_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// Names the plan publishes itself; a node may not take one.
+const RESERVED_NAMES: [&str; 4] = ["api", "api-int", "apps", "ns1"];
+/// Kernel arguments the boot plan sets per node.
+const MANAGED_KERNEL_ARGS: [&str; 3] = [
+    "coreos.inst.ignition_url",
+    "coreos.live.rootfs_url",
+    "coreos.inst.install_dev",
+];
+
+/// What validation needs to know about the install files.
+pub trait InstallFiles {
+    /// How long ago `path` was last written.
+    fn age(&self, path: &Path) -> io::Result<Duration>;
+}
+
+/// The real file system, read at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct RealFiles {
+    pub now: SystemTime,
+}
+
+impl InstallFiles for RealFiles {
+    fn age(&self, path: &Path) -> io::Result<Duration> {
+        let modified = std::fs::metadata(path)?.modified()?;
+        // A file from the future (clock skew) counts as brand new.
+        Ok(self.now.duration_since(modified).unwrap_or_default())
+    }
+}
+
+/// Every install file exists and was written a minute ago: for fixtures, fuzzing and unit tests,
+/// which check the config, not a machine, and for `artifacts fetch|import`, which only need the
+/// install paths and run before the ignition configs are created.
+#[derive(Debug, Clone, Copy)]
+pub struct AssumeFresh;
+
+impl InstallFiles for AssumeFresh {
+    fn age(&self, _: &Path) -> io::Result<Duration> {
+        Ok(Duration::from_secs(60))
+    }
+}
+
+/// Validates `raw`, read from a file in `config_dir`. Returns the config when `problems` holds
+/// no error afterwards (warnings may remain).
+pub fn validate(
+    raw: &RawConfig,
+    config_dir: &Path,
+    files: &dyn InstallFiles,
+    problems: &mut Problems,
+) -> Option<Config> {
+    let mut v = Validator { p: problems };
+    let config = v.config(raw, config_dir, files);
+    if config.is_none() && !v.p.has_errors() {
+        // Every path that gives up reports why; this catches one that forgot to.
+        v.p.error(
+            "config::internal",
+            raw.version.referenced,
+            "the config was refused without a reason: this is a bug in okd-appliance",
+            "while reading this file",
+        );
+    }
+    if v.p.has_errors() { None } else { config }
+}
+
+/// What node addresses are checked against. Parts that failed validation are absent, so a
+/// mistake in the network section does not hide the nodes' own mistakes.
+#[derive(Debug)]
+struct AddressSpace {
+    subnet: Option<Ipv4Net>,
+    gateway: Option<Ipv4Addr>,
+    appliance: Option<Ipv4Addr>,
+    pool: Option<Pool>,
+    v6: V6Space,
+}
+
+#[derive(Debug, Clone)]
+enum V6Space {
+    Absent,
+    /// Configured but invalid (its error is reported).
+    Invalid,
+    Valid(Ipv6Network),
+}
+
+struct Validator<'a> {
+    p: &'a mut Problems,
+}
+
+impl Validator<'_> {
+    fn config(&mut self, raw: &RawConfig, dir: &Path, files: &dyn InstallFiles) -> Option<Config> {
+        if raw.version.value != 1 {
+            self.p
+                .error(
+                    "config::version",
+                    raw.version.referenced,
+                    format!("unsupported config version {}", raw.version.value),
+                    "this version",
+                )
+                .hint("this okd-appliance reads `version: 1`");
+        }
+        let legacy_etcd = raw.dns.legacy_etcd.as_ref().is_some_and(|b| b.value);
+        let cluster = self.cluster(&raw.cluster, legacy_etcd);
+        let (network, space) = self.network(&raw.network);
+        let nodes = self.nodes(&raw.nodes, &space, legacy_etcd);
+        if let Some(c) = &cluster {
+            self.node_name_lengths(&raw.nodes, &c.domain());
+        }
+        let listen = self.listen(&raw.listen, &raw.network, network.as_ref());
+        // The roles as written, so a node with another mistake still asks for its ignition file.
+        let roles: Vec<Role> = raw
+            .nodes
+            .value
+            .iter()
+            .filter_map(|n| nodes::parse_role(&n.role.value))
+            .collect();
+        let install = self.install(
+            &raw.install,
+            dir,
+            network.as_ref(),
+            listen.as_ref(),
+            &roles,
+            files,
+        );
+        let dns = match (&cluster, &network) {
+            (Some(c), Some(n)) => self.dns(&raw.dns, c, n, &nodes),
+            _ => None,
+        };
+        if let Some(l) = &listen {
+            self.forwarding_loop(&raw.network, network.as_ref(), l);
+        }
+        let lb = self.lb(&raw.lb, dir);
+        let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
+        let state_dir = match &raw.state_dir {
+            None => PathBuf::from(DEFAULT_STATE_DIR),
+            Some(s) if s.value.trim().is_empty() => {
+                self.p.error(
+                    "config::state-dir",
+                    s.referenced,
+                    "state_dir is empty",
+                    "here",
+                );
+                PathBuf::new()
+            }
+            Some(s) => dir.join(&s.value),
+        };
+        Some(Config {
+            cluster: cluster?,
+            network: network?,
+            nodes,
+            install: install?,
+            dns: dns?,
+            lb: lb?,
+            listen: listen?,
+            run_as: if raw.run_as.is_some() {
+                Some(run_as?)
+            } else {
+                None
+            },
+            state_dir,
+        })
+    }
+
+    fn duration(
+        &mut self,
+        raw: &Text,
+        what: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        match humantime::parse_duration(&raw.value) {
+            Ok(d) if d >= min && d <= max => Some(d),
+            Ok(_) => {
+                self.p.error(
+                    "config::duration",
+                    raw.referenced,
+                    format!(
+                        "{what} `{}` is out of range ({} to {})",
+                        raw.value,
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                    "out of range",
+                );
+                None
+            }
+            Err(e) => {
+                self.p
+                    .error(
+                        "config::duration",
+                        raw.referenced,
+                        format!("{what} `{}` is not a duration: {e}", raw.value),
+                        "not a duration",
+                    )
+                    .hint("write a number with a unit, e.g. 500ms, 2s, 12h");
+                None
+            }
+        }
+    }
+
+    /// `raw` as one of `choices` (the first is the default when absent), or an error at `raw`.
+    fn one_of<T: Copy>(
+        &mut self,
+        raw: Option<&Text>,
+        what: &str,
+        choices: &[(&str, T)],
+        hint: &str,
+    ) -> Option<T> {
+        let Some(raw) = raw else {
+            return Some(choices[0].1);
+        };
+        if let Some((_, v)) = choices.iter().find(|(name, _)| *name == raw.value) {
+            return Some(*v);
+        }
+        self.p
+            .error(
+                "config::lb",
+                raw.referenced,
+                format!("unknown {what} `{}`", raw.value),
+                "unknown",
+            )
+            .hint(hint.to_owned());
+        None
+    }
+
+    fn run_as(&mut self, raw: &RawRunAs) -> Option<RunAs> {
+        let valid = |s: &str| {
+            !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == ':' || c == '/')
+        };
+        if !valid(&raw.user.value) {
+            self.p.error(
+                "config::run-as",
+                raw.user.referenced,
+                "not a user name",
+                "user",
+            );
+            return None;
+        }
+        if let Some(g) = raw.group.as_ref().filter(|g| !valid(&g.value)) {
+            self.p
+                .error("config::run-as", g.referenced, "not a group name", "group");
+            return None;
+        }
+        Some(RunAs {
+            user: raw.user.value.clone(),
+            group: raw.group.as_ref().map(|g| g.value.clone()),
+        })
+    }
+}
+
+/// Records the first place a key was seen; returns it when this is a second sighting.
+fn first_use<K: std::hash::Hash + Eq>(
+    seen: &mut HashMap<K, Location>,
+    key: K,
+    at: Location,
+) -> Option<Location> {
+    match seen.entry(key) {
+        Entry::Occupied(e) => Some(*e.get()),
+        Entry::Vacant(e) => {
+            e.insert(at);
+            None
+        }
+    }
+}
