@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use super::short_duration;
-use crate::config::Balance;
 use crate::plan::{Plan, Probe};
+use crate::vocabulary::Balance;
 
 pub(super) fn render(plan: &Plan) -> String {
     let mut o = String::new();

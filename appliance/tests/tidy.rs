@@ -1,0 +1,313 @@
+//! The architecture's invariants, checked rather than only stated (in the spirit of
+//! rust-analyzer's `xtask/src/tidy.rs`):
+//!
+//! - the one-way house: a service module (`dns`, `dhcp`, `tftp`, `http`, `lb`) imports neither
+//!   the supervisor, nor another service, nor the config (services read the plan); nothing in
+//!   the library imports the supervisor; the top-level modules form no cycle;
+//! - every Rust file starts with a `//!` comment saying what it is;
+//! - every file docs/architecture.md names exists.
+//!
+//! Test code (`tests.rs` files and what follows `#[cfg(test)]`) may build plans from configs and
+//! is not held to the import rules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The services: each reads the plan and the journal, and nothing of its siblings.
+const SERVICES: [&str; 5] = ["dns", "dhcp", "tftp", "http", "lb"];
+/// What a service must never import, besides its siblings.
+const FORBIDDEN_FOR_SERVICES: [&str; 5] = ["supervisor", "config", "admin", "render", "artifacts"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if path
+                .file_name()
+                .is_some_and(|n| n == "target" || n == "corpus")
+            {
+                continue;
+            }
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `appliance/src` belongs to (`dns` for `dns/server.rs`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// The production part of a file: all of it for code, nothing for test-only files.
+fn production_code(file: &Path, text: &str) -> String {
+    if file.file_name().is_some_and(|n| n == "tests.rs") {
+        return String::new();
+    }
+    match text.find("#[cfg(test)]") {
+        Some(at) => text[..at].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// Every top-level module `code` names through `crate::` (imports and paths alike), ignoring
+/// comments.
+fn crate_references(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            // `use crate::{a, b::{c, d}}` names several: the first word of each top-level item.
+            if let Some(group) = rest.strip_prefix('{') {
+                found.extend(group_heads(group));
+                continue;
+            }
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+/// The first word of each top-level item of a `{...}` use group (`group` starts after `{`).
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let (mut depth, mut item) = (0, String::new());
+    let mut finish = |item: &mut String| {
+        let head: String = item
+            .trim()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !head.is_empty() {
+            heads.push(head);
+        }
+        item.clear();
+    };
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => finish(&mut item),
+            _ if depth == 0 => item.push(c),
+            _ => {}
+        }
+    }
+    finish(&mut item);
+    heads
+}
+
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = repo().join("appliance/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        if file
+            .file_name()
+            .is_some_and(|n| n == "main.rs" || n == "lib.rs")
+        {
+            continue;
+        }
+        let module = module_of(&src, &file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let refs = crate_references(&production_code(&file, &text));
+        let entry = graph.entry(module.clone()).or_default();
+        entry.extend(refs.into_iter().filter(|r| *r != module));
+    }
+    graph
+}
+
+#[test]
+fn services_import_neither_the_supervisor_nor_each_other_nor_the_config() {
+    let graph = import_graph();
+    let mut wrong = Vec::new();
+    for service in SERVICES {
+        let Some(imports) = graph.get(service) else {
+            panic!("no module {service}: update SERVICES in tidy.rs");
+        };
+        for target in imports {
+            let sibling = SERVICES.contains(&target.as_str());
+            if sibling || FORBIDDEN_FOR_SERVICES.contains(&target.as_str()) {
+                wrong.push(format!("{service} -> {target}"));
+            }
+        }
+    }
+    for (module, imports) in &graph {
+        if imports.contains("supervisor") {
+            wrong.push(format!(
+                "{module} -> supervisor (only main may start the supervisor)"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the one-way house (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_top_level_modules_form_no_cycle() {
+    let graph = import_graph();
+    // Depth-first search with colours; a grey node reached again closes a cycle.
+    fn visit<'a>(
+        node: &'a str,
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<&'a str, bool>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        match state.get(node) {
+            Some(true) => return None,
+            Some(false) => {
+                let start = path.iter().position(|n| *n == node).unwrap();
+                let mut cycle: Vec<String> = path[start..].iter().map(|s| s.to_string()).collect();
+                cycle.push(node.to_owned());
+                return Some(cycle);
+            }
+            None => {}
+        }
+        state.insert(node, false);
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, state, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        state.insert(node, true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, &graph, &mut state, &mut Vec::new()) {
+            panic!("import cycle between modules: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_import_rules_see_what_they_check() {
+    // The checks above are only as good as the reference scanner.
+    let refs = crate_references(
+        "use crate::{plan::{self, Plan}, journal::Journal};\n\
+         let x = crate::dns::start(s); // crate::config is in a comment\n",
+    );
+    assert_eq!(
+        refs.into_iter().collect::<Vec<_>>(),
+        ["dns", "journal", "plan"]
+    );
+    let graph = import_graph();
+    assert!(graph["dns"].contains("plan"), "{:?}", graph["dns"]);
+    assert!(
+        graph["supervisor"].contains("dns"),
+        "{:?}",
+        graph["supervisor"]
+    );
+}
+
+#[test]
+fn every_rust_file_says_what_it_is() {
+    let mut files = Vec::new();
+    for dir in [
+        "appliance/src",
+        "appliance/tests",
+        "tests/harness",
+        "tests/e2e",
+        "tests/fuzz",
+    ] {
+        rust_files(&repo().join(dir), &mut files);
+    }
+    let missing: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            !text.trim_start().starts_with("//!")
+        })
+        .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a `//!` header saying what they are:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+/// Backticked words in docs/architecture.md that name a file or directory of the repository.
+fn named_paths(doc: &str) -> Vec<(usize, String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut section_dir: Option<String> = None;
+    for (n, line) in doc.lines().enumerate() {
+        let mut words = line.split('`').skip(1).step_by(2);
+        if line.starts_with('#') {
+            // `### \`appliance/src/dns/\`` (or a file in a directory) sets the directory bare
+            // names are relative to.
+            section_dir = words
+                .next()
+                .and_then(|w| w.rfind('/').map(|end| w[..=end].to_owned()));
+            continue;
+        }
+        for word in words {
+            let looks_like_path = !word.starts_with('/')
+                && word
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || "._/-".contains(c))
+                && (word.ends_with('/')
+                    || [".rs", ".md", ".sh", ".yml", ".toml", ".py", ".service"]
+                        .iter()
+                        .any(|ext| word.ends_with(ext)));
+            if looks_like_path {
+                out.push((n + 1, word.to_owned(), section_dir.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_file_the_architecture_names_exists() {
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let named = named_paths(&doc);
+    assert!(
+        named.len() > 40,
+        "only {} paths found: is the scanner broken?",
+        named.len()
+    );
+    let missing: Vec<String> = named
+        .into_iter()
+        .filter(|(_, word, dir)| {
+            !repo().join(word).exists()
+                && !dir
+                    .as_ref()
+                    .is_some_and(|d| repo().join(d).join(word).exists())
+        })
+        .map(|(line, word, dir)| {
+            format!("line {line}: `{word}` (looked in the repository root and {dir:?})")
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names files that do not exist:\n  {}",
+        missing.join("\n  ")
+    );
+}
