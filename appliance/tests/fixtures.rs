@@ -36,6 +36,11 @@ fn load(path: &Path) -> Result<config::Loaded, LoadError> {
 /// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN is set.
 fn check_golden(golden: &Path, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        // CI compares; only a developer, reviewing the diff, may rewrite.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "UPDATE_GOLDEN is refused when CI is set"
+        );
         std::fs::write(golden, actual).unwrap();
         return;
     }
@@ -88,7 +93,20 @@ fn shipped_configs_validate_and_derive_the_golden_plan() {
             &repo().join(format!("appliance/tests/golden/{stem}.plan")),
             text,
         );
+        // The human view leaves fields out; this form has every field a service reads.
+        check_golden(
+            &repo().join(format!("appliance/tests/golden/{stem}.plan.full")),
+            &complete_form(&plan),
+        );
     }
+}
+
+/// Every field of the plan, with the checkout's own path replaced so goldens are portable.
+fn complete_form(plan: &Plan) -> String {
+    let root = repo().canonicalize().unwrap();
+    let text = format!("{plan:#?}\n");
+    text.replace(&repo().display().to_string(), "<repo>")
+        .replace(&root.display().to_string(), "<repo>")
 }
 
 #[test]
