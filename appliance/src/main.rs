@@ -352,13 +352,8 @@ fn serve(file: &Path) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            tracing::error!("{msg}");
+            // Each error's message leaves its cause to `source()`: `{:#}` prints the chain once.
+            tracing::error!("{:#}", anyhow::Error::new(e));
             ExitCode::from(1)
         }
     }

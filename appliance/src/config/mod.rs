@@ -26,7 +26,7 @@ pub struct Loaded {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("can't read {}: {source}", path.display())]
+    #[error("can't read {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
@@ -43,7 +43,7 @@ impl LoadError {
     /// The error as the operator should see it, every problem with its line and column.
     pub fn render(&self, style: RenderStyle) -> String {
         match self {
-            LoadError::Read { .. } => format!("error: {self}\n"),
+            LoadError::Read { source, .. } => format!("error: {self}: {source}\n"),
             LoadError::Syntax(e) => e.render(style),
             LoadError::Invalid(problems) => problems.render(style),
         }

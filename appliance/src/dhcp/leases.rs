@@ -39,7 +39,7 @@ pub struct Recovery {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("lease journal {path}: {source}")]
+    #[error("lease journal {path}")]
     Io {
         path: PathBuf,
         #[source]

@@ -89,7 +89,7 @@ pub async fn serve(
         // Durable before any ACK leaves.
         let synced = tokio::task::block_in_place(|| state.leases.sync());
         if let Err(e) = synced {
-            tracing::error!("{e}: not answering this batch");
+            tracing::error!("{:#}: not answering this batch", anyhow::Error::new(e));
             continue;
         }
         for out in replies.drain(..) {

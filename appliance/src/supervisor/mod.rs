@@ -36,13 +36,13 @@ pub enum ServeError {
     Bind(Vec<BindError>),
     #[error(transparent)]
     Privileges(#[from] PrivilegeError),
-    #[error("{service} failed: {source}")]
+    #[error("{service} failed")]
     Service {
         service: &'static str,
         #[source]
         source: anyhow::Error,
     },
-    #[error("can't install the signal handlers: {0}")]
+    #[error("can't install the signal handlers")]
     Signals(#[source] std::io::Error),
 }
 
@@ -339,6 +339,25 @@ fn notify_reloading() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_prints_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let source = anyhow::Error::new(crate::dhcp::leases::LeaseError::Io {
+            path: "/var/lib/okd-appliance/leases".into(),
+            source: io,
+        })
+        .context("opening the lease journal");
+        let e = ServeError::Service {
+            service: "dhcp",
+            source,
+        };
+        let text = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(
+            text,
+            "dhcp failed: opening the lease journal: lease journal /var/lib/okd-appliance/leases: no such file"
+        );
+    }
 
     #[test]
     fn serials_always_grow() {

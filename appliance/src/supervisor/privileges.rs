@@ -12,13 +12,13 @@ pub enum PrivilegeError {
     NoSuchGroup(String),
     #[error("run_as needs the appliance to start as root")]
     NotRoot,
-    #[error("can't switch to {what}: {source}")]
+    #[error("can't switch to {what}")]
     Switch {
         what: &'static str,
         #[source]
         source: nix::Error,
     },
-    #[error("can't look up `{name}`: {source}")]
+    #[error("can't look up `{name}`")]
     Lookup {
         name: String,
         #[source]
