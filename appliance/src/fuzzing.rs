@@ -40,8 +40,13 @@ dns:
 fn authority() -> &'static Authority {
     static AUTHORITY: OnceLock<Authority> = OnceLock::new();
     AUTHORITY.get_or_init(|| {
-        let loaded = config::parse(CLUSTER, "fuzz.yml", Path::new("."), &config::AssumeFresh)
-            .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        let loaded = config::parse(
+            CLUSTER,
+            "fuzz.yml",
+            Path::new("."),
+            config::InstallCheck::Skip,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
         Authority::from_plan(&Plan::derive(&loaded.config, 1))
     })
 }
@@ -106,7 +111,7 @@ pub fn dhcp_packet(data: &[u8]) {
             DHCP_CLUSTER,
             "fuzz.yml",
             Path::new("."),
-            &config::AssumeFresh,
+            config::InstallCheck::Skip,
         )
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
         Plan::derive(&loaded.config, 1).dhcp
@@ -162,7 +167,7 @@ pub fn config_text(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(e) = config::parse(text, "fuzz.yml", Path::new("."), &config::AssumeFresh) {
+    if let Err(e) = config::parse(text, "fuzz.yml", Path::new("."), config::InstallCheck::Skip) {
         let _ = e.render(config::RenderStyle::Plain);
     }
 }

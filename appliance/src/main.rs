@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use okd_appliance::artifacts::{self, StreamSource};
-use okd_appliance::config::{self, InstallFiles, RealFiles, RenderStyle};
+use okd_appliance::config::{self, InstallCheck, RealFiles, RenderStyle};
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
 use okd_appliance::supervisor::{self, ServeError};
@@ -28,6 +28,11 @@ enum Command {
     Check {
         /// The cluster config (YAML).
         file: PathBuf,
+        /// Also require what installing nodes needs: the ignition files of every role present,
+        /// and a bootstrap.ign younger than 24 hours while a bootstrap node is listed (without
+        /// it these are warnings: they never stop DNS, DHCP or the load balancer).
+        #[arg(long)]
+        install: bool,
     },
     /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
     Render {
@@ -158,7 +163,7 @@ impl From<FormatArg> for Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { file } => check(&file),
+        Command::Check { file, install } => check(&file, install),
         Command::Render {
             file,
             format,
@@ -195,7 +200,7 @@ fn real_files() -> RealFiles {
     }
 }
 
-fn load(file: &Path, files: &dyn InstallFiles) -> Result<config::Loaded, ExitCode> {
+fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
     match config::load(file, files) {
         Ok(loaded) => {
             if !loaded.warnings.is_empty() {
@@ -210,8 +215,14 @@ fn load(file: &Path, files: &dyn InstallFiles) -> Result<config::Loaded, ExitCod
     }
 }
 
-fn check(file: &Path) -> ExitCode {
-    match load(file, &real_files()) {
+fn check(file: &Path, install: bool) -> ExitCode {
+    let files = real_files();
+    let mode = if install {
+        InstallCheck::Require(&files)
+    } else {
+        InstallCheck::Warn(&files)
+    };
+    match load(file, mode) {
         Ok(loaded) => {
             let c = &loaded.config;
             println!(
@@ -227,7 +238,8 @@ fn check(file: &Path) -> ExitCode {
 }
 
 fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
-    let loaded = match load(file, &real_files()) {
+    // Zones, pools and reservations have nothing to do with the ignition files.
+    let loaded = match load(file, InstallCheck::Skip) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -271,7 +283,7 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
     };
     // The artifacts are usually fetched before `openshift-install create ignition-configs`
     // (whose output expires in 24 hours), so the ignition files are not required here.
-    let loaded = match load(&args.file, &config::AssumeFresh) {
+    let loaded = match load(&args.file, config::InstallCheck::Skip) {
         Ok(l) => l,
         Err(code) => return code,
     };

@@ -41,9 +41,10 @@ fn an_invalid_config_exits_1_with_every_problem_located() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("many-problems.yml:3:36"), "{stderr}");
-    // Eight mistakes in the file, plus its ignition directory, which does not exist here.
+    // Eight mistakes in the file; its ignition directory, which does not exist here, only
+    // warns without --install.
     assert!(
-        stderr.contains("many-problems.yml: 9 errors, 0 warnings"),
+        stderr.contains("many-problems.yml: 8 errors, 1 warning"),
         "{stderr}"
     );
 }
@@ -56,9 +57,18 @@ fn a_missing_file_exits_1() {
 }
 
 #[test]
-fn check_reports_missing_ignition_files_with_the_fix() {
-    // The shipped lab config points at ./install_dir, which the repository does not ship.
+fn check_warns_of_missing_ignition_files_and_check_install_refuses_them() {
+    // The shipped lab config points at ./install_dir, which the repository does not ship. A
+    // services host restarted after the install directory was deleted must still start (the
+    // unit runs `check` before `serve`): a warning, exit 0.
     let out = run(&["check", &fixture("config/lab.yml")]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ignition directory"), "{stderr}");
+    assert!(stderr.contains("0 errors, 1 warning"), "{stderr}");
+
+    // Before an install, the same finding is an error, with the fix.
+    let out = run(&["check", "--install", &fixture("config/lab.yml")]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ignition directory"), "{stderr}");
@@ -66,4 +76,11 @@ fn check_reports_missing_ignition_files_with_the_fix() {
         stderr.contains("openshift-install create ignition-configs"),
         "{stderr}"
     );
+}
+
+#[test]
+fn render_ignores_the_ignition_files() {
+    let out = run(&["render", "--serial", "1", &fixture("config/lab.yml")]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).is_empty());
 }

@@ -30,7 +30,12 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 fn load(path: &Path) -> Result<config::Loaded, LoadError> {
     let text = std::fs::read_to_string(path).unwrap();
     let name = path.strip_prefix(repo()).unwrap().display().to_string();
-    config::parse(&text, &name, path.parent().unwrap(), &config::AssumeFresh)
+    config::parse(
+        &text,
+        &name,
+        path.parent().unwrap(),
+        config::InstallCheck::Skip,
+    )
 }
 
 /// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN is set.

@@ -1,11 +1,13 @@
-//! The ignition checks against a real directory: files must exist for every role present and be
-//! younger than 24 hours (a warning after 12), because their certificates expire.
+//! The ignition checks against a real directory: for an install (`check --install`) files must
+//! exist for every role present and bootstrap.ign be younger than 24 hours (a warning after 12),
+//! because their certificates expire; for `serve` and a plain `check` the same findings are
+//! warnings, so a services host restarted on day 2 still serves the cluster.
 
 use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use okd_appliance::config::{self, LoadError, RealFiles, RenderStyle, Severity};
+use okd_appliance::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle, Severity};
 
 const CONFIG: &str = r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
@@ -30,15 +32,21 @@ fn write(dir: &Path, file: &str, age: Duration) {
         .unwrap();
 }
 
+/// As `check --install` loads.
 fn load(dir: &Path) -> Result<config::Loaded, LoadError> {
-    config::parse(
-        CONFIG,
-        "okd.yml",
-        dir,
-        &RealFiles {
-            now: SystemTime::now(),
-        },
-    )
+    let files = RealFiles {
+        now: SystemTime::now(),
+    };
+    config::parse(CONFIG, "okd.yml", dir, InstallCheck::Require(&files))
+}
+
+/// As `serve` and a plain `check` load.
+fn load_for_serving(dir: &Path) -> config::Loaded {
+    let files = RealFiles {
+        now: SystemTime::now(),
+    };
+    config::parse(CONFIG, "okd.yml", dir, InstallCheck::Warn(&files))
+        .unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)))
 }
 
 fn errors(dir: &Path) -> String {
@@ -117,5 +125,38 @@ fn only_bootstrap_ign_ages_out() {
     write(dir.path(), "bootstrap.ign", HOUR);
     write(dir.path(), "master.ign", 30 * 24 * HOUR);
     let loaded = load(dir.path()).unwrap();
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn for_serving_an_expired_or_missing_install_only_warns() {
+    // Day 2: bootstrap.ign ten days old, the bootstrap node still listed.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bootstrap.ign", 240 * HOUR);
+    write(dir.path(), "master.ign", 240 * HOUR);
+    let loaded = load_for_serving(dir.path());
+    let codes: Vec<_> = loaded.warnings.iter().map(|w| w.code()).collect();
+    assert_eq!(codes, ["config::ignition-expired"]);
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .all(|w| w.severity() == Severity::Warning),
+        "{}",
+        loaded.warnings.render(RenderStyle::Plain)
+    );
+
+    // The install directory deleted (it holds the kubeadmin secrets).
+    let empty = tempfile::tempdir().unwrap();
+    let loaded = load_for_serving(empty.path());
+    let text = loaded.warnings.render(RenderStyle::Plain);
+    assert!(text.contains("ignition directory"), "{text}");
+    assert!(text.contains("okd.yml: 0 errors, 1 warning"), "{text}");
+}
+
+#[test]
+fn render_and_fixtures_do_not_look_at_ignition_files() {
+    let empty = tempfile::tempdir().unwrap();
+    let loaded = config::parse(CONFIG, "okd.yml", empty.path(), InstallCheck::Skip).unwrap();
     assert!(loaded.warnings.is_empty());
 }

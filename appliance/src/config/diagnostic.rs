@@ -127,7 +127,7 @@ impl Problems {
         message: impl Into<String>,
         label: impl Into<String>,
     ) -> &mut Problem {
-        self.push(Severity::Error, code, at, message.into(), label.into())
+        self.report(Severity::Error, code, at, message, label)
     }
 
     pub fn warning(
@@ -137,22 +137,26 @@ impl Problems {
         message: impl Into<String>,
         label: impl Into<String>,
     ) -> &mut Problem {
-        self.push(Severity::Warning, code, at, message.into(), label.into())
+        self.report(Severity::Warning, code, at, message, label)
     }
 
-    fn push(
+    /// A problem of the given severity (for checks whose severity the caller chooses).
+    pub fn report(
         &mut self,
         severity: Severity,
         code: &'static str,
         at: Location,
-        message: String,
-        label: String,
+        message: impl Into<String>,
+        label: impl Into<String>,
     ) -> &mut Problem {
         self.items.push(Problem {
             severity,
-            message,
+            message: message.into(),
             code,
-            labels: vec![LabeledSpan::new_primary_with_span(Some(label), span_of(at))],
+            labels: vec![LabeledSpan::new_primary_with_span(
+                Some(label.into()),
+                span_of(at),
+            )],
             hint: None,
             src: Arc::clone(&self.src),
         });

@@ -15,7 +15,7 @@ use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
 pub use model::*;
-pub use validate::{AssumeFresh, IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallFiles, RealFiles};
+pub use validate::{IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles};
 
 /// A config that passed validation, with the warnings it raised.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ impl SyntaxError {
 }
 
 /// Reads and validates the config at `path`; relative paths inside it are relative to its folder.
-pub fn load(path: &Path, files: &dyn InstallFiles) -> Result<Loaded, LoadError> {
+pub fn load(path: &Path, files: InstallCheck<'_>) -> Result<Loaded, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
@@ -98,7 +98,7 @@ pub fn parse(
     text: &str,
     name: &str,
     dir: &Path,
-    files: &dyn InstallFiles,
+    files: InstallCheck<'_>,
 ) -> Result<Loaded, LoadError> {
     let options = serde_saphyr::options! { strict_booleans: true };
     let raw: raw::RawConfig = serde_saphyr::from_str_with_options(text, options).map_err(|e| {

@@ -29,7 +29,7 @@ nodes:
 install: {{ ignition_dir: ./i, artifacts_dir: ./a }}
 "#
     );
-    let loaded = config::parse(&text, "t.yml", Path::new("."), &config::AssumeFresh)
+    let loaded = config::parse(&text, "t.yml", Path::new("."), config::InstallCheck::Skip)
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
     Plan::derive(&loaded.config, 1).dhcp
 }

@@ -43,7 +43,7 @@ fn authority(extra: &str) -> Authority {
         &format!("{LAB}{extra}"),
         "lab.yml",
         Path::new("."),
-        &config::AssumeFresh,
+        config::InstallCheck::Skip,
     )
     .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
     Authority::from_plan(&Plan::derive(&loaded.config, 7))

@@ -18,7 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, LoadError, RealFiles, RenderStyle};
+use crate::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle};
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, Plan};
 use crate::service::{self, Running};
@@ -239,12 +239,12 @@ fn service_failure(
 async fn load(path: &Path) -> Result<config::Loaded, LoadError> {
     let path: PathBuf = path.to_owned();
     tokio::task::spawn_blocking(move || {
-        config::load(
-            &path,
-            &RealFiles {
-                now: SystemTime::now(),
-            },
-        )
+        let files = RealFiles {
+            now: SystemTime::now(),
+        };
+        // Ignition problems never stop DNS, DHCP or the load balancer: warnings here, and the
+        // HTTP service refuses the fetches it can't honour.
+        config::load(&path, InstallCheck::Warn(&files))
     })
     .await
     .expect("config loading does not panic")

@@ -11,7 +11,7 @@ impl Validator<'_> {
         net: Option<&Network>,
         listen: Option<&Listen>,
         roles: &[Role],
-        files: &dyn InstallFiles,
+        files: InstallCheck<'_>,
     ) -> Option<Install> {
         let r = &raw.value;
         let ignition_dir = dir.join(&r.ignition_dir.value);
@@ -88,20 +88,27 @@ impl Validator<'_> {
     /// while a bootstrap node is listed: it carries the certificates that expire 24 hours after
     /// `openshift-install` wrote them. master.ign and worker.ign only point at the machine
     /// config server and stay valid (workers added months later still use worker.ign).
+    /// Warnings or errors as `check` asks (see [`InstallCheck`]).
     pub(super) fn ignition_files(
         &mut self,
         raw: &Text,
         dir: &Path,
         roles: &[Role],
-        files: &dyn InstallFiles,
+        check: InstallCheck<'_>,
     ) {
+        let (files, severity) = match check {
+            InstallCheck::Skip => return,
+            InstallCheck::Warn(files) => (files, Severity::Warning),
+            InstallCheck::Require(files) => (files, Severity::Error),
+        };
         let create = format!(
             "run `openshift-install create ignition-configs --dir {}`",
             raw.value
         );
         if let Err(e) = files.age(dir) {
             self.p
-                .error(
+                .report(
+                    severity,
                     "config::ignition",
                     raw.referenced,
                     format!(
@@ -122,7 +129,8 @@ impl Validator<'_> {
             match files.age(&dir.join(file)) {
                 Err(e) => {
                     self.p
-                        .error(
+                        .report(
+                            severity,
                             "config::ignition",
                             raw.referenced,
                             format!(
@@ -135,7 +143,8 @@ impl Validator<'_> {
                 }
                 Ok(age) if role == Role::Bootstrap && age > IGNITION_MAX_AGE => {
                     self.p
-                        .error(
+                        .report(
+                            severity,
                             "config::ignition-expired",
                             raw.referenced,
                             format!(

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde_saphyr::{Location, Spanned};
 
-use super::diagnostic::Problems;
+use super::diagnostic::{Problems, Severity};
 use super::model::*;
 use super::raw::*;
 use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
@@ -66,15 +66,29 @@ impl InstallFiles for RealFiles {
     }
 }
 
-/// Every install file exists and was written a minute ago: for fixtures, fuzzing and unit tests,
-/// which check the config, not a machine, and for `artifacts fetch|import`, which only need the
-/// install paths and run before the ignition configs are created.
-#[derive(Debug, Clone, Copy)]
-pub struct AssumeFresh;
+/// Whether, and how strictly, validation looks at the ignition files (`install.ignition_dir`).
+///
+/// They matter for installing nodes only. A services host restarted on day 2, a week after the
+/// install (its bootstrap.ign long expired, or the install directory deleted with its secrets),
+/// must still serve the cluster's DNS, DHCP and load balancer: so `serve` and `check` only warn,
+/// and the HTTP service refuses the ignition fetches it can't honour.
+#[derive(Clone, Copy)]
+pub enum InstallCheck<'a> {
+    /// Don't look (render, artifacts, fixtures: they are about the config, not a machine).
+    Skip,
+    /// Missing or expired ignition files are warnings (`serve`, `check`).
+    Warn(&'a dyn InstallFiles),
+    /// Missing or expired ignition files are errors (`check --install`, before an install).
+    Require(&'a dyn InstallFiles),
+}
 
-impl InstallFiles for AssumeFresh {
-    fn age(&self, _: &Path) -> io::Result<Duration> {
-        Ok(Duration::from_secs(60))
+impl std::fmt::Debug for InstallCheck<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InstallCheck::Skip => "Skip",
+            InstallCheck::Warn(_) => "Warn",
+            InstallCheck::Require(_) => "Require",
+        })
     }
 }
 
@@ -83,7 +97,7 @@ impl InstallFiles for AssumeFresh {
 pub fn validate(
     raw: &RawConfig,
     config_dir: &Path,
-    files: &dyn InstallFiles,
+    files: InstallCheck<'_>,
     problems: &mut Problems,
 ) -> Option<Config> {
     let mut v = Validator { p: problems };
@@ -124,7 +138,7 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn config(&mut self, raw: &RawConfig, dir: &Path, files: &dyn InstallFiles) -> Option<Config> {
+    fn config(&mut self, raw: &RawConfig, dir: &Path, files: InstallCheck<'_>) -> Option<Config> {
         if raw.version.value != 1 {
             self.p
                 .error(
