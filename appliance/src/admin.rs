@@ -138,7 +138,7 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
         ["lb", "drain", node] => {
             let pools = pools.load();
             match crate::lb::drain::drain(&pools, node, journal) {
-                0 => format!("error: no backend is named {node}\n"),
+                0 => format!("error: no backend is named {node} in a pool that has a listener\n"),
                 n => {
                     let timeout = humantime::format_duration(pools.drain_timeout);
                     tracing::info!("admin: drain {node} ({n} backends, timeout {timeout})");
@@ -149,7 +149,7 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
             }
         }
         ["lb", "undrain", node] => match crate::lb::drain::undrain(&pools.load(), node) {
-            0 => format!("error: no backend is named {node}\n"),
+            0 => format!("error: no backend is named {node} in a pool that has a listener\n"),
             n => {
                 tracing::info!("admin: undrain {node} ({n} backends)");
                 format!("ok: {node} back in rotation in {n} pools\n")
@@ -193,10 +193,12 @@ fn status(pools: &Pools) -> String {
     let mut out = String::from("ok\n");
     for pool in &pools.frontends {
         for b in &pool.backends {
-            let state = match (b.is_up(), b.is_draining()) {
-                (_, true) => "draining",
-                (true, false) => "up",
-                (false, false) => "down",
+            let state = match (pool.served, b.is_up(), b.is_draining()) {
+                // Not probed, so neither up nor down.
+                (false, _, _) => "off",
+                (true, _, true) => "draining",
+                (true, true, false) => "up",
+                (true, false, false) => "down",
             };
             let _ = write!(
                 out,
@@ -263,12 +265,19 @@ mod tests {
             frontends: vec![
                 Frontend {
                     kind: FrontendKind::Api,
-                    listen: vec![],
+                    listen: vec!["10.0.0.1:6443".parse().unwrap()],
                     backends: backends.clone(),
                     check: check.clone(),
                 },
                 Frontend {
                     kind: FrontendKind::MachineConfig,
+                    listen: vec!["10.0.0.1:22623".parse().unwrap()],
+                    backends: backends.clone(),
+                    check: check.clone(),
+                },
+                // Turned off (`listen: { ingress_https: [] }`): never drained, never "down".
+                Frontend {
+                    kind: FrontendKind::IngressHttps,
                     listen: vec![],
                     backends,
                     check,
@@ -297,6 +306,14 @@ mod tests {
         );
         assert!(
             status.contains("machine-config master-0 10.0.0.2:6443 down active=0 "),
+            "{status}"
+        );
+        assert!(
+            status.contains("ingress-https bootstrap 10.0.0.7:6443 off active=0 "),
+            "{status}"
+        );
+        assert!(
+            !status.contains("ingress-https master-0 10.0.0.2:6443 down"),
             "{status}"
         );
         // The machine-config backend had no connection: drained at once, nothing left to close.

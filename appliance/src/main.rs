@@ -53,9 +53,6 @@ enum Command {
     Lb {
         #[command(subcommand)]
         action: LbAction,
-        /// The `state_dir` of the running appliance (where its admin socket is).
-        #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
-        state_dir: PathBuf,
     },
     /// Put the CoreOS PXE files into `install.artifacts_dir`, verified against the stream.
     ///
@@ -70,9 +67,6 @@ enum Command {
     Node {
         #[command(subcommand)]
         action: NodeAction,
-        /// The `state_dir` of the running appliance (where its admin socket is).
-        #[arg(long, global = true, default_value = "/var/lib/okd-appliance")]
-        state_dir: PathBuf,
     },
 }
 
@@ -125,20 +119,58 @@ fn parse_stream(arg: &str) -> Result<StreamSource, String> {
     StreamSource::parse(arg).map_err(|e| format!("{e:#}"))
 }
 
+/// Which running appliance to talk to: the one serving a config file (its `state_dir`, relative
+/// to the file), or the one whose state directory is named.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct Target {
+    /// The cluster config the appliance serves.
+    file: Option<PathBuf>,
+    /// The running appliance's `state_dir` (where its admin socket is), instead of a config.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+impl Target {
+    /// The state directory: from the flag, or from the config (which must be valid).
+    fn state_dir(&self) -> Result<PathBuf, ExitCode> {
+        match (&self.state_dir, &self.file) {
+            (Some(dir), _) => Ok(dir.clone()),
+            (None, Some(file)) => Ok(load(file, InstallCheck::Skip)?.config.state_dir),
+            (None, None) => unreachable!("clap requires one of them"),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum NodeAction {
     /// Install NODE again at its next network boot (its iPXE script stops booting the disk).
-    Reinstall { node: String },
+    Reinstall {
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum LbAction {
     /// Stop sending new connections to NODE; open ones may finish until `lb.drain_timeout`.
-    Drain { node: String },
+    Drain {
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Put NODE back into rotation (it still has to pass its health checks).
-    Undrain { node: String },
+    Undrain {
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Every backend with its state and counters.
-    Status,
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -171,17 +203,19 @@ fn main() -> ExitCode {
             serial,
         } => render(&file, format.into(), output.as_deref(), serial),
         Command::Serve { file } => serve(&file),
-        Command::Lb { action, state_dir } => {
-            let request = match &action {
-                LbAction::Drain { node } => format!("lb drain {node}"),
-                LbAction::Undrain { node } => format!("lb undrain {node}"),
-                LbAction::Status => "lb status".to_owned(),
+        Command::Lb { action } => {
+            let (request, target) = match &action {
+                LbAction::Drain { node, target } => (format!("lb drain {node}"), target),
+                LbAction::Undrain { node, target } => (format!("lb undrain {node}"), target),
+                LbAction::Status { target } => ("lb status".to_owned(), target),
             };
-            admin(&state_dir, &request)
+            admin(target, &request)
         }
         Command::Artifacts { action } => artifacts(action),
-        Command::Node { action, state_dir } => match action {
-            NodeAction::Reinstall { node } => admin(&state_dir, &format!("node reinstall {node}")),
+        Command::Node { action } => match action {
+            NodeAction::Reinstall { node, target } => {
+                admin(&target, &format!("node reinstall {node}"))
+            }
         },
     }
 }
@@ -315,7 +349,12 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
 }
 
 /// Sends one request to the running appliance's admin socket and prints its reply.
-fn admin(state_dir: &Path, request: &str) -> ExitCode {
+fn admin(target: &Target, request: &str) -> ExitCode {
+    let state_dir = match target.state_dir() {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
+    let state_dir = state_dir.as_path();
     match okd_appliance::admin::call(state_dir, request) {
         Ok(reply) if reply.starts_with("ok") => {
             print!("{reply}");
@@ -328,7 +367,7 @@ fn admin(state_dir: &Path, request: &str) -> ExitCode {
         Err(e) => {
             let socket = okd_appliance::admin::socket_path(state_dir);
             eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this --state-dir?)",
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
                 socket.display()
             );
             ExitCode::from(1)

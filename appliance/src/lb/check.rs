@@ -88,11 +88,8 @@ pub async fn run(
                     }
                 }
                 let snapshot = pools.load_full();
-                for pool in &snapshot.frontends {
-                    // A frontend with no listener carries no traffic: its nodes are not probed.
-                    if !seen_plan.lb.frontends.iter().any(|f| f.kind == pool.kind && !f.listen.is_empty()) {
-                        continue;
-                    }
+                // A frontend with no listener carries no traffic: its nodes are not probed.
+                for pool in snapshot.frontends.iter().filter(|p| p.served) {
                     for backend in &pool.backends {
                         let key = (pool.kind, backend.addr, backend.name.clone());
                         if !in_flight.insert(key.clone()) {

@@ -20,12 +20,12 @@ use crate::plan::FrontendKind;
 /// undrain.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Drains the backends named `node` in every pool, each with its own watcher; returns how many
-/// backends are named so. Backends already draining keep their first deadline. Needs a tokio
-/// runtime (the watchers are tasks).
+/// Drains the backends named `node` in every served pool, each with its own watcher; returns
+/// how many backends are named so. Backends already draining keep their first deadline. Needs a
+/// tokio runtime (the watchers are tasks).
 pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> usize {
     let mut named = 0;
-    for pool in &pools.frontends {
+    for pool in pools.frontends.iter().filter(|p| p.served) {
         for backend in pool.backends.iter().filter(|b| b.name == node) {
             named += 1;
             let deadline = Instant::now() + pools.drain_timeout;
@@ -43,13 +43,14 @@ pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> usize {
     named
 }
 
-/// Puts the backends named `node` back into rotation, cancelling their drain timeouts; returns
-/// how many backends are named so.
+/// Puts the backends named `node` back into rotation in every served pool, cancelling their
+/// drain timeouts; returns how many backends are named so.
 pub fn undrain(pools: &Pools, node: &str) -> usize {
     let mut named = 0;
     for backend in pools
         .frontends
         .iter()
+        .filter(|p| p.served)
         .flat_map(|p| &p.backends)
         .filter(|b| b.name == node)
     {

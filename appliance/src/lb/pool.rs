@@ -28,6 +28,9 @@ pub struct Pools {
 #[derive(Debug)]
 pub struct Pool {
     pub kind: FrontendKind,
+    /// Whether the frontend has a listener: a pool without one carries no traffic, is not
+    /// probed, and is neither drained nor reported as down.
+    pub served: bool,
     pub check: HealthCheck,
     pub backends: Vec<Arc<Backend>>,
     cursor: AtomicUsize,
@@ -211,6 +214,7 @@ impl Pools {
                     .collect();
                 Pool {
                     kind: f.kind,
+                    served: !f.listen.is_empty(),
                     check: f.check.clone(),
                     backends,
                     cursor: AtomicUsize::new(0),

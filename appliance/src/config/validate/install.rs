@@ -14,8 +14,8 @@ impl Validator<'_> {
         files: InstallCheck<'_>,
     ) -> Option<Install> {
         let r = &raw.value;
-        let ignition_dir = dir.join(&r.ignition_dir.value);
-        let artifacts_dir = dir.join(&r.artifacts_dir.value);
+        let ignition_dir = resolve(dir, &r.ignition_dir.value);
+        let artifacts_dir = resolve(dir, &r.artifacts_dir.value);
         self.ignition_files(&r.ignition_dir, &ignition_dir, roles, files);
         let install_dev = match &r.install_dev {
             None => Some(DEFAULT_INSTALL_DEV.to_owned()),
@@ -62,10 +62,10 @@ impl Validator<'_> {
             }
             Some(name.clone())
         };
-        let ipxe_dir = r
-            .ipxe_dir
-            .as_ref()
-            .map_or_else(|| PathBuf::from(DEFAULT_IPXE_DIR), |d| dir.join(&d.value));
+        let ipxe_dir = r.ipxe_dir.as_ref().map_or_else(
+            || PathBuf::from(DEFAULT_IPXE_DIR),
+            |d| resolve(dir, &d.value),
+        );
         let kernel = artifact(self, &r.artifacts.kernel, "kernel");
         let initramfs = artifact(self, &r.artifacts.initramfs, "initramfs.img");
         let rootfs = artifact(self, &r.artifacts.rootfs, "rootfs.img");

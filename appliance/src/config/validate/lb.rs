@@ -78,7 +78,7 @@ impl Validator<'_> {
                     .error("config::lb", f.referenced, "ca_file is empty", "empty");
                 None
             }
-            Some(f) => Some(Some(dir.join(&f.value))),
+            Some(f) => Some(Some(resolve(dir, &f.value))),
         };
         if let (Some(i), Some(t), Some(at)) = (interval, timeout, h.timeout.as_ref())
             && t > i

@@ -192,7 +192,7 @@ impl Validator<'_> {
                 );
                 PathBuf::new()
             }
-            Some(s) => dir.join(&s.value),
+            Some(s) => resolve(dir, &s.value),
         };
         Some(Config {
             cluster: cluster?,
@@ -311,4 +311,10 @@ fn first_use<K: std::hash::Hash + Eq>(
             None
         }
     }
+}
+
+/// A path from the config, relative to the config file's folder, without `.` components
+/// (`./state` next to `./okd.yml` is `./state`, not `././state`).
+fn resolve(dir: &Path, value: &str) -> PathBuf {
+    dir.join(value).components().collect()
 }
