@@ -2,7 +2,8 @@
 //! then the connection closes. It is how `okd-appliance lb drain NODE` (and later the control
 //! module) reach a running appliance.
 //!
-//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `journal`.
+//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
+//! `journal`.
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
@@ -19,6 +20,7 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::install_state;
@@ -57,17 +59,27 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
     Ok(listener)
 }
 
-/// Answers requests on `listener` (from [`bind`]) until the appliance stops.
+/// `reload`, passed on to the supervisor, which re-reads the config and answers on `reply`:
+/// `Ok` with what it did, `Err` with why the previous plan stays.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    pub reply: oneshot::Sender<Result<String, String>>,
+}
+
+/// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests
+/// go to `reloads`.
 pub fn start(
     listener: std::os::unix::net::UnixListener,
     ctx: &Context,
     pools: SharedPools,
+    reloads: mpsc::Sender<ReloadRequest>,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
     Ok(Box::pin(serve(
         listener,
         ctx.plan.clone(),
         pools,
+        reloads,
         ctx.journal.clone(),
         ctx.shutdown.clone(),
     )))
@@ -77,6 +89,7 @@ async fn serve(
     listener: UnixListener,
     plan: plan::Handle,
     pools: SharedPools,
+    reloads: mpsc::Sender<ReloadRequest>,
     journal: Journal,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -93,8 +106,9 @@ async fn serve(
             },
         };
         let (plan, pools, journal) = (Arc::clone(&plan), Arc::clone(&pools), journal.clone());
+        let reloads = reloads.clone();
         tokio::spawn(async move {
-            let session = session(stream, &plan, &pools, &journal);
+            let session = session(stream, &plan, &pools, &reloads, &journal);
             if let Err(e) = tokio::time::timeout(Duration::from_secs(5), session).await {
                 tracing::debug!("admin session: {e}");
             }
@@ -106,6 +120,7 @@ async fn session(
     stream: UnixStream,
     plan: &plan::Handle,
     pools: &ArcSwap<Pools>,
+    reloads: &mpsc::Sender<ReloadRequest>,
     journal: &Journal,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
@@ -113,6 +128,7 @@ async fn session(
     BufReader::new(read).take_line(&mut line).await?;
     let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
         ["node", "reinstall", node] => reinstall(node, &plan.load(), journal),
+        ["reload"] => reload(reloads).await,
         _ => execute(line.trim(), pools, journal),
     };
     write.write_all(reply.as_bytes()).await?;
@@ -164,8 +180,21 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
             out
         }
         _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
-              node reinstall NODE | journal)\n"
+              node reinstall NODE | reload | journal)\n"
             .to_owned(),
+    }
+}
+
+/// Asks the supervisor to reload and waits for its outcome.
+async fn reload(reloads: &mpsc::Sender<ReloadRequest>) -> String {
+    let (reply, outcome) = oneshot::channel();
+    if reloads.send(ReloadRequest { reply }).await.is_err() {
+        return "error: the appliance is stopping\n".to_owned();
+    }
+    match outcome.await {
+        Ok(Ok(line)) => format!("ok: {line}\n"),
+        Ok(Err(line)) => format!("error: {line}\n"),
+        Err(_) => "error: the appliance is stopping\n".to_owned(),
     }
 }
 

@@ -49,6 +49,13 @@ enum Command {
     },
     /// Serve DNS, DHCP, the load balancer and the boot files for the cluster.
     Serve { file: PathBuf },
+    /// Make the running appliance re-read its config, and say what happened: exit 0 when it
+    /// serves the new plan (or the config is unchanged), 1 when it keeps the previous plan
+    /// (an invalid config, or a change that takes a restart).
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Ask a running appliance's load balancer to drain a node, put it back, or report.
     Lb {
         #[command(subcommand)]
@@ -203,6 +210,7 @@ fn main() -> ExitCode {
             serial,
         } => render(&file, format.into(), output.as_deref(), serial),
         Command::Serve { file } => serve(&file),
+        Command::Reload { target } => admin(&target, "reload"),
         Command::Lb { action } => {
             let (request, target) = match &action {
                 LbAction::Drain { node, target } => (format!("lb drain {node}"), target),

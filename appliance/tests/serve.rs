@@ -68,7 +68,7 @@ fn serve_reloads_keeps_the_old_plan_on_a_bad_edit_and_stops_on_sigterm() {
     std::fs::write(&path, config(&bad, "127.0.0.1:0")).unwrap();
     serve.signal(Signal::SIGHUP);
     serve.expect_line("MAC address 52:54:00:00:00:02 is used twice");
-    serve.expect_line("reload failed: still serving the previous plan");
+    serve.expect_line("1 error, 0 warnings; still serving the previous plan");
 
     // A good edit is picked up.
     let good = NODES.to_owned()
@@ -85,12 +85,83 @@ fn serve_reloads_keeps_the_old_plan_on_a_bad_edit_and_stops_on_sigterm() {
     // Listen addresses are bound once; moving them needs a restart, and the old plan stays.
     std::fs::write(&path, config(&good, "127.0.0.1:1")).unwrap();
     serve.signal(Signal::SIGHUP);
-    serve.expect_line("restart to apply");
-    serve.expect_line("reload refused: still serving the previous plan");
+    serve.expect_line("reload refused: listen.dns (set, or derived from network.appliance_ip) changed, which takes a restart; still serving plan");
 
     serve.signal(Signal::SIGTERM);
     serve.expect_line("SIGTERM: stopping");
     serve.expect_line("stopped");
+    assert!(serve.wait_exit().success());
+}
+
+/// `okd-appliance ARGS`: exit code and output.
+fn cli(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn reload_tells_its_caller_what_happened_and_admin_commands_find_the_appliance_by_its_config() {
+    let dir = tempfile::tempdir().unwrap();
+    write_install_dir(dir.path());
+    let path = dir.path().join("okd.yml");
+    std::fs::write(&path, config(NODES, "127.0.0.1:0")).unwrap();
+    let mut serve = Serve::start(&path);
+    serve.expect_line("ready");
+    let file = path.as_os_str();
+
+    // state_dir: ./state is relative to the config, not to the caller's directory.
+    let (code, out) = cli(&["lb".as_ref(), "status".as_ref(), file]);
+    assert_eq!(code, Some(0), "{out}");
+    // The load balancer has no listener: its backends are off, not down.
+    assert!(out.contains("api bootstrap 10.0.0.7:6443 off "), "{out}");
+    assert!(!out.contains(" down "), "{out}");
+    let (code, out) = cli(&["lb".as_ref(), "drain".as_ref(), "bootstrap".as_ref(), file]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("in a pool that has a listener"), "{out}");
+
+    let (code, out) = cli(&["reload".as_ref(), file]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("config unchanged"), "{out}");
+
+    let more = NODES.to_owned()
+        + r#"
+  - { name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.0.0.5 }"#;
+    std::fs::write(&path, config(&more, "127.0.0.1:0")).unwrap();
+    let (code, out) = cli(&["reload".as_ref(), file]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("reloaded: now serving plan"), "{out}");
+
+    // A change that takes a restart: refused, exit 1, the key named.
+    let moved =
+        config(&more, "127.0.0.1:0").replace("state_dir: ./state", "state_dir: ./elsewhere");
+    std::fs::write(&path, &moved).unwrap();
+    let state = dir.path().join("state");
+    let (code, out) = cli(&["reload".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("reload refused: state_dir changed, which takes a restart"),
+        "{out}"
+    );
+
+    // An invalid config: refused, exit 1, the problem named in the log.
+    let bad = config(&more, "127.0.0.1:0").replace("10.0.0.5", "10.0.0.2");
+    std::fs::write(&path, &bad).unwrap();
+    let (code, out) = cli(&["reload".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("reload failed: "), "{out}");
+    assert!(
+        out.contains("okd.yml: 1 error, 0 warnings; still serving the previous plan"),
+        "{out}"
+    );
+    serve.expect_line("is used twice");
+
+    serve.signal(Signal::SIGTERM);
     assert!(serve.wait_exit().success());
 }
 

@@ -40,6 +40,15 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// One line: what is wrong, without the details `render` shows.
+    pub fn summary(&self) -> String {
+        match self {
+            LoadError::Read { source, .. } => format!("{self}: {source}"),
+            LoadError::Syntax(e) => e.to_string(),
+            LoadError::Invalid(problems) => problems.summary(),
+        }
+    }
+
     /// The error as the operator should see it, every problem with its line and column.
     pub fn render(&self, style: RenderStyle) -> String {
         match self {

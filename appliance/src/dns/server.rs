@@ -114,7 +114,7 @@ pub async fn serve_udp(
     let local = socket.local_addr().context("udp socket address")?;
     let started = Instant::now();
     let mut indexed = shared.indexed();
-    let rrl_settings = indexed.plan.resolver.rate_limit;
+    let mut rrl_settings = indexed.plan.resolver.rate_limit;
     let mut rrl = RateLimiter::new(rrl_settings.responses_per_second, rrl_settings.slip);
     let mut packet = vec![0u8; 65_535];
     let mut out = Vec::with_capacity(usize::from(EDNS_UDP) * 2);
@@ -131,6 +131,11 @@ pub async fn serve_udp(
             };
             if !Arc::ptr_eq(&indexed.plan, &shared.plan.load()) {
                 indexed = shared.indexed();
+                // A reload may change the limits; unchanged, the table keeps its counts.
+                if indexed.plan.resolver.rate_limit != rrl_settings {
+                    rrl_settings = indexed.plan.resolver.rate_limit;
+                    rrl = RateLimiter::new(rrl_settings.responses_per_second, rrl_settings.slip);
+                }
             }
             let request = &packet[..n];
             let (ctx, trusted) = indexed.context(client.ip(), Transport::Udp);

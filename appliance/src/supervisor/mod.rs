@@ -122,7 +122,9 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
-    let started = start_services(sockets, admin_socket, &ctx)?;
+    let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
+    let started = start_services(sockets, admin_socket, reload_requests, &ctx)?;
+    let running_as = loaded.config.run_as.as_ref();
 
     if let Some(run_as) = &loaded.config.run_as {
         let (uid, gid) = privileges::drop_to(run_as)?;
@@ -141,7 +143,14 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         tokio::select! {
             _ = sigterm.recv() => break Ok("SIGTERM"),
             _ = sigint.recv() => break Ok("SIGINT"),
-            _ = sighup.recv() => reload(config_path, &handle, &journal).await,
+            _ = sighup.recv() => {
+                let _ = reload(config_path, &handle, running_as, &journal).await;
+            }
+            Some(request) = reloads.recv() => {
+                let outcome = reload(config_path, &handle, running_as, &journal).await;
+                // The asker may have given up waiting; the log has the outcome anyway.
+                let _ = request.reply.send(outcome);
+            }
             Some(done) = services.join_next() => break Err(service_failure(done)),
         }
     };
@@ -168,6 +177,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 fn start_services(
     sockets: Vec<BoundSocket>,
     admin_socket: Option<std::os::unix::net::UnixListener>,
+    reloads: tokio::sync::mpsc::Sender<crate::admin::ReloadRequest>,
     ctx: &service::Context,
 ) -> Result<Vec<(&'static str, Running)>, ServeError> {
     let mut sockets = sockets;
@@ -212,7 +222,7 @@ fn start_services(
     }
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx, pools) {
+        match crate::admin::start(listener, ctx, pools, reloads) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }
@@ -250,33 +260,44 @@ async fn load(path: &Path) -> Result<config::Loaded, LoadError> {
     .expect("config loading does not panic")
 }
 
-/// Re-reads the config; swaps in the new plan, or keeps the old one and logs why.
-async fn reload(path: &Path, handle: &plan::Handle, journal: &Journal) {
+/// Re-reads the config; swaps in the new plan, or keeps the old one and says why. `Ok` and
+/// `Err` carry the one line that tells the operator (and `okd-appliance reload`) the outcome.
+async fn reload(
+    path: &Path,
+    handle: &plan::Handle,
+    running_as: Option<&config::RunAs>,
+    journal: &Journal,
+) -> Result<String, String> {
     notify_reloading();
-    tracing::info!("SIGHUP: reloading {}", path.display());
-    match load(path).await {
+    tracing::info!("reloading {}", path.display());
+    let outcome = match load(path).await {
         Ok(loaded) => {
             log_warnings(&loaded.warnings);
             let current = handle.load();
-            // Sockets are bound once: a reload that moves them would serve records and boot
-            // URLs pointing at addresses nobody listens on.
             let same_serial = Plan::derive(&loaded.config, first_serial(&current));
-            if same_serial.listen != current.listen || same_serial.interface != current.interface {
-                tracing::error!(
-                    "the listen addresses or the DHCP interface changed (directly or through the appliance address): restart to apply"
-                );
-                tracing::error!("reload refused: still serving the previous plan");
+            let restart = needs_restart(
+                &current,
+                &same_serial,
+                running_as,
+                loaded.config.run_as.as_ref(),
+            );
+            if !restart.is_empty() {
+                Err(format!(
+                    "reload refused: {} changed, which takes a restart; still serving plan {}",
+                    restart.join(", "),
+                    first_serial(&current)
+                ))
             } else if same_serial == **current {
-                tracing::info!(
+                Ok(format!(
                     "config unchanged: still serving plan {}",
                     first_serial(&current)
-                );
+                ))
             } else {
                 let plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
                 let serial = first_serial(&plan);
                 handle.store(Arc::new(plan));
                 journal.publish(None, EventKind::PlanLoaded { serial });
-                tracing::info!("reloaded: now serving plan {serial}");
+                Ok(format!("reloaded: now serving plan {serial}"))
             }
         }
         Err(e) => {
@@ -287,10 +308,60 @@ async fn reload(path: &Path, handle: &plan::Handle, journal: &Journal) {
             {
                 tracing::error!("{line}");
             }
-            tracing::error!("reload failed: still serving the previous plan");
+            Err(format!(
+                "reload failed: {}; still serving the previous plan",
+                e.summary()
+            ))
         }
+    };
+    match &outcome {
+        Ok(line) => tracing::info!("{line}"),
+        Err(line) => tracing::error!("{line}"),
     }
     notify(&[sd_notify::NotifyState::Ready]);
+    outcome
+}
+
+/// The config keys whose change a running appliance can't apply, because what they govern is
+/// set up once at start: bound sockets (`listen`, and the DHCP socket's `network.interface`),
+/// the privilege drop (`run_as`), and the files opened in the state directory (`state_dir`:
+/// the lease journal, the admin socket, the install markers). Everything else reloads.
+fn needs_restart(
+    current: &Plan,
+    next: &Plan,
+    running_as: Option<&config::RunAs>,
+    next_run_as: Option<&config::RunAs>,
+) -> Vec<String> {
+    let (a, b) = (&current.listen, &next.listen);
+    let mut keys = Vec::new();
+    for (key, was, is) in [
+        ("listen.dns", &a.dns, &b.dns),
+        ("listen.dhcp", &a.dhcp, &b.dhcp),
+        ("listen.tftp", &a.tftp, &b.tftp),
+        ("listen.http", &a.http, &b.http),
+        ("listen.api", &a.api, &b.api),
+        (
+            "listen.machine_config",
+            &a.machine_config,
+            &b.machine_config,
+        ),
+        ("listen.ingress_https", &a.ingress_https, &b.ingress_https),
+        ("listen.ingress_http", &a.ingress_http, &b.ingress_http),
+    ] {
+        if was != is {
+            keys.push(format!("{key} (set, or derived from network.appliance_ip)"));
+        }
+    }
+    if current.interface != next.interface {
+        keys.push("network.interface".to_owned());
+    }
+    if current.state_dir != next.state_dir {
+        keys.push("state_dir".to_owned());
+    }
+    if running_as != next_run_as {
+        keys.push("run_as".to_owned());
+    }
+    keys
 }
 
 fn log_warnings(warnings: &config::Problems) {
@@ -357,6 +428,39 @@ mod tests {
             text,
             "dhcp failed: opening the lease journal: lease journal /var/lib/okd-appliance/leases: no such file"
         );
+    }
+
+    fn plan(yaml_extra: &str) -> Plan {
+        let text = format!(
+            "version: 1\ncluster: {{ name: okd, base_domain: lab.example.com }}\n\
+             network: {{ subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }}\n\
+             nodes:\n  - {{ name: master-0, role: master, mac: \"52:54:00:00:00:02\", ip: 10.0.0.2 }}\n\
+             install: {{ ignition_dir: ./i, artifacts_dir: ./a }}\n{yaml_extra}"
+        );
+        let loaded = config::parse(&text, "t.yml", Path::new("."), InstallCheck::Skip)
+            .unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+        Plan::derive(&loaded.config, 1)
+    }
+
+    #[test]
+    fn restart_only_keys_are_named_and_the_rest_reload() {
+        let base = plan("");
+        assert!(needs_restart(&base, &plan("dns: { ttl: 60 }"), None, None).is_empty());
+        assert!(needs_restart(&base, &plan("lb: { balance: leastconn }"), None, None).is_empty());
+        assert_eq!(
+            needs_restart(&base, &plan("state_dir: /srv/okd"), None, None),
+            ["state_dir"]
+        );
+        let dns_moved = plan("listen: { dns: [\"10.0.0.1:5353\"] }");
+        assert_eq!(
+            needs_restart(&base, &dns_moved, None, None),
+            ["listen.dns (set, or derived from network.appliance_ip)"]
+        );
+        let user = config::RunAs {
+            user: "okd".into(),
+            group: None,
+        };
+        assert_eq!(needs_restart(&base, &base, None, Some(&user)), ["run_as"]);
     }
 
     #[test]
