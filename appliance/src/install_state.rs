@@ -12,6 +12,12 @@ fn marker(state_dir: &Path, node: &str) -> PathBuf {
     state_dir.join("installed").join(node)
 }
 
+/// Creates the markers' directory (at start, while the appliance may still be root, so that
+/// the directory is there to hand over to the `run_as` account).
+pub fn prepare(state_dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(state_dir.join("installed"))
+}
+
 pub fn is_installed(state_dir: &Path, node: &str) -> bool {
     marker(state_dir, node).exists()
 }

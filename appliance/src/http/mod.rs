@@ -17,6 +17,13 @@ use crate::sockets::BoundSocket;
 
 /// Serves the boot files on every listener in `sockets`.
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
+    let state_dir = ctx.plan.load().state_dir.clone();
+    crate::install_state::prepare(&state_dir).with_context(|| {
+        format!(
+            "creating the install markers' directory in {}",
+            state_dir.display()
+        )
+    })?;
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let addr = bound.local_addr;

@@ -44,6 +44,12 @@ pub enum ServeError {
     },
     #[error("can't install the signal handlers")]
     Signals(#[source] std::io::Error),
+    #[error("can't create the state directory {}", path.display())]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Every socket the plan asks for, in a stable order.
@@ -82,6 +88,19 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let loaded = load(config_path).await?;
     log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
+
+    // The account first: a wrong run_as is a mistake to report before anything is bound.
+    let account = loaded
+        .config
+        .run_as
+        .as_ref()
+        .map(privileges::lookup)
+        .transpose()?;
+    let state_dir = &loaded.config.state_dir;
+    std::fs::create_dir_all(state_dir).map_err(|source| ServeError::StateDir {
+        path: state_dir.clone(),
+        source,
+    })?;
 
     let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
     for s in &sockets {
@@ -126,9 +145,10 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let started = start_services(sockets, admin_socket, reload_requests, &ctx)?;
     let running_as = loaded.config.run_as.as_ref();
 
-    if let Some(run_as) = &loaded.config.run_as {
-        let (uid, gid) = privileges::drop_to(run_as)?;
-        tracing::info!("running as uid {uid} gid {gid}");
+    if let Some(account) = account {
+        privileges::hand_over(state_dir, account)?;
+        privileges::drop_to(account)?;
+        tracing::info!("running as uid {} gid {}", account.uid, account.gid);
     }
 
     let mut services = JoinSet::new();

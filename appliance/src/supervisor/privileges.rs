@@ -1,4 +1,8 @@
-//! Dropping root once the sockets are bound.
+//! Dropping root once the sockets are bound and the services have opened their files, after
+//! handing the state directory to the account the appliance runs as (it keeps writing leases,
+//! install markers and the admin socket there).
+
+use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User, setgid, setgroups, setuid};
 
@@ -24,10 +28,23 @@ pub enum PrivilegeError {
         #[source]
         source: nix::Error,
     },
+    #[error("can't hand {} to the run_as account", path.display())]
+    HandOver {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// Switches to the configured user and group for good (supplementary groups cleared).
-pub fn drop_to(run_as: &RunAs) -> Result<(Uid, Gid), PrivilegeError> {
+/// The account `run_as` names.
+#[derive(Debug, Clone, Copy)]
+pub struct Account {
+    pub uid: Uid,
+    pub gid: Gid,
+}
+
+/// Looks up the configured user and group; only root can switch to them.
+pub fn lookup(run_as: &RunAs) -> Result<Account, PrivilegeError> {
     if !Uid::effective().is_root() {
         return Err(PrivilegeError::NotRoot);
     }
@@ -50,6 +67,33 @@ pub fn drop_to(run_as: &RunAs) -> Result<(Uid, Gid), PrivilegeError> {
                 .gid
         }
     };
+    Ok(Account { uid: user.uid, gid })
+}
+
+/// Gives `dir` and everything in it to `account` (symbolic links themselves, never what they
+/// point at), so the appliance can still create and rename files there once it is not root.
+pub fn hand_over(dir: &Path, account: Account) -> Result<(), PrivilegeError> {
+    let failed = |path: &Path| {
+        let path = path.to_owned();
+        move |source| PrivilegeError::HandOver { path, source }
+    };
+    let (uid, gid) = (Some(account.uid.as_raw()), Some(account.gid.as_raw()));
+    std::os::unix::fs::lchown(dir, uid, gid).map_err(failed(dir))?;
+    for entry in std::fs::read_dir(dir).map_err(failed(dir))? {
+        let entry = entry.map_err(failed(dir))?;
+        let path = entry.path();
+        if entry.file_type().map_err(failed(&path))?.is_dir() {
+            hand_over(&path, account)?;
+        } else {
+            std::os::unix::fs::lchown(&path, uid, gid).map_err(failed(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// Switches to `account` for good (supplementary groups cleared).
+pub fn drop_to(account: Account) -> Result<(), PrivilegeError> {
+    let Account { uid, gid } = account;
     // Order matters: groups and gid while still root, the uid last.
     setgroups(&[gid]).map_err(|source| PrivilegeError::Switch {
         what: "supplementary groups",
@@ -59,9 +103,9 @@ pub fn drop_to(run_as: &RunAs) -> Result<(Uid, Gid), PrivilegeError> {
         what: "group",
         source,
     })?;
-    setuid(user.uid).map_err(|source| PrivilegeError::Switch {
+    setuid(uid).map_err(|source| PrivilegeError::Switch {
         what: "user",
         source,
     })?;
-    Ok((user.uid, gid))
+    Ok(())
 }
