@@ -375,7 +375,7 @@ fn admin(target: &Target, request: &str) -> ExitCode {
         Err(e) => {
             let socket = okd_appliance::admin::socket_path(state_dir);
             eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir? a changed state_dir takes a restart)",
                 socket.display()
             );
             ExitCode::from(1)

@@ -495,7 +495,8 @@ fn reload_on_sighup_publishes_a_new_node() {
     );
 
     let node = "  - { name: worker-1, role: worker, mac: \"52:54:00:00:00:06\", ip: 10.99.0.6 }\n";
-    std::fs::write(&cfg, config("", node)).unwrap();
+    // Same state_dir as before (write_config adds it): changing it would take a restart.
+    write_config(dir.path(), &config("", node));
     let reloads = |p: &Process| p.stderr().matches("reloaded: now serving plan").count();
     assert_eq!(reloads(&app), 0);
     kill(Pid::from_raw(app.pid() as i32), Signal::SIGHUP).unwrap();

@@ -13,6 +13,7 @@ mod http;
 mod lb;
 mod lb_support;
 mod lb_tls;
+mod reload;
 mod render_peers;
 mod support;
 mod systemd_unit;

@@ -19,13 +19,14 @@ use arc_swap::ArcSwap;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Health, Transition};
 use super::pool::Pools;
-use crate::journal::{EventKind, Journal};
+use crate::journal::{Event, EventKind, Journal};
 use crate::plan::{self, FrontendKind, Probe};
 
 type Key = (FrontendKind, SocketAddr, String);
@@ -47,6 +48,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut health: HashMap<Key, Health> = HashMap::new();
     let mut seen_plan = plan.load_full();
+    let mut plan_loaded = journal.subscribe();
     let mut period = interval_of(&pools.load());
     let mut ticker = ticker(period);
     // Each backend is probed every tick unless its previous probe is still running, so a probe
@@ -69,23 +71,24 @@ pub async fn run(
                     observe(&mut health, &pools.load(), &journal, key, ok);
                 }
             }
-            _ = ticker.tick() => {
-                let current = plan.load_full();
-                if !Arc::ptr_eq(&current, &seen_plan) {
-                    if current.lb.check_ca != seen_plan.lb.check_ca {
-                        match super::tls::connector(current.lb.check_ca.as_deref()) {
-                            Ok(c) => tls = c,
-                            Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
-                        }
-                    }
-                    let next = Pools::from_plan(&current.lb, Some(&pools.load()));
-                    pools.store(Arc::new(next));
-                    seen_plan = current;
-                    forget_removed(&mut health, &pools.load());
+            event = plan_loaded.recv() => {
+                // A reload applies at once, not at the next tick: `okd-appliance reload`
+                // returns to an operator who expects the new pools to be in use.
+                if matches!(event, Ok(Event { kind: EventKind::PlanLoaded { .. }, .. })
+                    | Err(broadcast::error::RecvError::Lagged(_)))
+                {
+                    adopt(&plan, &mut seen_plan, &pools, &mut tls, &mut health).await;
                     if interval_of(&pools.load()) != period {
                         period = interval_of(&pools.load());
                         ticker = self::ticker(period);
                     }
+                }
+            }
+            _ = ticker.tick() => {
+                adopt(&plan, &mut seen_plan, &pools, &mut tls, &mut health).await;
+                if interval_of(&pools.load()) != period {
+                    period = interval_of(&pools.load());
+                    ticker = self::ticker(period);
                 }
                 let snapshot = pools.load_full();
                 // A frontend with no listener carries no traffic: its nodes are not probed.
@@ -108,6 +111,34 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Swaps in the pools of the current plan when it is not the one `seen` (keeping the state of
+/// the backends that stay), with a new probe TLS client when the CA changed (read on the
+/// blocking pool; a CA that can't be read keeps the previous client).
+async fn adopt(
+    plan: &plan::Handle,
+    seen: &mut Arc<plan::Plan>,
+    pools: &ArcSwap<Pools>,
+    tls: &mut TlsConnector,
+    health: &mut HashMap<Key, Health>,
+) {
+    let current = plan.load_full();
+    if Arc::ptr_eq(&current, seen) {
+        return;
+    }
+    if current.lb.check_ca != seen.lb.check_ca {
+        let ca = current.lb.check_ca.clone();
+        match tokio::task::spawn_blocking(move || super::tls::connector(ca.as_deref())).await {
+            Ok(Ok(c)) => *tls = c,
+            Ok(Err(e)) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
+            Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e}"),
+        }
+    }
+    let next = Pools::from_plan(&current.lb, Some(&pools.load()));
+    pools.store(Arc::new(next));
+    *seen = current;
+    forget_removed(health, &pools.load());
 }
 
 fn interval_of(pools: &Pools) -> Duration {
