@@ -264,17 +264,17 @@ fn load_roots(trust: &TrustStore) -> Result<RootCertStore, String> {
     let (certs, errors, source) = match trust {
         TrustStore::Platform => {
             let found = rustls_native_certs::load_native_certs();
-            let source = match (
-                std::env::var_os("SSL_CERT_FILE"),
-                std::env::var_os("SSL_CERT_DIR"),
-            ) {
-                (None, None) => "the system's CA bundle (is ca-certificates installed?)".to_owned(),
-                (file, dir) => {
-                    let show = |v: Option<std::ffi::OsString>| {
-                        v.map_or_else(String::new, |v| v.to_string_lossy().into_owned())
-                    };
-                    format!("SSL_CERT_FILE={} SSL_CERT_DIR={}", show(file), show(dir))
-                }
+            let set: Vec<String> = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+                .into_iter()
+                .filter_map(|name| {
+                    let value = std::env::var_os(name)?;
+                    Some(format!("{name}={}", value.to_string_lossy()))
+                })
+                .collect();
+            let source = if set.is_empty() {
+                "the system's CA bundle (is ca-certificates installed?)".to_owned()
+            } else {
+                set.join(" and ")
             };
             let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
             (found.certs, errors, source)
