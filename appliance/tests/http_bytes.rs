@@ -17,6 +17,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::Serve;
 
 /// The sendfile frame of `http/sendfile.rs`: one body frame stands for this many file bytes.
@@ -101,7 +102,8 @@ struct Fixture {
     _dir: tempfile::TempDir,
     _serve: Serve,
     addr: SocketAddr,
-    files: Vec<Vec<u8>>,
+    /// Shared buffers: every expected body is a slice of these, never a copy.
+    files: Vec<Bytes>,
 }
 
 impl Fixture {
@@ -109,10 +111,10 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let cfg = config(dir.path());
         std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
-        let files: Vec<Vec<u8>> = SIZES
+        let files: Vec<Bytes> = SIZES
             .iter()
             .enumerate()
-            .map(|(i, &len)| content(i, len))
+            .map(|(i, &len)| Bytes::from(content(i, len)))
             .collect();
         for (i, data) in files.iter().enumerate() {
             std::fs::write(dir.path().join("artifacts").join(name(i)), data).unwrap();
@@ -146,7 +148,7 @@ struct Expect {
     request: String,
     status: u16,
     /// The body's bytes: `None` for no body at all (HEAD, 304).
-    body: Option<Vec<u8>>,
+    body: Option<Bytes>,
     /// The Content-Range header, if any.
     content_range: Option<String>,
 }
@@ -157,14 +159,14 @@ fn get(path: &str, extra: &str) -> String {
 
 /// The requests for file `i` (`data`): whole, HEAD, and ranges at the edges, across frame
 /// boundaries and in the middle, each with what it must return.
-fn requests_for(i: usize, data: &[u8]) -> Vec<Expect> {
+fn requests_for(i: usize, data: &Bytes) -> Vec<Expect> {
     let path = format!("/artifacts/{}", name(i));
     let len = data.len();
     let mut out = vec![
         Expect {
             request: get(&path, ""),
             status: 200,
-            body: Some(data.to_vec()),
+            body: Some(data.clone()),
             content_range: None,
         },
         Expect {
@@ -178,7 +180,7 @@ fn requests_for(i: usize, data: &[u8]) -> Vec<Expect> {
         out.push(Expect {
             request: get(&path, "Range: bytes=0-\r\n"),
             status: 416,
-            body: Some(Vec::new()),
+            body: Some(Bytes::new()),
             content_range: Some("bytes */0".to_owned()),
         });
         return out;
@@ -200,7 +202,7 @@ fn requests_for(i: usize, data: &[u8]) -> Vec<Expect> {
         out.push(Expect {
             request: get(&path, &format!("Range: bytes={start}-{end}\r\n")),
             status: 206,
-            body: Some(data[start..=end].to_vec()),
+            body: Some(data.slice(start..=end)),
             content_range: Some(format!("bytes {start}-{end}/{len}")),
         });
     }
@@ -209,19 +211,19 @@ fn requests_for(i: usize, data: &[u8]) -> Vec<Expect> {
     out.push(Expect {
         request: get(&path, &format!("Range: bytes=-{suffix}\r\n")),
         status: 206,
-        body: Some(data[len - suffix..].to_vec()),
+        body: Some(data.slice(len - suffix..)),
         content_range: Some(format!("bytes {}-{}/{len}", len - suffix, len - 1)),
     });
     out.push(Expect {
         request: get(&path, &format!("Range: bytes={}-\r\n", len / 2)),
         status: 206,
-        body: Some(data[len / 2..].to_vec()),
+        body: Some(data.slice(len / 2..)),
         content_range: Some(format!("bytes {}-{}/{len}", len / 2, len - 1)),
     });
     out.push(Expect {
         request: get(&path, &format!("Range: bytes={len}-\r\n")),
         status: 416,
-        body: Some(Vec::new()),
+        body: Some(Bytes::new()),
         content_range: Some(format!("bytes */{len}")),
     });
     out
@@ -233,21 +235,21 @@ fn plain(n: usize) -> Expect {
         Expect {
             request: get("/healthz", ""),
             status: 200,
-            body: Some(b"ok\n".to_vec()),
+            body: Some(Bytes::from_static(b"ok\n")),
             content_range: None,
         }
     } else {
         Expect {
             request: get("/artifacts/no-such-file", ""),
             status: 404,
-            body: Some(b"no such artifact\n".to_vec()),
+            body: Some(Bytes::from_static(b"no such artifact\n")),
             content_range: None,
         }
     }
 }
 
 /// Everything for every file, with a plain response after every few file responses.
-fn all_requests(files: &[Vec<u8>]) -> Vec<Expect> {
+fn all_requests(files: &[Bytes]) -> Vec<Expect> {
     let mut out = Vec::new();
     for (i, data) in files.iter().enumerate() {
         for (k, e) in requests_for(i, data).into_iter().enumerate() {
@@ -432,7 +434,7 @@ fn conditional_requests_send_no_body_and_keep_the_connection_in_step() {
                 &format!("If-Range: {etag}\r\nRange: bytes=10-19\r\n"),
             ),
             status: 206,
-            body: Some(data[10..20].to_vec()),
+            body: Some(data.slice(10..20)),
             content_range: Some(format!("bytes 10-19/{}", data.len())),
         },
         // A stale validator: If-Range makes it the whole file.
