@@ -1,10 +1,13 @@
-//! `okd-appliance artifacts fetch|import` as a process, against a small HTTP server on
+//! `okd-appliance artifacts fetch|import` as a process, against a small HTTP(S) server on
 //! 127.0.0.1 in this test (it records every request, so resuming can be seen): files land under
 //! the configured names, every digest is checked, a corrupted file is refused and leaves
-//! nothing behind, an interrupted download continues with a Range request.
+//! nothing behind, an interrupted download continues with a Range request. Downloads go through
+//! a proxy (a forward proxy and CONNECT tunnels, also in this test, on 127.0.0.1) when
+//! `HTTP_PROXY`/`HTTPS_PROXY` say so and `NO_PROXY` does not, and https trusts the CAs of
+//! `SSL_CERT_FILE` (a CA made for the test) and no others.
 
 use std::collections::HashMap;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -37,6 +40,8 @@ struct Seen {
 
 struct Server {
     addr: SocketAddr,
+    /// `https` when the server speaks TLS.
+    scheme: &'static str,
     routes: Arc<Mutex<HashMap<String, Route>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -45,22 +50,37 @@ impl Server {
     /// Serves on 127.0.0.1 on a port of the system's choosing, one connection at a time, on a
     /// thread that ends with the test process.
     fn start() -> Server {
+        Server::serve(None)
+    }
+
+    /// The same over TLS, with `tls`'s certificate.
+    fn start_tls(tls: Arc<rustls::ServerConfig>) -> Server {
+        Server::serve(Some(tls))
+    }
+
+    fn serve(tls: Option<Arc<rustls::ServerConfig>>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let routes = Arc::new(Mutex::new(HashMap::new()));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (r, s) = (Arc::clone(&routes), Arc::clone(&seen));
+        let scheme = if tls.is_some() { "https" } else { "http" };
         std::thread::spawn(move || {
             for stream in listener.incoming().map_while(Result::ok) {
                 // A client that misbehaves fails its own test; the server goes on.
-                let _ = answer(stream, &r, &s);
+                let _ = accept(stream, tls.as_ref(), &r, &s);
             }
         });
-        Server { addr, routes, seen }
+        Server {
+            addr,
+            scheme,
+            routes,
+            seen,
+        }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     fn route(&self, path: &str, route: Route) {
@@ -76,13 +96,30 @@ impl Server {
     }
 }
 
-fn answer(
+/// One connection: plain, or TLS (closed with close_notify) when `tls` is given.
+fn accept(
     stream: TcpStream,
+    tls: Option<&Arc<rustls::ServerConfig>>,
     routes: &Mutex<HashMap<String, Route>>,
     seen: &Mutex<Vec<Seen>>,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    let Some(tls) = tls else {
+        return answer(stream, routes, seen);
+    };
+    let conn = rustls::ServerConnection::new(Arc::clone(tls)).map_err(std::io::Error::other)?;
+    let mut stream = rustls::StreamOwned::new(conn, stream);
+    answer(&mut stream, routes, seen)?;
+    stream.conn.send_close_notify();
+    stream.flush()
+}
+
+fn answer(
+    stream: impl Read + Write,
+    routes: &Mutex<HashMap<String, Route>>,
+    seen: &Mutex<Vec<Seen>>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
@@ -104,18 +141,18 @@ fn answer(
         range: range.clone(),
     });
     let route = routes.lock().unwrap().get(&path).cloned();
-    let mut out = stream;
+    let out = reader.get_mut();
     match route {
-        None => respond(&mut out, "404 Not Found", &[], b"not here\n"),
-        Some(Route::Status(code)) => respond(&mut out, &format!("{code} Oops"), &[], b"oops\n"),
-        Some(Route::Redirect(to)) => respond(&mut out, "302 Found", &[("Location", &to)], b""),
-        Some(Route::NoRanges(body)) => respond(&mut out, "200 OK", &[], &body),
+        None => respond(out, "404 Not Found", &[], b"not here\n"),
+        Some(Route::Status(code)) => respond(out, &format!("{code} Oops"), &[], b"oops\n"),
+        Some(Route::Redirect(to)) => respond(out, "302 Found", &[("Location", &to)], b""),
+        Some(Route::NoRanges(body)) => respond(out, "200 OK", &[], &body),
         Some(Route::File(body)) => match range.as_deref().and_then(range_start) {
-            None => respond(&mut out, "200 OK", &[], &body),
+            None => respond(out, "200 OK", &[], &body),
             Some(start) if start < body.len() => {
                 let cr = format!("bytes {start}-{}/{}", body.len() - 1, body.len());
                 respond(
-                    &mut out,
+                    out,
                     "206 Partial Content",
                     &[("Content-Range", &cr)],
                     &body[start..],
@@ -124,7 +161,7 @@ fn answer(
             Some(_) => {
                 let cr = format!("bytes */{}", body.len());
                 respond(
-                    &mut out,
+                    out,
                     "416 Range Not Satisfiable",
                     &[("Content-Range", &cr)],
                     b"",
@@ -160,7 +197,7 @@ fn range_start(value: &str) -> Option<usize> {
 }
 
 fn respond(
-    out: &mut TcpStream,
+    out: &mut impl Write,
     status: &str,
     headers: &[(&str, &str)],
     body: &[u8],
@@ -275,19 +312,44 @@ install:
     path
 }
 
+/// The variables that route or trust the downloads: cleared for every run, so the caller's
+/// environment can't send the test's traffic elsewhere.
+const NETWORK_VARIABLES: [&str; 10] = [
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
+    run_with(args, &[])
+}
+
+/// Runs the binary with `env` set (after clearing [`NETWORK_VARIABLES`]).
+fn run_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_okd-appliance"));
+    command.args(args).env("NO_COLOR", "1");
+    for name in NETWORK_VARIABLES {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied()).output().unwrap()
 }
 
 fn fetch(config: &Path, stream: &str, extra: &[&str]) -> Output {
+    fetch_with(config, stream, extra, &[])
+}
+
+fn fetch_with(config: &Path, stream: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let mut args = vec!["artifacts", "fetch", "--stream", stream];
     args.extend_from_slice(extra);
     args.push(config.to_str().unwrap());
-    run(&args)
+    run_with(&args, env)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -1052,4 +1114,322 @@ fn a_key_file_that_is_not_a_key_stops_before_anything_is_fetched() {
             server.seen()
         );
     }
+}
+
+/// A proxy on 127.0.0.1 as lab networks have one: absolute-form requests are forwarded to the
+/// origin, CONNECT opens a tunnel. It records each request line, and only ever connects to
+/// 127.0.0.1 (anything else gets a 403).
+struct Proxy {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    let _ = proxy_one(client, &s);
+                });
+            }
+        });
+        Proxy { addr, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn proxy_one(client: TcpStream, seen: &Mutex<Vec<String>>) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let line = line.trim_end().to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header)?;
+        if header.trim().is_empty() {
+            break;
+        }
+        headers.push(header);
+    }
+    seen.lock().unwrap().push(line.clone());
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let mut client = client;
+    if method == "CONNECT" {
+        if !target.starts_with("127.0.0.1:") {
+            return client.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        }
+        let upstream = TcpStream::connect(target)?;
+        upstream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+        // The client speaks only after the 200: nothing of the tunnel is in `reader`'s buffer.
+        return tunnel(client, upstream);
+    }
+    let Some((authority, path)) = target
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(authority, _)| authority.starts_with("127.0.0.1:"))
+    else {
+        return client.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+    };
+    let mut upstream = TcpStream::connect(authority)?;
+    upstream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut head = format!("{method} /{path} HTTP/1.1\r\n");
+    for h in headers
+        .iter()
+        .filter(|h| !h.to_ascii_lowercase().starts_with("proxy-"))
+    {
+        head.push_str(h);
+    }
+    head.push_str("\r\n");
+    upstream.write_all(head.as_bytes())?;
+    // The test server closes after each response.
+    std::io::copy(&mut upstream, &mut client)?;
+    Ok(())
+}
+
+/// Copies both ways until each side has closed.
+fn tunnel(client: TcpStream, upstream: TcpStream) -> std::io::Result<()> {
+    let (mut c_read, mut u_write) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c_read, &mut u_write);
+        let _ = u_write.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut u_read, mut c_write) = (upstream, client);
+    let _ = std::io::copy(&mut u_read, &mut c_write);
+    let _ = c_write.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
+    Ok(())
+}
+
+#[test]
+fn http_proxy_carries_every_request_and_no_proxy_bypasses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let proxy = Proxy::start();
+    let stream = server.url("/streams/stable.json");
+    // A .part shows that the Range header travels through the proxy too.
+    let half = release.rootfs.len() / 2;
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    std::fs::write(
+        artifact(dir.path(), "rootfs.img.part"),
+        &release.rootfs[..half],
+    )
+    .unwrap();
+
+    let out = fetch_with(&cfg, &stream, &[], &[("HTTP_PROXY", &proxy.url())]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    let mut expected = vec![format!("GET {stream} HTTP/1.1")];
+    for (_, name) in &UPSTREAM[..3] {
+        expected.push(format!(
+            "GET {} HTTP/1.1",
+            server.url(&format!("/prod/{name}"))
+        ));
+    }
+    assert_eq!(proxy.seen(), expected);
+    assert_eq!(
+        requests_for(&server, &format!("/prod/{}", UPSTREAM[2].1)),
+        [Some(format!("bytes={half}-"))]
+    );
+
+    // NO_PROXY names the mirror: the proxy (here one that is not even there) is not used.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dead_url = format!("http://{dead}");
+    let fresh = tempfile::tempdir().unwrap();
+    let cfg = config(fresh.path());
+    let out = fetch_with(
+        &cfg,
+        &stream,
+        &[],
+        &[
+            ("http_proxy", &dead_url),
+            ("NO_PROXY", "localhost, 127.0.0.0/8"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(proxy.seen().len(), 4, "the first proxy saw nothing new");
+
+    // Without NO_PROXY the dead proxy is named in the error.
+    let out = fetch_with(&cfg, &stream, &[], &[("http_proxy", &dead_url)]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains(&format!("can't connect to the proxy {dead}")),
+        "{}",
+        show(&out)
+    );
+
+    // A proxy variable that is not a usable proxy URL stops the run instead of being ignored.
+    for bad in ["::not a url::", "ftp://127.0.0.1:21"] {
+        let out = fetch_with(&cfg, &stream, &[], &[("HTTPS_PROXY", bad)]);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("HTTPS_PROXY is not a proxy URL this client can use"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains(bad), "the value is not repeated: {stderr}");
+    }
+}
+
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("the HTTPS tests need the openssl command (Debian: openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {}", show(&out));
+}
+
+/// A CA made for the test and a server configuration whose certificate (for 127.0.0.1) it
+/// signed: (the CA's PEM file, the server's TLS configuration).
+fn test_pki(dir: &Path) -> (PathBuf, Arc<rustls::ServerConfig>) {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    let curve = "ec_paramgen_curve:prime256v1";
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        curve,
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=artifacts test CA",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        curve,
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &p("key.pem"),
+        "-out",
+        &p("csr.pem"),
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("csr.pem"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &p("ext"),
+        "-out",
+        &p("cert.pem"),
+    ]);
+    let certs = CertificateDer::pem_file_iter(dir.join("cert.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("key.pem")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    (dir.join("ca.pem"), Arc::new(config))
+}
+
+#[test]
+fn https_goes_through_a_connect_tunnel_and_trusts_only_the_platform_store() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, tls) = test_pki(pki.path());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start_tls(tls);
+    release.serve(&server);
+    let proxy = Proxy::start();
+    let stream = server.url("/streams/stable.json");
+    assert!(stream.starts_with("https://127.0.0.1:"), "{stream}");
+    let ca = ca.to_str().unwrap();
+
+    // SSL_CERT_FILE names the platform's trust store: the test CA, and only it.
+    let out = fetch_with(
+        &cfg,
+        &stream,
+        &[],
+        &[("HTTPS_PROXY", &proxy.url()), ("SSL_CERT_FILE", ca)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
+    assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
+    let tunnel = format!("CONNECT {} HTTP/1.1", server.addr);
+    assert_eq!(proxy.seen(), vec![tunnel; 4], "the stream and 3 files");
+    assert_eq!(server.seen().len(), 4);
+
+    // Without it, the system's bundle does not know the test CA: the handshake fails.
+    let fresh = tempfile::tempdir().unwrap();
+    let cfg = config(fresh.path());
+    let out = fetch_with(&cfg, &stream, &[], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("TLS with {}", server.addr)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("certificate"), "{stderr}");
+
+    // A trust store that can't be read is named, and nothing is sent.
+    server.forget();
+    let out = fetch_with(
+        &cfg,
+        &stream,
+        &[],
+        &[("SSL_CERT_FILE", "/nonexistent/ca.pem")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no trusted CA certificates for https"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
+    assert!(server.seen().is_empty());
 }

@@ -1,124 +1,120 @@
-//! A minimal HTTP/1.1 GET client over TCP or rustls: one request per connection (a fetch is a
-//! handful of large files), redirects followed (bounded, never from https to http), `Range` for
-//! resuming, and a timeout on every wait so a stalled mirror ends in an error, not a hang. The
-//! framing rules are in [`super::http1`]; this file only moves bytes.
+//! The HTTP(S) GETs of `artifacts fetch`, on reqwest (hyper's client over rustls): redirects
+//! followed here by [`super::rules`] (bounded, never from https to http), `Range` for resuming,
+//! timeouts on connect and on every read so a stalled mirror ends in an error, not a hang, and the
+//! proxies of the environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, upper or
+//! lower case, with curl's rules; https goes through a CONNECT tunnel).
 //!
-//! HTTPS trusts the system's CA bundle, read only when an https:// URL is first used.
+//! HTTPS trusts the platform's CAs as rustls-native-certs finds them: `SSL_CERT_FILE` and
+//! `SSL_CERT_DIR` when set, else the distribution's bundle (Debian's
+//! /etc/ssl/certs/ca-certificates.crt, Fedora's, SUSE's, ...). They are read when the first request
+//! is sent, and only an https URL needs them.
 
+use std::error::Error as StdError;
 use std::io;
+#[cfg(test)]
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use bytes::{Buf as _, Bytes, BytesMut};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use bytes::Bytes;
+use hyper::StatusCode;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper_util::client::proxy::matcher::Matcher;
 use rustls::{ClientConfig, RootCertStore};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
-use tokio_rustls::TlsConnector;
-use url::{Host, Position, Url};
+use url::Url;
 
-use super::http1::{self, Decoder, Head, Step};
 use super::rules::{self, Answer};
 
-/// The Debian/Ubuntu (ca-certificates) bundle of trusted CAs, PEM.
-pub const TRUST_STORE: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// TCP connect plus TLS handshake.
+/// TCP connect plus TLS handshake (through the proxy's tunnel, if any).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// From the request sent to the end of the response head.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Between two reads of a body.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Room made in the buffer before each read.
-const READ_SIZE: usize = 256 * 1024;
+/// Waiting for the response head, or for the next bytes of a body.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A connection: TCP or TLS over TCP.
-trait Connection: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Connection for T {}
+/// The proxy variables, in the order hyper-util's matcher reads them.
+const PROXY_VARIABLES: [&str; 6] = [
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
 
-/// Sends GETs; holds the TLS configuration once it is built.
+/// Where the trusted CAs come from.
+#[derive(Debug, Clone)]
+enum TrustStore {
+    /// rustls-native-certs: `SSL_CERT_FILE`/`SSL_CERT_DIR`, else the system's bundle.
+    Platform,
+    /// Only the CAs in this PEM file.
+    #[cfg(test)]
+    File(PathBuf),
+}
+
+/// Sends GETs; builds its HTTP client on the first request.
 #[derive(Debug)]
 pub struct Client {
-    trust_store: PathBuf,
-    tls: OnceLock<Arc<ClientConfig>>,
+    trust: TrustStore,
+    built: OnceLock<Built>,
+}
+
+#[derive(Debug)]
+struct Built {
+    http: reqwest::Client,
+    /// The proxies as reqwest applies them, to name them in errors.
+    proxies: Matcher,
+    /// Why no CA could be loaded: an https URL fails with this before anything is sent.
+    no_roots: Option<String>,
 }
 
 /// A response whose body has not been read yet.
 #[derive(Debug)]
 pub struct Response {
-    pub head: Head,
-    pub body: Body,
+    inner: reqwest::Response,
 }
 
-/// A response body, read piece by piece.
-pub struct Body {
-    io: Box<dyn Connection>,
-    /// Received and not yet consumed.
-    buf: BytesMut,
-    decoder: Decoder,
-}
-
-impl std::fmt::Debug for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Body")
-            .field("buffered", &self.buf.len())
-            .field("decoder", &self.decoder)
-            .finish_non_exhaustive()
+impl Response {
+    pub fn status(&self) -> StatusCode {
+        self.inner.status()
     }
-}
 
-impl Body {
+    /// The value of header `name`, if it is there and text.
+    pub fn header(&self, name: header::HeaderName) -> Option<&str> {
+        self.inner.headers().get(name)?.to_str().ok()
+    }
+
+    /// The length of the body as the server declared it.
+    pub fn content_length(&self) -> Option<u64> {
+        self.header(header::CONTENT_LENGTH)?.trim().parse().ok()
+    }
+
     /// The next piece of the body, `None` at its end; an error if nothing arrives for a minute
     /// or the connection closes before the body's end.
     pub async fn next_chunk(&mut self) -> anyhow::Result<Option<Bytes>> {
-        loop {
-            match self.decoder.step(&self.buf)? {
-                Step::Done => return Ok(None),
-                Step::Data(n) => return Ok(Some(self.buf.split_to(n).freeze())),
-                Step::Skip(n) => self.buf.advance(n),
-                Step::NeedMore => {
-                    let read = timeout(IDLE_TIMEOUT, read_some(&mut self.io, &mut self.buf))
-                        .await
-                        .map_err(|_| anyhow!("nothing received for {IDLE_TIMEOUT:?}"))?
-                        .context("reading the body")?;
-                    if read == 0 {
-                        self.decoder.at_close()?;
-                        return Ok(None);
-                    }
-                }
+        self.inner.chunk().await.map_err(|e| {
+            if e.is_timeout() {
+                anyhow!("nothing received for {} s", READ_TIMEOUT.as_secs())
+            } else {
+                anyhow!("reading the body: {}", root_cause(&e))
             }
-        }
-    }
-}
-
-/// Reads what is there into `buf`; 0 at the end of the connection.
-async fn read_some(io: &mut Box<dyn Connection>, buf: &mut BytesMut) -> io::Result<usize> {
-    buf.reserve(READ_SIZE);
-    match io.read_buf(buf).await {
-        // A TLS peer that closes without close_notify: the framing decides whether the body
-        // was complete, and the digest would catch a truncation anyway.
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
-        other => other,
+        })
     }
 }
 
 impl Client {
     pub fn new() -> Client {
         Client {
-            trust_store: PathBuf::from(TRUST_STORE),
-            tls: OnceLock::new(),
+            trust: TrustStore::Platform,
+            built: OnceLock::new(),
         }
     }
 
-    /// A client that trusts the CAs in `path` instead of the system's.
+    /// A client that trusts the CAs in `path` instead of the platform's.
     #[cfg(test)]
     fn with_trust_store(path: &Path) -> Client {
         Client {
-            trust_store: path.to_owned(),
-            tls: OnceLock::new(),
+            trust: TrustStore::File(path.to_owned()),
+            built: OnceLock::new(),
         }
     }
 
@@ -131,12 +127,12 @@ impl Client {
                 .send(&at, from)
                 .await
                 .with_context(|| format!("GET {at}"))?;
-            if !rules::is_redirect(response.head.status) {
+            if !rules::is_redirect(response.status()) {
                 return Ok(response);
             }
-            let location = response.head.get("location").with_context(|| {
-                format!("GET {at}: {} without a Location", response.head.status)
-            })?;
+            let location = response
+                .header(header::LOCATION)
+                .with_context(|| format!("GET {at}: {} without a Location", response.status()))?;
             at = rules::redirect_target(&at, location).with_context(|| format!("GET {at}"))?;
         }
         bail!("GET {url}: more than {} redirects", rules::MAX_REDIRECTS)
@@ -145,13 +141,12 @@ impl Client {
     /// The whole body of `url`, which must answer 200 with at most `limit` bytes.
     pub async fn get_bytes(&self, url: &Url, limit: usize) -> anyhow::Result<Vec<u8>> {
         let mut response = self.get(url, 0).await?;
-        let answer = rules::interpret(response.head.status, None, 0);
+        let answer = rules::interpret(response.status(), None, 0);
         if answer.with_context(|| format!("GET {url}"))? != Answer::Whole {
-            bail!("GET {url}: the server answered {}", response.head.status);
+            bail!("GET {url}: the server answered {}", response.status());
         }
         let mut out = Vec::new();
         while let Some(chunk) = response
-            .body
             .next_chunk()
             .await
             .with_context(|| format!("GET {url}"))?
@@ -165,97 +160,155 @@ impl Client {
     }
 
     async fn send(&self, url: &Url, from: u64) -> anyhow::Result<Response> {
-        let mut io = timeout(CONNECT_TIMEOUT, self.connect(url))
+        let built = self.built()?;
+        if url.scheme() == "https"
+            && let Some(why) = &built.no_roots
+        {
+            bail!("no trusted CA certificates for https: {why}");
+        }
+        let mut request = built.http.get(url.clone());
+        if from > 0 {
+            request = request.header(header::RANGE, format!("bytes={from}-"));
+        }
+        let inner = request
+            .send()
             .await
-            .map_err(|_| anyhow!("no connection within {CONNECT_TIMEOUT:?}"))??;
-        let request = http1::request_head(
-            &url[Position::BeforePath..Position::AfterQuery],
-            &url[Position::BeforeHost..Position::AfterPort],
-            from,
-        );
-        let mut buf = BytesMut::new();
-        let head = timeout(RESPONSE_TIMEOUT, async {
-            io.write_all(request.as_bytes()).await?;
-            io.flush().await?;
-            read_head(&mut io, &mut buf).await
-        })
-        .await
-        .map_err(|_| anyhow!("no response within {RESPONSE_TIMEOUT:?}"))?
-        .context("reading the response")?;
-        let decoder = http1::framing(&head)?;
-        Ok(Response {
-            head,
-            body: Body { io, buf, decoder },
-        })
+            .map_err(|e| explain(&e, url, &built.proxies))?;
+        Ok(Response { inner })
     }
 
-    async fn connect(&self, url: &Url) -> anyhow::Result<Box<dyn Connection>> {
-        let host = url.host().context("the URL has no host")?;
-        let port = url.port_or_known_default().context("the URL has no port")?;
-        let tcp = match &host {
-            Host::Domain(d) => TcpStream::connect((*d, port)).await,
-            Host::Ipv4(a) => TcpStream::connect((*a, port)).await,
-            Host::Ipv6(a) => TcpStream::connect((*a, port)).await,
+    fn built(&self) -> anyhow::Result<&Built> {
+        if let Some(built) = self.built.get() {
+            return Ok(built);
         }
-        .with_context(|| format!("can't connect to {host}:{port}"))?;
-        if url.scheme() != "https" {
-            return Ok(Box::new(tcp));
-        }
-        let name = match &host {
-            Host::Domain(d) => ServerName::try_from((*d).to_owned())
-                .with_context(|| format!("`{d}` is not a valid TLS server name"))?,
-            Host::Ipv4(a) => ServerName::IpAddress(std::net::IpAddr::V4(*a).into()),
-            Host::Ipv6(a) => ServerName::IpAddress(std::net::IpAddr::V6(*a).into()),
+        let built = build(&self.trust)?;
+        Ok(self.built.get_or_init(|| built))
+    }
+
+    /// The TLS configuration of the requests, for the tests.
+    #[cfg(test)]
+    fn tls_config(&self) -> anyhow::Result<ClientConfig> {
+        tls_config(load_roots(&self.trust).map_err(|e| anyhow!(e))?)
+    }
+}
+
+fn build(trust: &TrustStore) -> anyhow::Result<Built> {
+    check_proxy_variables()?;
+    let (roots, no_roots) = match load_roots(trust) {
+        Ok(roots) => (roots, None),
+        Err(why) => (RootCertStore::empty(), Some(why)),
+    };
+    let mut headers = HeaderMap::new();
+    // Without Accept-Encoding any coding is acceptable (RFC 9110 section 12.5.3): a mirror
+    // could then send a compressed body, whose digest is not the stream's.
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config(roots)?)
+        .user_agent(concat!("okd-appliance/", env!("CARGO_PKG_VERSION")))
+        .default_headers(headers)
+        // Redirects are followed in `Client::get`, by the rules of `rules.rs`.
+        .redirect(reqwest::redirect::Policy::none())
+        // One connection per request, as a fetch is a handful of large files: a connection the
+        // mirror closed while it sat idle in a pool can't fail the next request.
+        .pool_max_idle_per_host(0)
+        .http1_only()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .read_timeout(READ_TIMEOUT)
+        .build()
+        .context("setting up the HTTP client")?;
+    Ok(Built {
+        http,
+        proxies: Matcher::from_env(),
+        no_roots,
+    })
+}
+
+/// Refuses a proxy variable that hyper-util's matcher would skip without a word (not a URL, or a
+/// scheme this build can't use), so a misspelt proxy never turns into a direct connection.
+/// The value is not repeated: it may hold credentials.
+fn check_proxy_variables() -> anyhow::Result<()> {
+    for name in PROXY_VARIABLES {
+        let Some(value) = std::env::var_os(name) else {
+            continue;
         };
-        let tls = TlsConnector::from(self.tls_config()?)
-            .connect(name, tcp)
-            .await
-            .with_context(|| format!("TLS with {host}:{port}"))?;
-        Ok(Box::new(tls))
-    }
-
-    fn tls_config(&self) -> anyhow::Result<Arc<ClientConfig>> {
-        if let Some(c) = self.tls.get() {
-            return Ok(Arc::clone(c));
+        let value = value
+            .into_string()
+            .map_err(|_| anyhow!("{name} is not UTF-8"))?;
+        if value.trim().is_empty() {
+            continue;
         }
-        let config = tls_config(&self.trust_store)?;
-        Ok(Arc::clone(self.tls.get_or_init(|| config)))
+        let scheme_ok = match value.split_once("://") {
+            Some((scheme, _)) => matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https"),
+            None => true,
+        };
+        let probe = "http://proxy-check.invalid/".parse().expect("a valid URI");
+        let usable = Matcher::builder()
+            .http(value.as_str())
+            .build()
+            .intercept(&probe)
+            .is_some();
+        if !scheme_ok || !usable {
+            bail!(
+                "{name} is not a proxy URL this client can use (http://HOST:PORT or https://HOST:PORT)"
+            );
+        }
     }
+    Ok(())
 }
 
-/// Reads until a final (non-1xx) response head is complete; what follows it stays in `buf`.
-async fn read_head(io: &mut Box<dyn Connection>, buf: &mut BytesMut) -> anyhow::Result<Head> {
-    loop {
-        if let Some((head, len)) = http1::parse_head(buf)? {
-            buf.advance(len);
-            if head.status.is_informational() {
-                continue;
+/// The trusted CAs, or why there are none.
+fn load_roots(trust: &TrustStore) -> Result<RootCertStore, String> {
+    let (certs, errors, source) = match trust {
+        TrustStore::Platform => {
+            let found = rustls_native_certs::load_native_certs();
+            let set: Vec<String> = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+                .into_iter()
+                .filter_map(|name| {
+                    let value = std::env::var_os(name)?;
+                    Some(format!("{name}={}", value.to_string_lossy()))
+                })
+                .collect();
+            let source = if set.is_empty() {
+                "the system's CA bundle (is ca-certificates installed?)".to_owned()
+            } else {
+                set.join(" and ")
+            };
+            let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+            (found.certs, errors, source)
+        }
+        #[cfg(test)]
+        TrustStore::File(path) => {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject as _;
+            let read = CertificateDer::pem_file_iter(path)
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>);
+            match read {
+                Ok(certs) => (certs, Vec::new(), path.display().to_string()),
+                Err(e) => (Vec::new(), vec![e.to_string()], path.display().to_string()),
             }
-            return Ok(head);
         }
-        if read_some(io, buf).await? == 0 {
-            bail!("the connection closed before a complete response head");
-        }
-    }
-}
-
-/// A TLS client configuration that trusts the CAs in `trust_store` (PEM).
-fn tls_config(trust_store: &Path) -> anyhow::Result<Arc<ClientConfig>> {
-    let certs = CertificateDer::pem_file_iter(trust_store)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .with_context(|| {
-            format!(
-                "reading the trusted CAs from {} (is ca-certificates installed?)",
-                trust_store.display()
-            )
-        })?;
+    };
     let mut roots = RootCertStore::empty();
     let (added, _unparsable) = roots.add_parsable_certificates(certs);
-    anyhow::ensure!(
-        added > 0,
-        "{} holds no usable CA certificate",
-        trust_store.display()
-    );
+    if added > 0 {
+        for e in errors {
+            tracing::debug!("artifacts: a CA certificate was skipped: {e}");
+        }
+        return Ok(roots);
+    }
+    let mut why = format!("none could be read from {source}");
+    for e in errors {
+        why.push_str("; ");
+        why.push_str(&e);
+    }
+    Err(why)
+}
+
+/// rustls with ring, trusting `roots`.
+fn tls_config(roots: RootCertStore) -> anyhow::Result<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -263,15 +316,84 @@ fn tls_config(trust_store: &Path) -> anyhow::Result<Arc<ClientConfig>> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(config)
+}
+
+/// A failed request in one line: what failed, with what (the proxy, when one was used), and the
+/// innermost cause; reqwest's and hyper's layers above it would repeat each other.
+fn explain(e: &reqwest::Error, url: &Url, proxies: &Matcher) -> anyhow::Error {
+    let host = url.host_str().unwrap_or_default();
+    let at = match url.port_or_known_default() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let proxy = url
+        .as_str()
+        .parse::<hyper::Uri>()
+        .ok()
+        .and_then(|uri| proxies.intercept(&uri))
+        .and_then(|p| p.uri().authority().map(ToString::to_string));
+    let cause = root_cause(e);
+    if is_tls(e) {
+        return anyhow!("TLS with {at}: {cause}");
+    }
+    let to = match &proxy {
+        Some(p) => format!("the proxy {p} (for {at})"),
+        None => at,
+    };
+    if e.is_connect() && e.is_timeout() {
+        anyhow!(
+            "no connection to {to} within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        )
+    } else if e.is_connect() {
+        anyhow!("can't connect to {to}: {cause}")
+    } else if e.is_timeout() {
+        anyhow!("no response within {} s", READ_TIMEOUT.as_secs())
+    } else if let Some(p) = proxy {
+        anyhow!("through the proxy {p}: {cause}")
+    } else {
+        anyhow!("{cause}")
+    }
+}
+
+/// The innermost error of `e`'s chain: the one that says what happened.
+fn root_cause(e: &(dyn StdError + 'static)) -> String {
+    let mut last: &(dyn StdError + 'static) = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// Whether the TLS handshake failed (rustls's error, possibly inside an I/O error).
+fn is_tls(e: &(dyn StdError + 'static)) -> bool {
+    let mut at: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = at {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        // An I/O error's `source` skips the error it wraps (tokio-rustls's io::Error inside
+        // hyper-util's): look inside it directly.
+        if let Some(inner) = err.downcast_ref::<io::Error>().and_then(io::Error::get_ref)
+            && is_tls(inner)
+        {
+            return true;
+        }
+        at = err.source();
+    }
+    false
 }
 
 #[cfg(test)]
 mod tests {
     use std::process::Command;
 
+    use bytes::BytesMut;
     use rustls::ServerConfig;
-    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
     use tokio_rustls::TlsAcceptor;
 
@@ -424,8 +546,50 @@ mod tests {
             .unwrap_err();
         let e = format!("{e:#}");
         assert!(
-            e.contains("reading the trusted CAs from /nonexistent/ca.pem"),
+            e.contains("none could be read from /nonexistent/ca.pem"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn without_trusted_cas_https_fails_before_sending_and_http_still_works() {
+        let client = Client::with_trust_store(Path::new("/nonexistent/ca.pem"));
+        let url = Url::parse("https://127.0.0.1:9/stable.json").unwrap();
+        let e = format!("{:#}", client.get(&url, 0).await.unwrap_err());
+        assert!(e.contains("no trusted CA certificates for https"), "{e}");
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut head = BytesMut::new();
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                if tcp.read_buf(&mut head).await.unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+            let _ = tcp
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+        });
+        let url = Url::parse(&format!("http://{addr}/s.json")).unwrap();
+        assert_eq!(client.get_bytes(&url, 10).await.unwrap(), b"ok");
+    }
+
+    #[test]
+    fn the_root_cause_is_the_innermost_error() {
+        let inner = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        let outer = anyhow::Error::new(inner).context("connect");
+        let outer: &(dyn StdError + 'static) = outer.as_ref();
+        assert_eq!(root_cause(outer), "refused");
+        let tls = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert!(is_tls(&tls));
+        // As hyper-util hands it over: wrapped once more.
+        assert!(is_tls(&io::Error::other(tls)));
+        assert!(!is_tls(&io::Error::other("plain")));
     }
 }

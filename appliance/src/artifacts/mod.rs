@@ -3,10 +3,10 @@
 //! `serve` publishes them, each checked against the SHA-256 in the stream metadata first.
 //!
 //! Pure parts: [`stream`] (the metadata and which files it names), [`rules`] (redirects and
-//! what a response means for a partial file), [`http1`] (request and response framing),
-//! [`sha256`], and the formatting in `progress`. I/O: `client` (HTTP GET over TCP or rustls),
-//! [`store`] (`.part` files, atomic rename), and this file, which runs one artifact after the
-//! other and reports each.
+//! what a response means for a partial file), [`sha256`], and the formatting in `progress`. I/O:
+//! `client` (HTTP GETs on reqwest, through the environment's proxies, trusting the platform's
+//! CAs), [`store`] (`.part` files, atomic rename), and this file, which runs one artifact after
+//! the other and reports each.
 //!
 //! With `--key`, each file's detached OpenPGP signature (the stream's `signature` URL, or
 //! `<name>.sig` beside an imported file) is checked too, by gpgv ([`signature`]), before the
@@ -15,7 +15,6 @@
 //! so integrity is that of the stream's transport (HTTPS, or the operator's own file).
 
 mod client;
-pub mod http1;
 mod progress;
 pub mod rules;
 pub mod sha256;
@@ -329,7 +328,7 @@ async fn transfer(
     let url = &wanted.location;
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
     let mut progress = Progress::new(&name, terminal, part.len(), total);
-    let received = receive(&mut response.body, part, &mut progress).await;
+    let received = receive(&mut response, part, &mut progress).await;
     progress.finish();
     let kept = || {
         format!(
@@ -338,7 +337,16 @@ async fn transfer(
             store::part_path(dest).display()
         )
     };
-    received.with_context(|| format!("GET {url}: {}", kept()))?;
+    if let Err(e) = received {
+        let short = match total {
+            Some(total) if part.len() < total => format!(
+                "the transfer broke off {} bytes before the end of the body: ",
+                total - part.len()
+            ),
+            _ => String::new(),
+        };
+        bail!("GET {url}: {short}{e:#}; {}", kept());
+    }
     if let Some(total) = total
         && part.len() < total
     {
@@ -362,43 +370,38 @@ async fn open(
     let held = part.len();
     let response = client.get(url, held).await?;
     let answer = rules::interpret(
-        response.head.status,
-        response.head.get("content-range"),
+        response.status(),
+        response.header(hyper::header::CONTENT_RANGE),
         held,
     )
     .with_context(|| format!("GET {url}"))?;
     let total = match answer {
         Answer::Continues { total } => {
-            total.or_else(|| content_length(&response).map(|n| n + held))
+            total.or_else(|| response.content_length().map(|n| n + held))
         }
         Answer::Whole => {
             part.restart()?;
-            content_length(&response)
+            response.content_length()
         }
         Answer::Unsatisfiable if part.digest() == wanted.sha256 => return Ok(None),
         Answer::Unsatisfiable | Answer::WrongRange => {
             drop(response);
             part.restart()?;
             let response = client.get(url, 0).await?;
-            rules::interpret(response.head.status, None, 0)
-                .with_context(|| format!("GET {url}"))?;
-            let total = content_length(&response);
+            rules::interpret(response.status(), None, 0).with_context(|| format!("GET {url}"))?;
+            let total = response.content_length();
             return Ok(Some((response, total)));
         }
     };
     Ok(Some((response, total)))
 }
 
-fn content_length(response: &Response) -> Option<u64> {
-    response.head.get("content-length")?.parse().ok()
-}
-
 async fn receive(
-    body: &mut client::Body,
+    response: &mut Response,
     part: &mut Partial,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
-    while let Some(chunk) = body.next_chunk().await? {
+    while let Some(chunk) = response.next_chunk().await? {
         part.write(&chunk)?;
         progress.advance(chunk.len() as u64);
     }

@@ -7,7 +7,8 @@
 //!
 //! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::tls`]),
 //! HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect. A fresh
-//! connection per probe, as HAProxy does: a check must see what a new client would.
+//! connection per probe, as HAProxy does: a check must see what a new client would. The GET is
+//! hyper's HTTP/1 client connection over that TCP or TLS stream; only the status is read.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -16,8 +17,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::header::{CONNECTION, HOST, HeaderValue, USER_AGENT};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
@@ -237,22 +243,158 @@ async fn https_ok(tls: &TlsConnector, addr: SocketAddr, server_name: &str, path:
     }
 }
 
-/// `GET path` on an open connection, answered with status 200.
-async fn get_ok<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, host: &str, path: &str) -> bool {
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: okd-appliance-health\r\nConnection: close\r\n\r\n"
-    );
-    if s.write_all(request.as_bytes()).await.is_err() || s.flush().await.is_err() {
+/// `GET path` on an open connection, answered with status 200. The caller's timeout bounds it:
+/// dropping this future drops the connection.
+async fn get_ok<S>(io: S, host: &str, path: &str) -> bool
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let Ok(host) = HeaderValue::from_str(host) else {
         return false;
-    }
-    let mut head = [0u8; 64];
-    let mut n = 0;
-    while n < 12 {
-        match s.read(&mut head[n..]).await {
-            Ok(0) | Err(_) => return false,
-            Ok(k) => n += k,
+    };
+    let request = Request::get(path)
+        .header(HOST, host)
+        .header(USER_AGENT, "okd-appliance-health")
+        .header(CONNECTION, "close")
+        .body(Empty::<Bytes>::new());
+    let Ok(request) = request else {
+        return false;
+    };
+    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await
+    else {
+        return false;
+    };
+    // The connection future moves the bytes; it runs beside the exchange instead of in a task of
+    // its own, so the probe's timeout ends both.
+    let mut conn = Box::pin(conn);
+    let mut exchange = std::pin::pin!(sender.send_request(request));
+    let answered = tokio::select! {
+        biased;
+        response = exchange.as_mut() => Some(response),
+        ended = conn.as_mut() => {
+            if let Err(e) = ended {
+                tracing::debug!("lb: check GET {path}: {e}");
+            }
+            None
+        }
+    };
+    let response = match answered {
+        Some(response) => response,
+        // A connection that closed right after the response head (as `Connection: close`
+        // asks) has handed the response over already; dropping it settles the exchange at once
+        // if it had not.
+        None => {
+            drop(conn);
+            exchange.await
+        }
+    };
+    match response {
+        Ok(r) => r.status() == StatusCode::OK,
+        Err(e) => {
+            tracing::debug!("lb: check GET {path}: {e}");
+            false
         }
     }
-    let line = &head[..n];
-    (line.starts_with(b"HTTP/1.1 ") || line.starts_with(b"HTTP/1.0 ")) && &line[9..12] == b"200"
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Answers one connection on 127.0.0.1 with `reply` after reading the request head, and
+    /// hands the head back.
+    async fn answer_once(reply: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tcp.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buf[..n]);
+            }
+            let _ = tcp.write_all(reply).await;
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        (addr, task)
+    }
+
+    async fn http_probe(addr: SocketAddr) -> bool {
+        http_probe_within(addr, Duration::from_secs(5)).await
+    }
+
+    async fn http_probe_within(addr: SocketAddr, timeout: Duration) -> bool {
+        let probe = Probe::Http {
+            port: addr.port(),
+            path: "/healthz/ready",
+        };
+        let tls = super::super::tls::connector(None).unwrap();
+        let backend = SocketAddr::new(addr.ip(), 1);
+        tokio::time::timeout(timeout, probe_once(&probe, backend, &tls))
+            .await
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn only_a_200_is_up_and_the_request_names_host_and_path() {
+        let (addr, seen) = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+        assert!(http_probe(addr).await);
+        let head = seen.await.unwrap();
+        assert!(
+            head.starts_with("GET /healthz/ready HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase().contains("host: 127.0.0.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase().contains("connection: close\r\n"),
+            "{head}"
+        );
+
+        for reply in [
+            &b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"SSH-2.0-OpenSSH_9.2\r\n",
+            b"",
+        ] {
+            let (addr, _) = answer_once(reply).await;
+            assert!(
+                !http_probe(addr).await,
+                "{}",
+                String::from_utf8_lossy(reply)
+            );
+        }
+        // HTTP/1.0 servers count too, as they did for HAProxy.
+        let (addr, _) = answer_once(b"HTTP/1.0 200 OK\r\n\r\nok").await;
+        assert!(http_probe(addr).await);
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_never_answers_is_down_when_the_timeout_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepts and then says nothing.
+        let _held = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(tcp);
+        });
+        let started = std::time::Instant::now();
+        assert!(!http_probe_within(addr, Duration::from_millis(300)).await);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }
