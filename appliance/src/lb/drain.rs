@@ -146,9 +146,10 @@ mod tests {
             role: Role::Master,
             addr: "10.0.0.2:6443".parse().unwrap(),
         }];
+        // Both served: drains skip pools without a listener.
         let frontend = |kind| Frontend {
             kind,
-            listen: vec![],
+            listen: vec!["10.0.0.1:6443".parse().unwrap()],
             backends: backends.clone(),
             check: check.clone(),
         };
