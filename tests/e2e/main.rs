@@ -15,3 +15,4 @@ mod lb_tls;
 mod render_peers;
 mod support;
 mod systemd_unit;
+mod tftp;

@@ -10,13 +10,15 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
 use super::admission::{Admission, Admit, Ticket};
-use super::packet::{self, DATA, DEFAULT_BLOCK, ReadRequest, Request, code};
+use super::files::{BootFiles, Loaded};
+use super::packet::{self, DATA, DEFAULT_BLOCK, ReadRequest, Request};
 use crate::plan;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,8 +37,9 @@ pub const MAX_TRANSFERS: usize = 64;
 /// Transfers at once per client address: firmware fetches one file at a time, and a few allow
 /// for a retry that starts before the old transfer gave up.
 pub const PER_CLIENT: usize = 4;
-/// Boot files are small; a bigger file is a configuration mistake, not something to stream.
-const MAX_FILE: u64 = 64 * 1024 * 1024;
+/// How long a transfer whose client has not acknowledged anything is safe from eviction by
+/// any newcomer (see `admission`): far longer than a round trip on a boot network.
+pub const PATIENCE: Duration = Duration::from_secs(1);
 
 /// Serves read requests arriving on `socket` until `token` is cancelled.
 pub async fn serve(
@@ -45,7 +48,8 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let local = socket.local_addr()?;
-    let admission = Admission::new(MAX_TRANSFERS, PER_CLIENT);
+    let admission = Admission::new(MAX_TRANSFERS, PER_CLIENT, PATIENCE);
+    let files = Arc::new(BootFiles::default());
     let mut buf = vec![0u8; 1500];
     loop {
         let (n, client) = tokio::select! {
@@ -67,26 +71,22 @@ pub async fn serve(
             }
             Request::Read(req) => req,
         };
-        let ticket = match admission.admit(client) {
+        // Turned-away requests get silence, not an ERROR: a real client repeats its request
+        // (an ERROR would end its boot attempt), a flood gets nothing back.
+        let ticket = match admission.admit(client, Instant::now()) {
             Admit::Start(ticket) => ticket,
-            // Silence: a real client repeats its request, a flood gets nothing back.
             Admit::Duplicate => continue,
             Admit::ClientLimit => {
                 tracing::debug!("tftp {client}: {PER_CLIENT} transfers to this address running");
                 continue;
             }
             Admit::Busy => {
-                let _ = socket
-                    .send_to(
-                        &packet::error(code::UNDEFINED, "server busy, try again"),
-                        client,
-                    )
-                    .await;
+                tracing::debug!("tftp {client}: every transfer slot is taken");
                 continue;
             }
         };
         let root = plan.load().files.ipxe_dir.clone();
-        let token = token.clone();
+        let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
             let evicted = ticket.evicted().clone();
             tokio::select! {
@@ -94,7 +94,7 @@ pub async fn serve(
                 () = evicted.cancelled() => {
                     tracing::debug!("tftp {client}: unanswered transfer gave way to a new request");
                 }
-                result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, root, req, &ticket)) => {
+                result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, files, root, req, &ticket)) => {
                     match result {
                         Err(_) => tracing::info!("tftp {client}: transfer ended after {MAX_TRANSFER:?}"),
                         Ok(Err(e)) => tracing::debug!("tftp transfer to {client}: {e}"),
@@ -106,29 +106,18 @@ pub async fn serve(
     }
 }
 
-/// The file a request names and its bytes, read on the blocking pool: resolving the path
-/// (`canonicalize`) and reading are file-system calls that may block on a slow disk.
-async fn load(
-    root: PathBuf,
-    file: String,
-) -> std::io::Result<Result<Vec<u8>, (u16, &'static str)>> {
-    tokio::task::spawn_blocking(move || {
-        let path = match packet::resolve(&root, &file) {
-            Ok(p) => p,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        if std::fs::metadata(&path)?.len() > MAX_FILE {
-            return Ok(Err((code::UNDEFINED, "file too large for TFTP")));
-        }
-        std::fs::read(&path).map(Ok)
-    })
-    .await
-    .map_err(std::io::Error::other)?
+/// The file a request names, on the blocking pool: resolving the path (`canonicalize`),
+/// `stat` and a read when the file is new or changed are file-system calls that may block.
+async fn load(files: Arc<BootFiles>, root: PathBuf, file: String) -> std::io::Result<Loaded> {
+    tokio::task::spawn_blocking(move || files.load(&root, &file))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 async fn transfer(
     local: SocketAddr,
     client: SocketAddr,
+    files: Arc<BootFiles>,
     root: PathBuf,
     req: ReadRequest,
     ticket: &Ticket,
@@ -136,9 +125,9 @@ async fn transfer(
     // A fresh port on the address the request came to, so the reply's source is what the client expects.
     let socket = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await?;
     socket.connect(client).await?;
-    let data = match load(root, req.file.clone()).await? {
-        Ok(data) => data,
-        Err((c, message)) => {
+    let data = match load(files, root, req.file.clone()).await? {
+        Loaded::File(data) => data,
+        Loaded::Refused(c, message) => {
             tracing::info!(
                 "tftp {client}: {} refused: {message}",
                 req.file.escape_debug()
