@@ -126,8 +126,8 @@ fn last_synced(dir: &Path) -> Option<u64> {
     std::fs::read_to_string(dir.join("progress"))
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.parse().ok())
-        .last()
+        .rev()
+        .find_map(|l| l.parse().ok())
 }
 
 /// Reopens the journal the writer left and checks what comes back.
