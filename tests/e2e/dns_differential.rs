@@ -328,6 +328,7 @@ const T_IXFR: u16 = 251;
 const T_AXFR: u16 = 252;
 const RCODE_NOERROR: u16 = 0;
 const RCODE_FORMERR: u16 = 1;
+const RCODE_NXDOMAIN: u16 = 3;
 const RCODE_NOTIMP: u16 = 4;
 const RCODE_REFUSED: u16 = 5;
 const RCODE_NOTAUTH: u16 = 9;
@@ -435,13 +436,27 @@ const ACCEPTED: &[Accepted] = &[
         against: KNOT_ONLY,
         rfc: "RFC 1034 4.3.2 step 3a: restart at the canonical name, as NSD; Knot stops at its zone",
         matches: |d| {
-            matches!(d.aspect, Aspect::Answer | Aspect::Authority | Aspect::Rcode)
+            // Knot's answer is the CNAMEs up to the zone's edge; ours goes on in another zone.
+            let chain_stops = !d.peer.answer.is_empty()
                 && d.peer.answer.iter().all(|r| r.1 == T_CNAME)
                 && d.peer.answer.is_subset(&d.ours.answer)
                 && d.ours
                     .answer
                     .difference(&d.peer.answer)
-                    .all(|r| !under_qname_zone(d, &r.0))
+                    .all(|r| !under_qname_zone(d, &r.0));
+            chain_stops
+                && match d.aspect {
+                    Aspect::Answer => d.ours.answer.len() > d.peer.answer.len(),
+                    // The end of our chain is negative: the other zone's SOA, NXDOMAIN.
+                    Aspect::Authority => {
+                        d.peer.authority.is_empty()
+                            && d.ours.authority.iter().all(|r| !under_qname_zone(d, &r.0))
+                    }
+                    Aspect::Rcode => {
+                        d.ours.rcode == RCODE_NXDOMAIN && d.peer.rcode == RCODE_NOERROR
+                    }
+                    _ => false,
+                }
         },
     },
     Accepted {
