@@ -2,8 +2,11 @@
 //! spoofed, while a transfer holds a slot until its client answers or the retries run out; so
 //! a flood must not be able to keep real clients (PXE firmware) out:
 //!
-//! - at most `per_client` transfers per client address, and a request repeated from the same
-//!   address and port while its transfer runs is a retransmission, not a new transfer;
+//! - at most `per_client` transfers per client address; a request repeated byte for byte from
+//!   the same address and port while its transfer runs is a retransmission, not a new
+//!   transfer, while a different one from there replaces the running transfer (PXE firmware
+//!   asks for the size, aborts with an ERROR and asks again from the same port, and its new
+//!   request may overtake that ERROR);
 //! - when every slot is taken, a transfer whose client has never acknowledged anything gives
 //!   way to the new request if its address holds at least two transfers more than the
 //!   newcomer's (so twenty flooding addresses can't starve a twenty-first), or if it has waited
@@ -64,6 +67,8 @@ impl Table {
 #[derive(Debug)]
 struct Slot {
     client: SocketAddr,
+    /// The request as received, to tell a retransmission from a new request.
+    request: Box<[u8]>,
     admitted: Instant,
     /// The client acknowledged at least one packet: it is real.
     answered: bool,
@@ -75,7 +80,8 @@ struct Slot {
 pub enum Admit {
     /// A slot for the transfer; dropping the ticket frees it.
     Start(Ticket),
-    /// The same client address and port has a transfer running: this is its retransmission.
+    /// The same client address and port has a transfer running for this very request: this is
+    /// its retransmission.
     Duplicate,
     /// The client address has `per_client` transfers running.
     ClientLimit,
@@ -103,12 +109,22 @@ impl Admission {
         })
     }
 
-    /// Decides a read request from `client` arriving at `now`.
-    pub fn admit(self: &Arc<Self>, client: SocketAddr, now: Instant) -> Admit {
+    /// Decides the read request `request` from `client` arriving at `now`.
+    pub fn admit(self: &Arc<Self>, client: SocketAddr, request: &[u8], now: Instant) -> Admit {
         let mut guard = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let table = &mut *guard;
-        if table.by_client.contains_key(&client) {
-            return Admit::Duplicate;
+        if let Some(&running) = table.by_client.get(&client) {
+            if table
+                .slots
+                .get(&running)
+                .is_some_and(|s| *s.request == *request)
+            {
+                return Admit::Duplicate;
+            }
+            // The client moved on: its old transfer is of no use to it any more.
+            if let Some(slot) = table.remove(running) {
+                slot.evict.cancel();
+            }
         }
         let mine = table.held_by(client.ip());
         if mine >= self.per_client {
@@ -141,6 +157,7 @@ impl Admission {
             id,
             Slot {
                 client,
+                request: request.into(),
                 admitted: now,
                 answered: false,
                 evict: evict.clone(),
@@ -203,8 +220,10 @@ mod tests {
         SocketAddr::from(([10, 0, 0, host], port))
     }
 
+    const RRQ: &[u8] = b"\x00\x01undionly.kpxe\x00octet\x00";
+
     fn start(a: &Arc<Admission>, client: SocketAddr, now: Instant) -> Ticket {
-        match a.admit(client, now) {
+        match a.admit(client, RRQ, now) {
             Admit::Start(t) => t,
             other => panic!("{client} not admitted: {other:?}"),
         }
@@ -215,9 +234,12 @@ mod tests {
         let a = Admission::new(8, 2, PATIENCE);
         let now = Instant::now();
         let _first = start(&a, addr(1, 1000), now);
-        assert!(matches!(a.admit(addr(1, 1000), now), Admit::Duplicate));
+        assert!(matches!(a.admit(addr(1, 1000), RRQ, now), Admit::Duplicate));
         let second = start(&a, addr(1, 1001), now);
-        assert!(matches!(a.admit(addr(1, 1002), now), Admit::ClientLimit));
+        assert!(matches!(
+            a.admit(addr(1, 1002), RRQ, now),
+            Admit::ClientLimit
+        ));
         // Other addresses are unaffected.
         let _other = start(&a, addr(2, 1000), now);
         // A finished transfer frees its place.
@@ -227,19 +249,41 @@ mod tests {
     }
 
     #[test]
+    fn a_different_request_from_the_same_port_replaces_the_running_transfer() {
+        let a = Admission::new(8, 2, PATIENCE);
+        let now = Instant::now();
+        // The size probe, then the real request with a block size.
+        let probe = start(&a, addr(1, 1000), now);
+        let real = b"\x00\x01undionly.kpxe\x00octet\x00blksize\x001432\x00";
+        let Admit::Start(transfer) = a.admit(addr(1, 1000), real, now) else {
+            panic!("the new request is not admitted")
+        };
+        assert!(probe.evicted().is_cancelled());
+        assert_eq!(a.active(), 1);
+        assert!(matches!(
+            a.admit(addr(1, 1000), real, now),
+            Admit::Duplicate
+        ));
+        drop(probe);
+        assert_eq!(a.active(), 1);
+        drop(transfer);
+        assert_eq!(a.active(), 0);
+    }
+
+    #[test]
     fn a_crowded_address_gives_way_to_a_new_one_but_not_to_itself() {
         let a = Admission::new(4, 4, PATIENCE);
         let now = Instant::now();
         let flood: Vec<Ticket> = (0..4).map(|p| start(&a, addr(9, p), now)).collect();
         // Nobody flooding from address 9 gets a fifth slot, nor evicts its own.
-        assert!(matches!(a.admit(addr(9, 99), now), Admit::ClientLimit));
+        assert!(matches!(a.admit(addr(9, 99), RRQ, now), Admit::ClientLimit));
         // A newcomer with no transfer evicts the flood's oldest at once.
         let real = start(&a, addr(1, 1), now);
         assert!(flood[0].evicted().is_cancelled());
         assert!(flood[1..].iter().all(|t| !t.evicted().is_cancelled()));
         // An address with 3 can't evict one with 1 (the real client's, young and unanswered)
         // nor one with 3 (itself crowded): nobody is ahead by two.
-        assert!(matches!(a.admit(addr(9, 50), now), Admit::Busy));
+        assert!(matches!(a.admit(addr(9, 50), RRQ, now), Admit::Busy));
         assert!(!real.evicted().is_cancelled());
     }
 
@@ -253,7 +297,7 @@ mod tests {
         let young = start(&a, addr(3, 1), t0 + Duration::from_millis(900));
         // At 0.95 s nothing is past its patience and nobody is crowded.
         assert!(matches!(
-            a.admit(addr(4, 1), t0 + Duration::from_millis(950)),
+            a.admit(addr(4, 1), RRQ, t0 + Duration::from_millis(950)),
             Admit::Busy
         ));
         let later = t0 + Duration::from_millis(1100);
@@ -267,7 +311,7 @@ mod tests {
         newcomer.answered();
         young.answered();
         assert!(matches!(
-            a.admit(addr(5, 1), later + Duration::from_secs(60)),
+            a.admit(addr(5, 1), RRQ, later + Duration::from_secs(60)),
             Admit::Busy
         ));
         drop(real);

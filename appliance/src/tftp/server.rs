@@ -73,7 +73,7 @@ pub async fn serve(
         };
         // Turned-away requests get silence, not an ERROR: a real client repeats its request
         // (an ERROR would end its boot attempt), a flood gets nothing back.
-        let ticket = match admission.admit(client, Instant::now()) {
+        let ticket = match admission.admit(client, &buf[..n], Instant::now()) {
             Admit::Start(ticket) => ticket,
             Admit::Duplicate => continue,
             Admit::ClientLimit => {
