@@ -92,7 +92,7 @@ pub async fn serve(
             tokio::select! {
                 () = token.cancelled() => {}
                 () = evicted.cancelled() => {
-                    tracing::debug!("tftp {client}: unanswered transfer gave way to a new request");
+                    tracing::debug!("tftp {client}: transfer gave way to a newer request");
                 }
                 result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, files, root, req, &ticket)) => {
                     match result {
