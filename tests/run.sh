@@ -13,7 +13,7 @@ PACKAGES=(
   nsd knot knot-dnssecutils knot-dnsutils bind9 bind9-utils bind9-dnsutils
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
-  cmake pkg-config systemd
+  cmake pkg-config systemd strace
 )
 
 missing=()

@@ -17,3 +17,4 @@ mod reload;
 mod render_peers;
 mod support;
 mod systemd_unit;
+mod tftp;

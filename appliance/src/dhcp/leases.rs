@@ -5,8 +5,15 @@
 //! batch of requests, syncs the file once (`fdatasync`) and only then sends the ACKs, so an
 //! acknowledged lease is always on disk and durability costs one sync per batch, not per
 //! client. On start-up every valid line is replayed; a torn or corrupt line is skipped and
-//! counted, never fatal (Kea's CVE-2019-6474 was a start-up failure on a bad lease file). The
-//! journal is then compacted to the live leases through a temporary file and a rename.
+//! counted, never fatal (Kea's CVE-2019-6474 was a start-up failure on a bad lease file).
+//!
+//! The journal is compacted to the lease table, at start-up and whenever it has grown past
+//! [`JournalLimits`] (by default 1 MiB and four times the last compacted size), so renewals
+//! over days and months keep it bounded. Compaction writes the table to a temporary file,
+//! syncs it, renames it over the journal and syncs the directory: a crash at any point leaves
+//! either the old journal or the new one, each complete (a leftover temporary file is
+//! ignored and overwritten). It runs right after a batch was synced, so the table it writes
+//! is exactly what the journal held.
 //!
 //! Architecture invariant: knows addresses, MACs and times; not DHCP messages, the plan's
 //! reservations (the caller checks them) or the network.
@@ -20,6 +27,25 @@ use std::path::{Path, PathBuf};
 use crate::vocabulary::MacAddr;
 
 const FILE_NAME: &str = "dhcp-leases";
+const TMP_NAME: &str = "dhcp-leases.tmp";
+
+/// When the journal is compacted while running: once it is larger than both `min_bytes` and
+/// `factor` times its size right after the last compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalLimits {
+    pub min_bytes: u64,
+    pub factor: u64,
+}
+
+impl Default for JournalLimits {
+    /// 1 MiB is about 17 000 lines: read back in milliseconds at start-up.
+    fn default() -> Self {
+        JournalLimits {
+            min_bytes: 1024 * 1024,
+            factor: 4,
+        }
+    }
+}
 
 /// A dynamic lease. Times are seconds since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,10 +85,18 @@ pub struct Leases {
 
 #[derive(Debug)]
 struct Journal {
+    dir: PathBuf,
     path: PathBuf,
     file: File,
     /// The length up to which the file holds whole, synced lines.
     synced_len: u64,
+    /// The length right after the last compaction: about what the live leases take.
+    compacted_len: u64,
+    limits: JournalLimits,
+    /// A compaction renamed the journal but the directory could not be synced: until it is,
+    /// the rename (and so every line appended since) may not survive a power loss, and no
+    /// sync may report success.
+    dir_unsynced: bool,
 }
 
 impl Leases {
@@ -78,6 +112,15 @@ impl Leases {
 
     /// Opens (or creates) the journal in `dir`, replays it and compacts it.
     pub fn open(dir: &Path, now: u64) -> Result<(Leases, Recovery), LeaseError> {
+        Leases::open_with(dir, now, JournalLimits::default())
+    }
+
+    /// [`Leases::open`] with the journal compacted at `limits`.
+    pub fn open_with(
+        dir: &Path,
+        now: u64,
+        limits: JournalLimits,
+    ) -> Result<(Leases, Recovery), LeaseError> {
         let path = dir.join(FILE_NAME);
         let err = |source| LeaseError::Io {
             path: path.clone(),
@@ -107,27 +150,107 @@ impl Leases {
         leases.by_ip.retain(|_, l| l.expires > now);
         leases.by_mac.retain(|_, ip| leases.by_ip.contains_key(ip));
         recovery.live = leases.by_ip.len();
-        // Compact: the live leases only, written aside and renamed over the old journal.
-        let tmp = dir.join(format!("{FILE_NAME}.tmp"));
-        let mut text = String::new();
-        for lease in leases.by_ip.values() {
-            push_line(&mut text, lease);
-        }
-        let write = || -> io::Result<File> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            File::open(dir)?.sync_all()?;
-            OpenOptions::new().append(true).open(&path)
-        };
-        let file = write().map_err(err)?;
+        let (file, len) = leases.write_compacted(dir, &path).map_err(err)?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(err)?;
         leases.journal = Some(Journal {
+            dir: dir.to_owned(),
             path: path.clone(),
             file,
-            synced_len: text.len() as u64,
+            synced_len: len,
+            compacted_len: len,
+            limits,
+            dir_unsynced: false,
         });
         Ok((leases, recovery))
+    }
+
+    /// Writes the lease table to the temporary file, syncs it and renames it over the journal.
+    /// Returns the new journal, open for appending, and its length. The caller syncs the
+    /// directory.
+    fn write_compacted(&self, dir: &Path, path: &Path) -> io::Result<(File, u64)> {
+        let tmp = dir.join(TMP_NAME);
+        let mut text = String::new();
+        for lease in self.by_ip.values() {
+            push_line(&mut text, lease);
+        }
+        // A leftover from a crash (or a failed compaction) is garbage.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        // Opened for appending before the rename: the handle follows the file to its new name,
+        // so no second open can fail after the journal was replaced.
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(&tmp)?;
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok((file, text.len() as u64))
+    }
+
+    /// Compacts the journal if it has outgrown its limits. Only called with nothing pending,
+    /// right after a sync, so the table is exactly what the journal holds.
+    fn compact_if_due(&mut self) -> Result<(), LeaseError> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let due = j.synced_len > j.limits.min_bytes
+            && j.synced_len > j.limits.factor.saturating_mul(j.compacted_len);
+        if !due {
+            return Ok(());
+        }
+        let (dir, path) = (j.dir.clone(), j.path.clone());
+        match self.write_compacted(&dir, &path) {
+            Ok((file, len)) => {
+                let j = self.journal.as_mut().expect("checked above");
+                let before = j.synced_len;
+                // The old handle now points at the replaced file: appends must go to the new one.
+                j.file = file;
+                j.synced_len = len;
+                j.compacted_len = len;
+                j.dir_unsynced = true;
+                tracing::info!("lease journal compacted from {before} to {len} bytes");
+                self.sync_dir()
+            }
+            Err(e) => {
+                // The old journal is intact and synced: keep appending to it, try again later.
+                tracing::warn!("lease journal {}: compaction failed: {e}", path.display());
+                Ok(())
+            }
+        }
+    }
+
+    fn sync_dir(&mut self) -> Result<(), LeaseError> {
+        let Some(j) = &mut self.journal else {
+            return Ok(());
+        };
+        if j.dir_unsynced {
+            File::open(&j.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|source| LeaseError::Io {
+                    path: j.dir.clone(),
+                    source,
+                })?;
+            j.dir_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// The journal's length in bytes (0 without a journal).
+    pub fn journal_len(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.synced_len)
+    }
+
+    /// Every lease in the table (live, or expired but not yet reused).
+    pub fn iter(&self) -> impl Iterator<Item = &Lease> {
+        self.by_ip.values()
     }
 
     fn apply(&mut self, lease: Lease) {
@@ -156,8 +279,11 @@ impl Leases {
         self.apply(lease);
     }
 
-    /// Writes and syncs everything recorded since the last call. ACKs wait for this.
+    /// Writes and syncs everything recorded since the last call, then compacts the journal if
+    /// it has outgrown its limits. ACKs wait for this.
     pub fn sync(&mut self) -> Result<(), LeaseError> {
+        // A compaction's rename must be durable before anything appended after it counts.
+        self.sync_dir()?;
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -178,7 +304,7 @@ impl Leases {
             j.synced_len += self.pending.len() as u64;
         }
         self.pending.clear();
-        Ok(())
+        self.compact_if_due()
     }
 
     /// The live lease of `mac`, if any.
@@ -335,5 +461,97 @@ mod tests {
         leases.sync().unwrap();
         let on_disk = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         assert!(on_disk.starts_with("10.0.0.100 52:54:00:00:01:01 1000 "));
+    }
+
+    /// Sorted (ip, mac, expires) of every lease in the table.
+    fn table(leases: &Leases) -> Vec<(Ipv4Addr, MacAddr, u64)> {
+        let mut v: Vec<_> = leases.iter().map(|l| (l.ip, l.mac, l.expires)).collect();
+        v.sort();
+        v
+    }
+
+    /// A directory whose fsyncs cost nothing when the machine has a tmpfs: these tests sync
+    /// hundreds of batches.
+    fn fast_dir() -> tempfile::TempDir {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            tempfile::tempdir_in(shm).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        }
+    }
+
+    #[test]
+    fn renewals_over_three_weeks_keep_the_journal_bounded_and_recover_exactly_the_live_leases() {
+        let dir = fast_dir();
+        let limits = JournalLimits::default();
+        let (mut leases, _) = Leases::open(dir.path(), 0).unwrap();
+        // 64 clients with one-hour leases renewing every half hour for three weeks; every
+        // seventh round one client lets its lease go and comes back on another address.
+        let start = 1_700_000_000;
+        let rounds = 21 * 48;
+        let mut appended = 0u64;
+        let mut largest = 0u64;
+        for round in 0..rounds {
+            let now = start + round * 1800;
+            for n in 0..64u8 {
+                let ip = if round % 7 == 0 && u64::from(n) == round % 64 {
+                    leases.record(lease(n, n, 0));
+                    100 + n
+                } else {
+                    leases.of_mac(mac(n), now).map_or(n, |l| l.ip.octets()[3])
+                };
+                leases.record(lease(ip, n, now + 3600));
+            }
+            let before = leases.journal_len();
+            leases.sync().unwrap();
+            appended += leases.journal_len().saturating_sub(before);
+            largest = largest.max(leases.journal_len());
+            let on_disk = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+            assert_eq!(on_disk, leases.journal_len(), "round {round}");
+        }
+        // Without compaction the journal would hold every line: about 3 MB.
+        assert!(appended > 2 * limits.min_bytes, "{appended} bytes appended");
+        assert!(
+            largest <= limits.min_bytes + 8 * 1024,
+            "the journal reached {largest} bytes"
+        );
+        assert!(!dir.path().join(TMP_NAME).exists());
+        let now = start + rounds * 1800;
+        let live: Vec<_> = table(&leases)
+            .into_iter()
+            .filter(|l| l.2 > now - 1800)
+            .collect();
+        assert_eq!(live.len(), 64);
+        drop(leases);
+        let (recovered, recovery) = Leases::open(dir.path(), now - 1800).unwrap();
+        assert_eq!(table(&recovered), live);
+        assert_eq!(recovery.skipped, 0);
+    }
+
+    #[test]
+    fn a_failed_compaction_keeps_the_journal_working_and_is_tried_again() {
+        let dir = fast_dir();
+        let limits = JournalLimits {
+            min_bytes: 1024,
+            factor: 2,
+        };
+        let (mut leases, _) = Leases::open_with(dir.path(), 0, limits).unwrap();
+        // The temporary file's name is taken by a directory: compaction can't write it.
+        std::fs::create_dir(dir.path().join(TMP_NAME)).unwrap();
+        for round in 0..40u64 {
+            leases.record(lease(1, 1, 1000 + round));
+            leases.record(lease(2, 2, 1000 + round));
+            leases.sync().unwrap();
+        }
+        assert!(leases.journal_len() > 2 * 1024, "not compacted");
+        std::fs::remove_dir(dir.path().join(TMP_NAME)).unwrap();
+        leases.record(lease(3, 3, 2000));
+        leases.sync().unwrap();
+        assert!(leases.journal_len() < 1024, "{}", leases.journal_len());
+        let expected = table(&leases);
+        drop(leases);
+        let (recovered, _) = Leases::open(dir.path(), 0).unwrap();
+        assert_eq!(table(&recovered), expected);
     }
 }

@@ -35,7 +35,8 @@ pub struct ZoneIndex {
     negative_soa: Vec<u8>,
     /// The apex SOA as stored, for IXFR-over-UDP and transfers.
     soa: Vec<u8>,
-    ttl: u32,
+    /// The RFC 8482 answer to QTYPE ANY: `HINFO "RFC8482" ""` with the SOA's TTL.
+    hinfo: Vec<u8>,
     /// Every record in zone-file order (SOA first) for zone transfers.
     transfer: Vec<TransferRecord>,
 }
@@ -94,46 +95,75 @@ impl Authority {
     }
 
     /// Answers `qname` (lowercase wire form) / `qtype` into `reply`; sets the rcode.
+    ///
+    /// A CNAME is followed into any zone served here (as NSD does; RFC 1034 section 4.3.2
+    /// step 3a restarts the lookup with the canonical name), for at most [`MAX_CNAME_CHAIN`]
+    /// links, and never to a name already in the answer: a loop ends the chain as Knot and
+    /// NSD end it, each CNAME once.
     pub fn answer(&self, qname: &[u8], qtype: u16, reply: &mut Reply<'_>) -> Outcome {
-        let Some(zone) = self.zone_of(qname) else {
+        let Some(mut zone) = self.zone_of(qname) else {
             return Outcome::NotOurs;
         };
-        let outcome = self.answer_in(zone, qname, qtype, reply, Owner::QueryName, 0);
-        if outcome == Outcome::NxDomain {
-            reply.set_rcode(rcode::NXDOMAIN);
+        // The owners written so far, to stop at a loop without allocating.
+        let mut chain: [&[u8]; MAX_CNAME_CHAIN] = [&[]; MAX_CNAME_CHAIN];
+        let mut name = qname;
+        let mut owner = Owner::QueryName;
+        for depth in 0..MAX_CNAME_CHAIN {
+            chain[depth] = name;
+            let target = match self.answer_at(zone, name, qtype, reply, owner) {
+                Step::Done(outcome) => {
+                    // RFC 6604: the rcode describes the last name in the chain; the outcome (for
+                    // rate limiting) the query name.
+                    if outcome == Outcome::NxDomain {
+                        reply.set_rcode(rcode::NXDOMAIN);
+                    }
+                    return if depth == 0 {
+                        outcome
+                    } else {
+                        Outcome::Answered
+                    };
+                }
+                Step::Cname(target) => target,
+            };
+            if chain[..=depth].contains(&target) {
+                break;
+            }
+            let Some(next) = self.zone_of(target) else {
+                // Out of the zones served here: the client's resolver goes on.
+                break;
+            };
+            (zone, name, owner) = (next, target, Owner::Name(target));
         }
-        outcome
+        Outcome::Answered
     }
 
-    fn answer_in(
-        &self,
-        zone: &ZoneIndex,
+    /// One link of an answer: the records of `name` in `zone`, or its CNAME to follow.
+    fn answer_at<'z>(
+        &'z self,
+        zone: &'z ZoneIndex,
         name: &[u8],
         qtype: u16,
         reply: &mut Reply<'_>,
         owner: Owner<'_>,
-        depth: usize,
-    ) -> Outcome {
+    ) -> Step<'z> {
         let mut wildcard = [0u8; MAX_NAME];
         let Some(node) = zone.find(name, &mut wildcard) else {
             zone.push_negative_soa(reply);
-            return Outcome::NxDomain;
+            return Step::Done(Outcome::NxDomain);
         };
         if qtype == rtype::ANY {
             // RFC 8482: one synthesized HINFO instead of everything at the name.
             if node.rrsets.is_empty() {
                 zone.push_negative_soa(reply);
-                return Outcome::NoData;
+                return Step::Done(Outcome::NoData);
             }
-            let mut tail = Vec::with_capacity(20);
-            encode_tail(&mut tail, rtype::HINFO, zone.ttl, b"\x07RFC8482\x00");
-            owner.push(reply, Section::Answer, &tail, 1);
-            return Outcome::Answered;
+            owner.push(reply, Section::Answer, &zone.hinfo, 1);
+            return Step::Done(Outcome::Answered);
         }
         if let Some(set) = node.rrset(qtype) {
             owner.push(reply, Section::Answer, &set.tails, set.count);
-            self.push_additional(set, reply);
-            return Outcome::Answered;
+            self.push_additional(zone, set, reply);
+            return Step::Done(Outcome::Answered);
         }
         if let Some(cname) = node.rrset(rtype::CNAME) {
             owner.push(reply, Section::Answer, &cname.tails, cname.count);
@@ -141,34 +171,20 @@ impl Authority {
                 .cname
                 .as_deref()
                 .expect("CNAME sets carry their target");
-            if depth + 1 >= MAX_CNAME_CHAIN {
-                return Outcome::Answered;
-            }
-            if let Some(target_zone) = self.zone_of(target) {
-                let next = self.answer_in(
-                    target_zone,
-                    target,
-                    qtype,
-                    reply,
-                    Owner::Name(target),
-                    depth + 1,
-                );
-                // RFC 6604: the rcode describes the last name in the chain.
-                if next == Outcome::NxDomain {
-                    reply.set_rcode(rcode::NXDOMAIN);
-                }
-            }
-            return Outcome::Answered;
+            return Step::Cname(target);
         }
         zone.push_negative_soa(reply);
-        Outcome::NoData
+        Step::Done(Outcome::NoData)
     }
 
-    fn push_additional(&self, set: &RRset, reply: &mut Reply<'_>) {
+    /// Addresses of the targets of `set` (NS, MX, SRV) that are in `zone` itself. Minimal, as
+    /// Knot and NSD answer: a target in another zone served here (ns1 of the forward zone for
+    /// the NS of a reverse zone) is left to the client to ask for.
+    fn push_additional(&self, zone: &ZoneIndex, set: &RRset, reply: &mut Reply<'_>) {
         for target in &set.targets {
-            let Some(zone) = self.zone_of(target) else {
+            if !self.zone_of(target).is_some_and(|z| std::ptr::eq(z, zone)) {
                 continue;
-            };
+            }
             let Some(node) = zone.nodes.get(target) else {
                 continue;
             };
@@ -184,6 +200,14 @@ impl Authority {
     pub fn transfer(&self, origin: &[u8]) -> Option<&[TransferRecord]> {
         self.zone(origin).map(|z| z.transfer.as_slice())
     }
+}
+
+/// How one link of an answer ended.
+#[derive(Debug, Clone, Copy)]
+enum Step<'z> {
+    Done(Outcome),
+    /// A CNAME was written; its target (lowercase wire form) is next.
+    Cname(&'z [u8]),
 }
 
 /// Who owns the records being written.
@@ -267,12 +291,14 @@ impl ZoneIndex {
             }
             transfer.push((owner, tail));
         }
+        let mut hinfo = Vec::with_capacity(20);
+        encode_tail(&mut hinfo, rtype::HINFO, ttl, b"\x07RFC8482\x00");
         ZoneIndex {
             origin,
             nodes,
             negative_soa,
             soa,
-            ttl,
+            hinfo,
             transfer,
         }
     }

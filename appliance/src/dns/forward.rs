@@ -6,12 +6,17 @@
 //! SERVFAIL, never a hang. Cached replies are served with their TTLs counted down; negative
 //! answers are cached for the SOA's negative TTL (RFC 2308) and SERVFAIL never.
 //!
+//! The cache is bounded in bytes (every entry weighs its reply, its TTL index and its key), not
+//! in entries: 64 KiB replies can't make it grow past [`MAX_CACHE_BYTES`]. Its key holds the
+//! CD bit besides name, type and class (RFC 4035 section 4.7: data fetched with checking
+//! disabled must not answer a client that wants it checked). Section counts of an upstream
+//! reply are only believed as far as its bytes go: they never size an allocation.
+//!
 //! Architecture invariant: knows upstreams and the cache; not who may recurse (the caller
 //! decided) and not the cluster zones (never forwarded).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,7 +32,15 @@ const TCP_ATTEMPT: Duration = Duration::from_secs(2);
 const DEADLINE: Duration = Duration::from_secs(3);
 /// Upstream queries in flight at once; more get SERVFAIL at once instead of piling up.
 const MAX_IN_FLIGHT: usize = 512;
-const MAX_ENTRIES: usize = 20_000;
+/// What the cache may hold, counted as [`Entry::weight`] plus the key and [`ENTRY_OVERHEAD`].
+pub const MAX_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// Per entry beyond its reply and key: the `Arc`, the heap headers, the map slot.
+const ENTRY_OVERHEAD: u64 = 128;
+/// A typical cached reply, for sizing the cache's index up front.
+const TYPICAL_ENTRY: u64 = 512;
+/// The smallest resource record on the wire: a root owner (1), type, class, TTL and RDLENGTH
+/// (10), no data. A reply can't hold more records than its bytes allow for.
+const MIN_RECORD: usize = 11;
 /// Cap on how long anything stays cached.
 const MAX_TTL: u32 = 86_400;
 
@@ -48,16 +61,26 @@ pub enum ForwardError {
 
 #[derive(Debug)]
 pub struct Forwarder {
-    cache: Mutex<HashMap<Box<[u8]>, Entry>>,
+    cache: Cache,
     in_flight: Semaphore,
+}
+
+/// Cached replies by [`key`], weighed in bytes.
+type Cache = quick_cache::sync::Cache<Box<[u8]>, Arc<Entry>, EntryWeight>;
+
+/// How much memory an entry holds, for the cache's byte bound.
+#[derive(Debug, Clone, Copy)]
+struct EntryWeight;
+
+impl quick_cache::Weighter<Box<[u8]>, Arc<Entry>> for EntryWeight {
+    fn weight(&self, key: &Box<[u8]>, entry: &Arc<Entry>) -> u64 {
+        entry.weight() + key.len() as u64 + ENTRY_OVERHEAD
+    }
 }
 
 impl Default for Forwarder {
     fn default() -> Self {
-        Forwarder {
-            cache: Mutex::new(HashMap::new()),
-            in_flight: Semaphore::new(MAX_IN_FLIGHT),
-        }
+        Forwarder::with_capacity(MAX_CACHE_BYTES)
     }
 }
 
@@ -72,16 +95,32 @@ pub struct Entry {
     ttl: u32,
 }
 
-/// The cache key: lowercase name, type and class, in a stack buffer.
-fn key<'b>(query: &Query, lower: &[u8], buf: &'b mut [u8; wire::MAX_NAME + 4]) -> &'b [u8] {
+/// The cache key: lowercase name, type, class and the CD bit, in a stack buffer. CD is part
+/// of it because an upstream that validates answers a CD query with data it would refuse
+/// (SERVFAIL) without CD; serving that to a client that did not set CD would hand it data
+/// that failed validation (RFC 4035 section 4.7).
+fn key<'b>(query: &Query, lower: &[u8], buf: &'b mut [u8; wire::MAX_NAME + 5]) -> &'b [u8] {
     let n = lower.len();
     buf[..n].copy_from_slice(lower);
     buf[n..n + 2].copy_from_slice(&query.qtype.to_be_bytes());
     buf[n + 2..n + 4].copy_from_slice(&query.qclass.to_be_bytes());
-    &buf[..n + 4]
+    buf[n + 4] = u8::from(query.checking_disabled);
+    &buf[..n + 5]
 }
 
 impl Forwarder {
+    /// A forwarder whose cache holds at most `bytes` (see [`MAX_CACHE_BYTES`]).
+    pub fn with_capacity(bytes: u64) -> Forwarder {
+        Forwarder {
+            cache: Cache::with_weighter(
+                usize::try_from(bytes / TYPICAL_ENTRY).unwrap_or(usize::MAX),
+                bytes,
+                EntryWeight,
+            ),
+            in_flight: Semaphore::new(MAX_IN_FLIGHT),
+        }
+    }
+
     /// Serves `packet` from the cache into `out`; returns the reply's length on a hit.
     pub fn cached(
         &self,
@@ -91,14 +130,12 @@ impl Forwarder {
         limit: usize,
         out: &mut Vec<u8>,
     ) -> Option<usize> {
-        let mut k = [0u8; wire::MAX_NAME + 4];
+        let mut k = [0u8; wire::MAX_NAME + 5];
         let k = key(query, lower, &mut k);
-        let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = cache.get(k)?;
-        let age = now.duration_since(entry.stored).as_secs();
+        let entry = self.cache.get(k)?;
+        let age = Instant::now().duration_since(entry.stored).as_secs();
         if age >= u64::from(entry.ttl) {
-            cache.remove(k);
+            self.cache.remove(k);
             return None;
         }
         Some(entry.write_reply(packet, query, age as u32, limit, out))
@@ -154,32 +191,28 @@ impl Forwarder {
             }
         })?;
         let len = entry.write_reply(packet, query, 0, limit, out);
-        if entry.ttl > 0 {
-            let mut k = [0u8; wire::MAX_NAME + 4];
-            let k: Box<[u8]> = key(query, lower, &mut k).into();
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.len() >= MAX_ENTRIES {
-                evict(&mut cache);
-            }
-            cache.insert(k, entry);
-        }
+        self.store(query, lower, entry);
         Ok(len)
     }
 
-    pub fn cached_entries(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-}
-
-/// Drops expired entries; if none expired, an arbitrary tenth of the cache.
-fn evict(cache: &mut HashMap<Box<[u8]>, Entry>) {
-    let now = Instant::now();
-    cache.retain(|_, e| now.duration_since(e.stored).as_secs() < u64::from(e.ttl));
-    if cache.len() >= MAX_ENTRIES {
-        let doomed: Vec<Box<[u8]>> = cache.keys().take(MAX_ENTRIES / 10).cloned().collect();
-        for k in doomed {
-            cache.remove(&k);
+    /// Caches `entry` as the answer to `query` if it may be cached. The cache evicts what it
+    /// must to stay within its bytes; an expired entry goes when it is next looked up or
+    /// evicted, whichever comes first.
+    fn store(&self, query: &Query, lower: &[u8], entry: Entry) {
+        if entry.ttl > 0 {
+            let mut k = [0u8; wire::MAX_NAME + 5];
+            let k: Box<[u8]> = key(query, lower, &mut k).into();
+            self.cache.insert(k, Arc::new(entry));
         }
+    }
+
+    pub fn cached_entries(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The weight of everything cached, in bytes as [`EntryWeight`] counts them.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.weight()
     }
 }
 
@@ -285,7 +318,9 @@ impl Entry {
         let (an, ns, ar) = (count(&bytes, 6), count(&bytes, 8), count(&bytes, 10));
         let code = bytes[3] & 0x0f;
         let mut pos = question_end;
-        let mut ttl_at = Vec::with_capacity(an + ns + ar);
+        // The counts are the upstream's word; the bytes bound how many records there can be.
+        let room = bytes.len().saturating_sub(question_end) / MIN_RECORD;
+        let mut ttl_at = Vec::with_capacity((an + ns + ar).min(room));
         let mut min_ttl = MAX_TTL;
         let mut negative_ttl = None;
         let mut opt = None;
@@ -315,6 +350,9 @@ impl Entry {
         } else {
             bytes.truncate(pos);
         }
+        // The receive buffer is larger than most replies; keep only what the reply needs.
+        bytes.shrink_to_fit();
+        ttl_at.shrink_to_fit();
         let negative = code == rcode::NXDOMAIN || (code == rcode::NOERROR && an == 0);
         let ttl = match code {
             _ if bytes[2] & 0x02 != 0 => 0,
@@ -329,6 +367,11 @@ impl Entry {
             stored: Instant::now(),
             ttl,
         })
+    }
+
+    /// The heap bytes this entry holds.
+    fn weight(&self) -> u64 {
+        (self.bytes.capacity() + self.ttl_at.capacity() * std::mem::size_of::<usize>()) as u64
     }
 
     /// This reply, addressed to `packet`: its ID and question (with its case), TTLs aged by
@@ -367,5 +410,221 @@ impl Entry {
             out[10..12].copy_from_slice(&ar.to_be_bytes());
         }
         out.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query for `name` (`\3www\7example\3org\0` style wire form) with EDNS, CD as given.
+    fn query_packet(name: &[u8], qtype: u16, cd: bool) -> Vec<u8> {
+        let mut p = vec![0x12, 0x34, 0x01, if cd { 0x10 } else { 0 }];
+        p.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]);
+        p.extend_from_slice(name);
+        p.extend_from_slice(&qtype.to_be_bytes());
+        p.extend_from_slice(&wire::CLASS_IN.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        p
+    }
+
+    fn parse(packet: &[u8]) -> (Query, Vec<u8>) {
+        let mut lower = [0u8; wire::MAX_NAME];
+        let q = wire::parse_query(packet, &mut lower).expect("a valid query");
+        (q, lower[..q.qname_len].to_vec())
+    }
+
+    /// An upstream's reply to `query`: its question, then `records` records owned by the
+    /// question name (a pointer) of type NULL with `rdata_len` bytes each, TTL 300.
+    fn reply_to(query: &[u8], q: &Query, records: u16, rdata_len: u16) -> Vec<u8> {
+        let mut r = query[..q.question_end].to_vec();
+        r[2] |= 0x80;
+        r[3] = (r[3] & 0xf0) | 0x80;
+        r[6..8].copy_from_slice(&records.to_be_bytes());
+        r[10..12].fill(0);
+        for _ in 0..records {
+            r.extend_from_slice(&[0xc0, 0x0c, 0, 10, 0, 1]);
+            r.extend_from_slice(&300u32.to_be_bytes());
+            r.extend_from_slice(&rdata_len.to_be_bytes());
+            r.resize(r.len() + usize::from(rdata_len), 0xab);
+        }
+        r
+    }
+
+    fn name(i: usize) -> Vec<u8> {
+        let label = format!("n{i}");
+        let mut n = vec![label.len() as u8];
+        n.extend_from_slice(label.as_bytes());
+        n.extend_from_slice(b"\x07example\x03org\x00");
+        n
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_bytes_not_entries() {
+        let forwarder = Forwarder::default();
+        // 400 replies of 60 KiB each: 24 MB, far below the old 20 000-entry bound, far above
+        // what the cache may hold.
+        let count = 400;
+        for i in 0..count {
+            let packet = query_packet(&name(i), 10, false);
+            let (q, lower) = parse(&packet);
+            let entry = Entry::from_reply(reply_to(&packet, &q, 1, 60 * 1024), q.question_end)
+                .expect("a well-formed reply");
+            assert!(entry.weight() >= 60 * 1024);
+            forwarder.store(&q, &lower, entry);
+            assert!(
+                forwarder.cached_bytes() <= MAX_CACHE_BYTES,
+                "{} bytes cached after {} replies",
+                forwarder.cached_bytes(),
+                i + 1
+            );
+        }
+        let held = forwarder.cached_entries();
+        assert!(
+            held < count && u64::try_from(held).unwrap() * 60 * 1024 <= MAX_CACHE_BYTES,
+            "{held} entries of 60 KiB held"
+        );
+        // The newest reply is served.
+        let packet = query_packet(&name(count - 1), 10, false);
+        let (q, lower) = parse(&packet);
+        let mut out = Vec::new();
+        assert!(
+            forwarder
+                .cached(&packet, &q, &lower, 65_535, &mut out)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn small_replies_weigh_what_they_hold_not_the_receive_buffer() {
+        let packet = query_packet(&name(1), 1, false);
+        let (q, _) = parse(&packet);
+        // As `exchange` receives it: a buffer of four times the EDNS size, cut to the reply.
+        let mut bytes = vec![0u8; usize::from(EDNS_UDP) * 4];
+        let reply = reply_to(&packet, &q, 1, 4);
+        bytes[..reply.len()].copy_from_slice(&reply);
+        bytes.truncate(reply.len());
+        let entry = Entry::from_reply(bytes, q.question_end).unwrap();
+        assert!(entry.weight() < 200, "weighs {}", entry.weight());
+    }
+
+    #[test]
+    fn the_cd_bit_is_part_of_the_cache_key() {
+        let forwarder = Forwarder::default();
+        let name = name(7);
+        let with_cd = query_packet(&name, 1, true);
+        let (q_cd, lower) = parse(&with_cd);
+        let entry = Entry::from_reply(reply_to(&with_cd, &q_cd, 1, 4), q_cd.question_end).unwrap();
+        forwarder.store(&q_cd, &lower, entry);
+        let mut out = Vec::new();
+        // Data fetched with checking disabled answers CD queries only (RFC 4035 section 4.7).
+        let without_cd = query_packet(&name, 1, false);
+        let (q, lower) = parse(&without_cd);
+        assert_eq!(
+            forwarder.cached(&without_cd, &q, &lower, 512, &mut out),
+            None
+        );
+        assert!(
+            forwarder
+                .cached(&with_cd, &q_cd, &lower, 512, &mut out)
+                .is_some()
+        );
+        // And the other way round: a reply to a query without CD is not served to CD queries.
+        let other = query_packet(&self::name(8), 1, false);
+        let (q, lower) = parse(&other);
+        forwarder.store(
+            &q,
+            &lower,
+            Entry::from_reply(reply_to(&other, &q, 1, 4), q.question_end).unwrap(),
+        );
+        let other_cd = query_packet(&self::name(8), 1, true);
+        let (q_cd, _) = parse(&other_cd);
+        assert!(
+            forwarder
+                .cached(&other, &q, &lower, 512, &mut out)
+                .is_some()
+        );
+        assert_eq!(
+            forwarder.cached(&other_cd, &q_cd, &lower, 512, &mut out),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cd_answer_from_a_validating_upstream_is_not_served_without_cd() {
+        // A validating upstream: data that fails validation comes only with CD; without CD it
+        // answers SERVFAIL.
+        let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = upstream.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            for _ in 0..4 {
+                let Ok((n, from)) = upstream.recv_from(&mut buf).await else {
+                    return;
+                };
+                let request = &buf[..n];
+                let (q, _) = parse(request);
+                let reply = if request[3] & 0x10 != 0 {
+                    reply_to(request, &q, 1, 4)
+                } else {
+                    let mut r = request[..q.question_end].to_vec();
+                    r[2] |= 0x80;
+                    r[3] = (r[3] & 0xf0) | rcode::SERVFAIL;
+                    r[10..12].fill(0);
+                    r
+                };
+                let _ = upstream.send_to(&reply, from).await;
+            }
+        });
+        let forwarder = Forwarder::default();
+        let name = name(9);
+        let mut out = Vec::new();
+        let with_cd = query_packet(&name, 1, true);
+        let (q_cd, lower) = parse(&with_cd);
+        let len = forwarder
+            .forward(&with_cd, &q_cd, &lower, &[addr], 1232, &mut out)
+            .await
+            .expect("the CD query is answered");
+        assert_eq!(u16::from_be_bytes([out[6], out[7]]), 1, "one answer");
+        assert!(len > 0);
+        assert_eq!(forwarder.cached_entries(), 1);
+        let without_cd = query_packet(&name, 1, false);
+        let (q, _) = parse(&without_cd);
+        assert_eq!(
+            forwarder.cached(&without_cd, &q, &lower, 1232, &mut out),
+            None
+        );
+        let refused = forwarder
+            .forward(&without_cd, &q, &lower, &[addr], 1232, &mut out)
+            .await;
+        assert!(
+            matches!(refused, Err(ForwardError::Upstream { .. })),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn section_counts_never_size_an_allocation() {
+        let packet = query_packet(&name(3), 1, false);
+        let (q, _) = parse(&packet);
+        // One record, counts claiming 3 x 65 535.
+        let mut lying = reply_to(&packet, &q, 1, 4);
+        lying[6..12].fill(0xff);
+        let reply_len = lying.len();
+        let info = allocation_counter::measure(|| {
+            assert!(Entry::from_reply(lying, q.question_end).is_err());
+        });
+        // A Vec of 196 605 offsets would be 1.5 MB; the reply itself is 48 bytes.
+        assert!(
+            info.bytes_max < 4096,
+            "{} bytes allocated for a {}-byte reply",
+            info.bytes_max,
+            reply_len
+        );
+        // A truthful reply still gets a slot per record.
+        let honest = reply_to(&packet, &q, 3, 4);
+        let entry = Entry::from_reply(honest, q.question_end).unwrap();
+        assert_eq!(entry.ttl_at.len(), 3);
+        assert_eq!(entry.ttl, 300);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::authority::{Authority, Outcome};
 use super::wire::{
-    self, CLASS_IN, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Malformed, Query, Reply, ReplyEdns,
+    self, CLASS_ANY, CLASS_IN, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Malformed, Query, Reply, ReplyEdns,
     ReplyFlags, rcode, rtype,
 };
 
@@ -95,17 +95,17 @@ pub fn respond(
         return rcode_reply(packet, &query, ctx, buf, rcode::NOERROR, edns, limit);
     }
     let qname = &lower[..query.qname_len];
-    match query.qtype {
-        rtype::OPT => return rcode_reply(packet, &query, ctx, buf, rcode::FORMERR, edns, limit),
-        rtype::MAILA | rtype::MAILB => {
-            return rcode_reply(packet, &query, ctx, buf, rcode::NOTIMP, edns, limit);
-        }
-        rtype::AXFR | rtype::IXFR => return transfer(packet, &query, qname, ctx, buf, limit, edns),
-        _ => {}
-    }
-    if query.qclass != CLASS_IN {
+    // Only class IN is served. QCLASS * is answered from it, authoritatively, as Knot does
+    // (RFC 1035 section 6.2 asks for AA only when the answer covers every class: every record
+    // here is IN). Other classes (CHAOS `version.bind` and the like) are refused.
+    if query.qclass != CLASS_IN && query.qclass != CLASS_ANY {
         return rcode_reply(packet, &query, ctx, buf, rcode::REFUSED, edns, limit);
     }
+    if matches!(query.qtype, rtype::AXFR | rtype::IXFR) {
+        return transfer(packet, &query, qname, ctx, buf, limit, edns);
+    }
+    // Every other QTYPE is looked up like data, the meta types MAILA, MAILB and OPT included:
+    // a name has no records of them, so they get NODATA (or NXDOMAIN), as from Knot and NSD.
 
     let flags = ReplyFlags {
         authoritative: true,
@@ -128,8 +128,11 @@ pub fn respond(
     }
 }
 
-/// AXFR and IXFR: refused unless allowed; over UDP an allowed IXFR gets the SOA alone, which
-/// tells the client to come back over TCP (RFC 1995 section 2), and AXFR is not defined.
+/// AXFR and IXFR, answered as Knot and NSD do: AXFR over UDP is not defined (RFC 5936
+/// section 4.2), NOTIMP; a transfer of a name that is not the apex of a zone served here,
+/// NOTAUTH; a transfer the policy does not allow, REFUSED (RFC 1035 4.1.1, its own example);
+/// over UDP an allowed IXFR gets the SOA alone, which tells the client to come back over TCP
+/// (RFC 1995 section 2).
 fn transfer(
     packet: &[u8],
     query: &Query,
@@ -139,28 +142,31 @@ fn transfer(
     limit: usize,
     edns: Option<ReplyEdns>,
 ) -> Action {
-    let zone = ctx.authority.zone(qname);
-    let Some(zone) = zone.filter(|_| ctx.transfer_allowed && query.qclass == CLASS_IN) else {
-        return rcode_reply(packet, query, ctx, buf, rcode::REFUSED, edns, limit);
+    if ctx.transport == Transport::Udp && query.qtype == rtype::AXFR {
+        return rcode_reply(packet, query, ctx, buf, rcode::NOTIMP, edns, limit);
+    }
+    let Some(zone) = ctx.authority.zone(qname) else {
+        return rcode_reply(packet, query, ctx, buf, rcode::NOTAUTH, edns, limit);
     };
-    match (ctx.transport, query.qtype) {
-        (Transport::Tcp, _) => Action::Transfer(*query),
-        (Transport::Udp, rtype::IXFR) => {
-            let flags = ReplyFlags {
-                authoritative: true,
-                recursion_available: ctx.recursion,
-                rcode: rcode::NOERROR,
-            };
-            let mut reply = Reply::start(buf, packet, Some(query.question_end), flags);
-            reply.push_at_qname(wire::Section::Answer, zone.soa(), 1);
-            let len = reply.finish(edns, limit);
-            Action::Reply {
-                len,
-                outcome: Outcome::Answered,
-                qname_len: query.qname_len,
-            }
-        }
-        (Transport::Udp, _) => rcode_reply(packet, query, ctx, buf, rcode::FORMERR, edns, limit),
+    // A zone is transferred in its own class only (RFC 5936 section 2.1.1).
+    if !ctx.transfer_allowed || query.qclass != CLASS_IN {
+        return rcode_reply(packet, query, ctx, buf, rcode::REFUSED, edns, limit);
+    }
+    if ctx.transport == Transport::Tcp {
+        return Action::Transfer(*query);
+    }
+    let flags = ReplyFlags {
+        authoritative: true,
+        recursion_available: ctx.recursion,
+        rcode: rcode::NOERROR,
+    };
+    let mut reply = Reply::start(buf, packet, Some(query.question_end), flags);
+    reply.push_at_qname(wire::Section::Answer, zone.soa(), 1);
+    let len = reply.finish(edns, limit);
+    Action::Reply {
+        len,
+        outcome: Outcome::Answered,
+        qname_len: query.qname_len,
     }
 }
 

@@ -32,6 +32,14 @@ pub mod rtype {
 }
 
 pub const CLASS_IN: u16 = 1;
+/// QCLASS `*` (RFC 1035 section 3.2.5).
+pub const CLASS_ANY: u16 = 255;
+
+/// The DNS opcodes this server treats differently (RFC 1035 4.1.1, RFC 1996).
+pub mod opcode {
+    pub const QUERY: u8 = 0;
+    pub const NOTIFY: u8 = 4;
+}
 
 pub mod rcode {
     pub const NOERROR: u8 = 0;
@@ -40,6 +48,8 @@ pub mod rcode {
     pub const NXDOMAIN: u8 = 3;
     pub const NOTIMP: u8 = 4;
     pub const REFUSED: u8 = 5;
+    /// Not authoritative for the zone (RFC 2136 section 2.2, RFC 1996 section 4.7).
+    pub const NOTAUTH: u8 = 9;
     /// Extended: 16 = BADVERS (RFC 6891 section 9), carried as 1 in the OPT's upper bits.
     pub const BADVERS: u16 = 16;
 }
@@ -138,7 +148,7 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
     let (qdcount, ancount, nscount, arcount) = (count(4), count(6), count(8), count(10));
     let records = u32::from(ancount) + u32::from(nscount);
     if qdcount != 1 {
-        let rcode = if opcode == 0 {
+        let rcode = if opcode == opcode::QUERY {
             rcode::FORMERR
         } else {
             rcode::NOTIMP
@@ -177,11 +187,18 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
     pos += 4;
     let question_end = pos;
     let extra = read_extra(packet, pos, records, arcount);
-    if opcode != 0 {
-        // NOTIFY, UPDATE and the rest are not implemented; a request we can't walk further
-        // still gets its NOTIMP, only without an OPT record.
+    if opcode != opcode::QUERY {
+        // The appliance is nobody's secondary: a NOTIFY concerns a zone it is not a secondary
+        // for, NOTAUTH (RFC 1996 section 4.7; Knot answers the same). UPDATE and the rest are
+        // not implemented. A request we can't walk further still gets its rcode, only without
+        // an OPT record.
+        let rcode = if opcode == opcode::NOTIFY {
+            rcode::NOTAUTH
+        } else {
+            rcode::NOTIMP
+        };
         return Err(Malformed::Reply {
-            rcode: rcode::NOTIMP,
+            rcode,
             question_end: Some(question_end),
             edns: extra.and_then(|e| e.edns),
         });

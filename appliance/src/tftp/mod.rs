@@ -5,7 +5,12 @@
 //! Architecture invariant: `packet` is pure (parse a request, build replies); `server` does the
 //! I/O. Each transfer runs on its own ephemeral port, as RFC 1350 section 4 requires; like the
 //! DNS forwarder's client sockets, those are the only sockets not bound by the supervisor.
+//! `admission` decides which requests get a transfer, so a flood of (spoofed) read requests
+//! can't keep PXE firmware out; `files` reads each boot file once, on the blocking pool, and
+//! shares it between transfers.
 
+pub mod admission;
+pub mod files;
 pub mod packet;
 pub mod server;
 

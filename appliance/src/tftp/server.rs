@@ -1,24 +1,45 @@
-//! TFTP transfers: each read request gets its own task and ephemeral socket; blocks are resent
-//! when an ACK does not come in time, and a transfer gives up after a few silent rounds.
+//! TFTP transfers: each read request admitted by [`Admission`] gets its own task and
+//! ephemeral socket; blocks are resent when an ACK does not come in time, and a transfer gives
+//! up after a few silent rounds.
+//!
+//! Every way a transfer can hold its slot is bounded: the client's `timeout` option is honoured
+//! only up to [`MAX_TIMEOUT_SECS`] (a larger one is declined, RFC 2347, and the default used);
+//! a first packet nobody acknowledges is sent [`FIRST_TRIES`] times, so a spoofed request is
+//! forgotten within seconds; later blocks get [`RETRIES`] tries; a whole transfer ends after
+//! [`MAX_TRANSFER`].
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::packet::{self, DATA, DEFAULT_BLOCK, ReadRequest, Request, code};
+use super::admission::{Admission, Admit, Ticket};
+use super::files::{BootFiles, Loaded};
+use super::packet::{self, DATA, DEFAULT_BLOCK, ReadRequest, Request};
 use crate::plan;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-const RETRIES: usize = 5;
+/// The largest `timeout` option honoured (RFC 2349 allows 255 s): with 255 s a spoofed
+/// request would hold its slot for minutes.
+pub const MAX_TIMEOUT_SECS: u8 = 3;
+/// Sends of the first packet (OACK or DATA 1) before a client that never answered is given up.
+/// A real client that lost it repeats its request.
+pub const FIRST_TRIES: usize = 2;
+/// Sends of every later block.
+pub const RETRIES: usize = 5;
+/// A transfer, however slowly acknowledged, ends after this (a boot file takes seconds).
+pub const MAX_TRANSFER: Duration = Duration::from_secs(300);
 /// Transfers at once; PXE boots of a whole rack stay well below.
-const MAX_TRANSFERS: usize = 64;
-/// Boot files are small; a bigger file is a configuration mistake, not something to stream.
-const MAX_FILE: u64 = 64 * 1024 * 1024;
+pub const MAX_TRANSFERS: usize = 64;
+/// Transfers at once per client address: firmware fetches one file at a time, and a few allow
+/// for a retry that starts before the old transfer gave up.
+pub const PER_CLIENT: usize = 4;
+/// How long a transfer whose client has not acknowledged anything is safe from eviction by
+/// any newcomer (see `admission`): far longer than a round trip on a boot network.
+pub const PATIENCE: Duration = Duration::from_secs(1);
 
 /// Serves read requests arriving on `socket` until `token` is cancelled.
 pub async fn serve(
@@ -27,7 +48,8 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let local = socket.local_addr()?;
-    let slots = Arc::new(Semaphore::new(MAX_TRANSFERS));
+    let admission = Admission::new(MAX_TRANSFERS, PER_CLIENT, PATIENCE);
+    let files = Arc::new(BootFiles::default());
     let mut buf = vec![0u8; 1500];
     loop {
         let (n, client) = tokio::select! {
@@ -49,24 +71,34 @@ pub async fn serve(
             }
             Request::Read(req) => req,
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            let _ = socket
-                .send_to(
-                    &packet::error(code::UNDEFINED, "server busy, try again"),
-                    client,
-                )
-                .await;
-            continue;
+        // Turned-away requests get silence, not an ERROR: a real client repeats its request
+        // (an ERROR would end its boot attempt), a flood gets nothing back.
+        let ticket = match admission.admit(client, &buf[..n], Instant::now()) {
+            Admit::Start(ticket) => ticket,
+            Admit::Duplicate => continue,
+            Admit::ClientLimit => {
+                tracing::debug!("tftp {client}: {PER_CLIENT} transfers to this address running");
+                continue;
+            }
+            Admit::Busy => {
+                tracing::debug!("tftp {client}: every transfer slot is taken");
+                continue;
+            }
         };
         let root = plan.load().files.ipxe_dir.clone();
-        let token = token.clone();
+        let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
-            let _permit = permit;
+            let evicted = ticket.evicted().clone();
             tokio::select! {
                 () = token.cancelled() => {}
-                result = transfer(local, client, &root, req) => {
-                    if let Err(e) = result {
-                        tracing::debug!("tftp transfer to {client}: {e}");
+                () = evicted.cancelled() => {
+                    tracing::debug!("tftp {client}: transfer gave way to a newer request");
+                }
+                result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, files, root, req, &ticket)) => {
+                    match result {
+                        Err(_) => tracing::info!("tftp {client}: transfer ended after {MAX_TRANSFER:?}"),
+                        Ok(Err(e)) => tracing::debug!("tftp transfer to {client}: {e}"),
+                        Ok(Ok(())) => {}
                     }
                 }
             }
@@ -74,18 +106,28 @@ pub async fn serve(
     }
 }
 
+/// The file a request names, on the blocking pool: resolving the path (`canonicalize`),
+/// `stat` and a read when the file is new or changed are file-system calls that may block.
+async fn load(files: Arc<BootFiles>, root: PathBuf, file: String) -> std::io::Result<Loaded> {
+    tokio::task::spawn_blocking(move || files.load(&root, &file))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
 async fn transfer(
     local: SocketAddr,
     client: SocketAddr,
-    root: &Path,
+    files: Arc<BootFiles>,
+    root: PathBuf,
     req: ReadRequest,
+    ticket: &Ticket,
 ) -> std::io::Result<()> {
     // A fresh port on the address the request came to, so the reply's source is what the client expects.
     let socket = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await?;
     socket.connect(client).await?;
-    let path = match packet::resolve(root, &req.file) {
-        Ok(p) => p,
-        Err((c, message)) => {
+    let data = match load(files, root, req.file.clone()).await? {
+        Loaded::File(data) => data,
+        Loaded::Refused(c, message) => {
             tracing::info!(
                 "tftp {client}: {} refused: {message}",
                 req.file.escape_debug()
@@ -94,22 +136,15 @@ async fn transfer(
             return Ok(());
         }
     };
-    let size = tokio::fs::metadata(&path).await?.len();
-    if size > MAX_FILE {
-        socket
-            .send(&packet::error(code::UNDEFINED, "file too large for TFTP"))
-            .await?;
-        return Ok(());
-    }
-    let data = tokio::fs::read(&path).await?;
+    let size = data.len();
     tracing::info!(
         "tftp {client}: sending {} ({size} bytes)",
         req.file.escape_debug()
     );
     let block_size = req.block_size.unwrap_or(DEFAULT_BLOCK);
-    let timeout = req
-        .timeout_secs
-        .map_or(DEFAULT_TIMEOUT, |t| Duration::from_secs(t.into()));
+    // A timeout above the cap is declined: left out of the OACK, the default applies.
+    let timeout_secs = req.timeout_secs.filter(|&t| t <= MAX_TIMEOUT_SECS);
+    let timeout = timeout_secs.map_or(DEFAULT_TIMEOUT, |t| Duration::from_secs(t.into()));
     let mut options = Vec::new();
     if let Some(b) = req.block_size {
         options.push(("blksize", b.to_string()));
@@ -117,16 +152,20 @@ async fn transfer(
     if req.wants_size {
         options.push(("tsize", size.to_string()));
     }
-    if let Some(t) = req.timeout_secs {
+    if let Some(t) = timeout_secs {
         options.push(("timeout", t.to_string()));
     }
     let mut ack_buf = vec![0u8; 516];
+    let mut answered = false;
+    let tries = |answered: bool| if answered { RETRIES } else { FIRST_TRIES };
     if !options.is_empty() {
         // OACK is acknowledged as block 0 (RFC 2347).
         let oack = packet::oack(&options);
-        if !exchange(&socket, &oack, 0, timeout, &mut ack_buf).await? {
+        if !exchange(&socket, &oack, 0, timeout, tries(false), &mut ack_buf).await? {
             return Ok(());
         }
+        answered = true;
+        ticket.answered();
     }
     let blocks = data.len() / block_size + 1;
     let mut out = Vec::with_capacity(block_size + 4);
@@ -138,27 +177,41 @@ async fn transfer(
         out.extend_from_slice(&DATA.to_be_bytes());
         out.extend_from_slice(&number.to_be_bytes());
         out.extend_from_slice(chunk);
-        if !exchange(&socket, &out, number, timeout, &mut ack_buf).await? {
+        if !exchange(
+            &socket,
+            &out,
+            number,
+            timeout,
+            tries(answered),
+            &mut ack_buf,
+        )
+        .await?
+        {
             tracing::info!(
                 "tftp {client}: gave up on {} at block {number}",
                 req.file.escape_debug()
             );
             return Ok(());
         }
+        if !answered {
+            answered = true;
+            ticket.answered();
+        }
     }
     Ok(())
 }
 
-/// Sends `packet` until block `number` is acknowledged; false after the retries run out or on
-/// an ERROR from the client.
+/// Sends `packet` until block `number` is acknowledged; false after `tries` sends or on an
+/// ERROR from the client.
 async fn exchange(
     socket: &UdpSocket,
     packet: &[u8],
     number: u16,
     timeout: Duration,
+    tries: usize,
     buf: &mut [u8],
 ) -> std::io::Result<bool> {
-    for _ in 0..RETRIES {
+    for _ in 0..tries {
         socket.send(packet).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
