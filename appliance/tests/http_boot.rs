@@ -1,7 +1,8 @@
 //! The HTTP boot server with the simplest clients a boot environment has: a request written
 //! by hand (busybox `nc`), after which the client closes its sending side and waits for the
 //! answer. Found by the boot-chain VM tests: the test initramfs's HEAD of the rootfs came
-//! back empty about one time in two.
+//! back empty about one time in two. And ipxe.efi for UEFI HTTP boot when it is a symlink out
+//! of `ipxe_dir`, as Debian installs it.
 
 mod common;
 
@@ -16,6 +17,11 @@ fn start(dir: &std::path::Path) -> (Serve, String) {
     std::fs::write(dir.join("install_dir/master.ign"), "{}").unwrap();
     std::fs::create_dir_all(dir.join("artifacts")).unwrap();
     std::fs::write(dir.join("artifacts/rootfs.img"), vec![7u8; 100_000]).unwrap();
+    // As Debian's ipxe package has it: /usr/lib/ipxe/ipxe.efi -> /boot/ipxe.efi.
+    std::fs::create_dir_all(dir.join("ipxe")).unwrap();
+    std::fs::write(dir.join("boot-ipxe.efi"), b"an EFI binary").unwrap();
+    std::os::unix::fs::symlink(dir.join("boot-ipxe.efi"), dir.join("ipxe/ipxe.efi")).unwrap();
+    std::fs::write(dir.join("ipxe/ipxe.lkrn"), b"not a boot file").unwrap();
     let config = dir.join("okd.yml");
     std::fs::write(
         &config,
@@ -24,7 +30,7 @@ cluster: { name: okd, base_domain: lab.example.com }
 network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
 nodes:
   - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
-install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts, ipxe_dir: ./ipxe }
 state_dir: ./state
 listen: { http: ["127.0.0.1:0"], tftp: [], dns: [], dhcp: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }
 "#,
@@ -81,5 +87,24 @@ fn a_client_that_half_closes_after_its_request_gets_the_answer() {
                 "round {round}: {request:?} got {head:?}"
             );
         }
+    }
+}
+
+#[test]
+fn ipxe_efi_is_served_through_debians_symlink_and_nothing_else_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_serve, addr) = start(dir.path());
+    let get = |path: &str| {
+        half_closed(
+            &addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let efi = get("/ipxe.efi");
+    assert!(efi.starts_with("HTTP/1.1 200"), "{efi}");
+    assert!(efi.ends_with("\r\n\r\nan EFI binary"), "{efi}");
+    for other in ["/undionly.kpxe", "/ipxe.lkrn", "/ipxe/ipxe.efi"] {
+        let answer = get(other);
+        assert!(answer.starts_with("HTTP/1.1 404"), "{other}: {answer}");
     }
 }

@@ -17,6 +17,8 @@ pub const MST0_IP: &str = "10.99.0.11";
 /// A worker whose configured install device does not exist in the VM (a wrong `install_dev`).
 pub const WRK0_MAC: &str = "52:54:00:00:00:21";
 pub const WRK0_IP: &str = "10.99.0.21";
+/// A MAC no node has.
+pub const STRANGER_MAC: &str = "52:54:00:00:00:99";
 /// Size of the VMs' disks.
 pub const DISK: u64 = 16 << 20;
 /// One boot under TCG: firmware and iPXE (~18 s BIOS, ~22 s UEFI to the first HTTP fetch),
@@ -53,7 +55,7 @@ pub struct BootLab {
     // Fields drop in order: the appliance stops before its namespace goes.
     pub app: Process,
     pub topo: Topology,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     _image: TestInitramfs,
 }
 
@@ -79,6 +81,8 @@ network:
   interface: br0
   subnet: 10.99.0.0/24
   appliance_ip: 10.99.0.1
+  # Machines the config does not list get an address too, and with it the unknown-node script.
+  dhcp_pool: {{ start: 10.99.0.100, end: 10.99.0.149 }}
 nodes:
   - {{ name: mst0, role: master, mac: "{MST0_MAC}", ip: {MST0_IP} }}
   - {{ name: wrk0, role: worker, mac: "{WRK0_MAC}", ip: {WRK0_IP}, install_dev: /dev/sdz }}
@@ -95,7 +99,7 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
         BootLab {
             topo,
             app,
-            _dir: dir,
+            dir,
             _image: image,
         }
     }
@@ -108,6 +112,10 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
     /// Starts a VM on `tap` in the services namespace.
     pub fn vm(&self, spec: &VmSpec) -> Vm {
         Vm::start(self.topo.services(), spec).expect("qemu starts")
+    }
+
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("state")
     }
 
     /// What the appliance logged (its journal lines included).

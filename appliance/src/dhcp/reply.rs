@@ -24,8 +24,7 @@ const OFFER_HOLD: u64 = 60;
 /// A DECLINEd address (someone else uses it) rests this long.
 const DECLINE_HOLD: u64 = 600;
 /// Boot files for PXE firmware that is not iPXE yet, served by TFTP.
-pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
-pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
+pub use crate::plan::boot::{BIOS_BOOT_FILE, UEFI_BOOT_FILE};
 
 /// Lease state the server keeps between requests.
 #[derive(Debug)]
