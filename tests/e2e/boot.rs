@@ -41,8 +41,10 @@ fn bios_ipxe_rom_installs_then_boots_from_disk() {
         .unwrap()
         .expect("marker");
     assert_eq!(marker.get("ignition_sha256"), first.get("ignition_sha256"));
+    // SeaBIOS copies iPXE's text to the serial port late, so it may interleave with what the
+    // boot sector writes to the port directly: match the start of iPXE's line only.
     let san = serial
-        .rfind("Booting from SAN device 0x80")
+        .rfind("Booting from SAN device")
         .expect("iPXE booted the disk");
     assert!(san < serial.rfind(&banner).unwrap());
     lab.assert_log(&format!("mst0: dhcp ack {MST0_IP} to {MST0_MAC}"));
@@ -127,7 +129,7 @@ fn an_unknown_mac_gets_the_unknown_node_script_and_boots_locally() {
     )
     .unwrap();
     // iPXE hands over to the local disk (blank here, so the BIOS goes on to its own order).
-    vm.wait_for_serial("Booting from SAN device 0x80", Duration::from_secs(30))
+    vm.wait_for_serial("Booting from SAN device", Duration::from_secs(30))
         .unwrap();
     assert!(vm.results().is_empty(), "{}", vm.console_tail());
     let log = lab.log();
@@ -190,7 +192,7 @@ fn a_failed_install_is_not_marked_installed_and_installs_again_instead_of_bootin
     let serial = vm.serial();
     let after_first = &serial[serial.find("okd-e2e-result:").unwrap()..];
     let tried = after_first
-        .find("Booting from SAN device 0x80")
+        .find("Booting from SAN device")
         .expect("the second boot tried the disk");
     let gave_up = after_first
         .find("the disk of wrk0 did not boot")
