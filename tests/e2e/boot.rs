@@ -84,8 +84,28 @@ fn uefi_firmware_pxe_chainloads_ipxe_over_tftp() {
         return;
     };
     assert!(serial.contains("Start PXE over IPv4"), "OVMF's own PXE");
-    lab.assert_log("tftp 10.99.0.11:");
-    lab.assert_log("sending ipxe.efi");
+    let log = lab.log();
+    let before = assert_chainloaded(&log);
+    let tftp = before
+        .find("tftp 10.99.0.11:")
+        .expect("ipxe.efi over TFTP first");
+    assert!(before[tftp..].contains("sending ipxe.efi"), "{log}");
+    assert!(tftp < before.rfind("mst0: dhcp ack").unwrap(), "{log}");
+}
+
+/// The firmware's DHCP, then iPXE's own (user class iPXE), before the first script fetch;
+/// returns the log up to that fetch.
+fn assert_chainloaded(log: &str) -> &str {
+    let script = log
+        .find("mst0: ipxe script fetched")
+        .expect("script fetched");
+    let before = &log[..script];
+    assert_eq!(
+        before.matches("mst0: dhcp ack").count(),
+        2,
+        "the firmware's DHCP, then iPXE's:\n{log}"
+    );
+    before
 }
 
 #[test]
@@ -110,7 +130,16 @@ fn uefi_http_boot_chainloads_ipxe_over_http() {
         serial.contains("Start HTTP Boot over IPv4"),
         "OVMF's HTTP boot"
     );
-    assert!(!lab.log().contains("tftp"), "ipxe.efi came over HTTP");
+    assert!(
+        serial.contains("URI: http://10.99.0.1:8080/ipxe.efi"),
+        "the offer for the HTTPClient class named ipxe.efi's URL"
+    );
+    let log = lab.log();
+    assert!(
+        !log.contains("tftp 10.99"),
+        "ipxe.efi came over HTTP:\n{log}"
+    );
+    assert_chainloaded(&log);
 }
 
 #[test]
