@@ -1,9 +1,10 @@
 //! The TFTP server with curl's TFTP client on loopback: whole files with and without options,
-//! block-number rollover, and refusals for paths outside the boot directory. And with raw
-//! packets, what a hostile client can and can't make it do: the `timeout` option is honoured
-//! only up to 3 s, a transfer nobody acknowledges is forgotten after two sends of its first
-//! packet, and one address gets at most four transfers at once. (A flood against a real client,
-//! from another network namespace, is in tests/e2e/tftp.rs.)
+//! block-number rollover, a boot file that is a symlink out of the directory (as Debian
+//! installs ipxe.efi), and refusals for every other name. And with raw packets, what a hostile
+//! client can and can't make it do: the `timeout` option is honoured only up to 3 s, a
+//! transfer nobody acknowledges is forgotten after two sends of its first packet, and one
+//! address gets at most four transfers at once. (A flood against a real client, from another
+//! network namespace, is in tests/e2e/tftp.rs.)
 
 mod common;
 
@@ -31,6 +32,7 @@ fn tftp_serves_boot_files_and_nothing_else() {
         return;
     }
     let (dir, boot, _serve, port) = start_tftp();
+    let root = dir.path().join("ipxe");
     let base = format!("tftp://127.0.0.1:{port}");
     let out = dir.path().join("out");
 
@@ -63,7 +65,22 @@ fn tftp_serves_boot_files_and_nothing_else() {
         "block numbers past 65535"
     );
 
-    for bad in ["/../secret", "/escape", "/missing.efi"] {
+    // Debian's ipxe package installs ipxe.efi as a symlink to /boot/ipxe.efi: a boot file may
+    // point out of the directory (the name is one the DHCP server hands out).
+    let efi = dir.path().join("elsewhere.efi");
+    std::fs::write(&efi, b"an EFI binary").unwrap();
+    std::os::unix::fs::symlink(&efi, root.join("ipxe.efi")).unwrap();
+    assert!(curl(&format!("{base}/ipxe.efi"), &[], &out).success());
+    assert_eq!(std::fs::read(&out).unwrap(), b"an EFI binary");
+    // Nothing else is served, whether it exists in the directory or not.
+    std::fs::write(root.join("other.bin"), b"x").unwrap();
+    for bad in [
+        "/../secret",
+        "/escape",
+        "/missing.efi",
+        "/other.bin",
+        "undionly.kpxe/..",
+    ] {
         let _ = std::fs::remove_file(&out);
         let status = curl(&format!("{base}{bad}"), &[], &out);
         assert!(!status.success(), "{bad} was served");

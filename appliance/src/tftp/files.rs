@@ -1,7 +1,9 @@
-//! Boot files as transfers read them. Every request resolves its path again (a reload may move
-//! `install.ipxe_dir`, an operator may replace a file) but reads the file only when it is new
-//! or changed (length or modification time); transfers of the same file share one copy. So a
-//! flood of read requests costs a few `stat`s per request, never a read of the whole file.
+//! Boot files as transfers read them. Every request looks at its file again (a reload may move
+//! `install.ipxe_dir`, an operator may replace a file) but reads it only when it is new or
+//! changed (length or modification time); transfers of the same file share one copy. So a
+//! flood of read requests costs a `stat` per request, never a read of the whole file. Which
+//! names may be asked for is the plan's business (`plan::BootFiles::ipxe_binary`: the two iPXE
+//! binaries, which may be symbolic links, as Debian's `ipxe.efi` is).
 //!
 //! Every call here blocks on the file system: the server runs them on tokio's blocking pool.
 
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::packet::{self, code};
+use super::packet::code;
 
 /// Boot files are small; a bigger file is a configuration mistake, not something to stream.
 pub const MAX_FILE: u64 = 64 * 1024 * 1024;
@@ -41,20 +43,26 @@ pub enum Loaded {
 }
 
 impl BootFiles {
-    /// The file `name` under `root` (see [`packet::resolve`] for what is refused).
-    pub fn load(&self, root: &Path, name: &str) -> io::Result<Loaded> {
-        let path = match packet::resolve(root, name) {
-            Ok(p) => p,
-            Err((c, message)) => return Ok(Loaded::Refused(c, message)),
+    /// The file at `path`, or why not (`None`: a name that is not a boot file).
+    pub fn load(&self, path: Option<&Path>) -> io::Result<Loaded> {
+        let Some(path) = path else {
+            return Ok(Loaded::Refused(
+                code::ACCESS,
+                "only the iPXE boot files are served",
+            ));
         };
-        let meta = std::fs::metadata(&path)?;
+        // Followed if it is a symbolic link: the name is one of the boot files.
+        let meta = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => m,
+            _ => return Ok(Loaded::Refused(code::NOT_FOUND, "file not found")),
+        };
         if meta.len() > MAX_FILE {
             return Ok(Loaded::Refused(code::UNDEFINED, "file too large for TFTP"));
         }
         let modified = meta.modified().ok();
         {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(c) = cache.get(&path)
+            if let Some(c) = cache.get(path)
                 && c.len == meta.len()
                 && c.modified == modified
             {
@@ -63,7 +71,7 @@ impl BootFiles {
         }
         // Length and time from the handle the bytes come from, so they describe what was read
         // (a file replaced between the `stat` above and here is read again next time).
-        let mut file = std::fs::File::open(&path)?;
+        let mut file = std::fs::File::open(path)?;
         let meta = file.metadata()?;
         let mut data = Vec::with_capacity(usize::try_from(meta.len().min(MAX_FILE)).unwrap_or(0));
         file.by_ref().take(MAX_FILE + 1).read_to_end(&mut data)?;
@@ -77,7 +85,7 @@ impl BootFiles {
             cache.clear();
         }
         cache.insert(
-            path,
+            path.to_owned(),
             Cached {
                 len: meta.len(),
                 modified: meta.modified().ok(),
@@ -98,25 +106,33 @@ mod tests {
         let path = dir.path().join("ipxe.efi");
         std::fs::write(&path, b"first").unwrap();
         let files = BootFiles::default();
-        let Loaded::File(a) = files.load(dir.path(), "ipxe.efi").unwrap() else {
+        let Loaded::File(a) = files.load(Some(&path)).unwrap() else {
             panic!("refused")
         };
-        let Loaded::File(b) = files.load(dir.path(), "/ipxe.efi").unwrap() else {
+        let Loaded::File(b) = files.load(Some(&path)).unwrap() else {
             panic!("refused")
         };
         assert_eq!(&*a, b"first");
         assert!(Arc::ptr_eq(&a, &b), "one copy shared");
         std::fs::write(&path, b"second, longer").unwrap();
-        let Loaded::File(c) = files.load(dir.path(), "ipxe.efi").unwrap() else {
+        let Loaded::File(c) = files.load(Some(&path)).unwrap() else {
             panic!("refused")
         };
         assert_eq!(&*c, b"second, longer");
+        // A symbolic link to the file (Debian's ipxe.efi is one) is followed.
+        let link = dir.path().join("link.efi");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(matches!(files.load(Some(&link)).unwrap(), Loaded::File(_)));
         assert!(matches!(
-            files.load(dir.path(), "../x").unwrap(),
+            files.load(None).unwrap(),
             Loaded::Refused(code::ACCESS, _)
         ));
         assert!(matches!(
-            files.load(dir.path(), "missing").unwrap(),
+            files.load(Some(&dir.path().join("missing"))).unwrap(),
+            Loaded::Refused(code::NOT_FOUND, _)
+        ));
+        assert!(matches!(
+            files.load(Some(dir.path())).unwrap(),
             Loaded::Refused(code::NOT_FOUND, _)
         ));
     }

@@ -85,7 +85,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let root = plan.load().files.ipxe_dir.clone();
+        let path = plan.load().files.ipxe_binary(&req.file);
         let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
             let evicted = ticket.evicted().clone();
@@ -94,7 +94,7 @@ pub async fn serve(
                 () = evicted.cancelled() => {
                     tracing::debug!("tftp {client}: transfer gave way to a newer request");
                 }
-                result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, files, root, req, &ticket)) => {
+                result = tokio::time::timeout(MAX_TRANSFER, transfer(local, client, files, path, req, &ticket)) => {
                     match result {
                         Err(_) => tracing::info!("tftp {client}: transfer ended after {MAX_TRANSFER:?}"),
                         Ok(Err(e)) => tracing::debug!("tftp transfer to {client}: {e}"),
@@ -106,10 +106,11 @@ pub async fn serve(
     }
 }
 
-/// The file a request names, on the blocking pool: resolving the path (`canonicalize`),
-/// `stat` and a read when the file is new or changed are file-system calls that may block.
-async fn load(files: Arc<BootFiles>, root: PathBuf, file: String) -> std::io::Result<Loaded> {
-    tokio::task::spawn_blocking(move || files.load(&root, &file))
+/// The boot file at `path` (from [`plan::BootFiles::ipxe_binary`]; `None` for a name the DHCP
+/// server never hands out), on the blocking pool: `stat` and a read when the file is new or
+/// changed are file-system calls that may block.
+async fn load(files: Arc<BootFiles>, path: Option<PathBuf>) -> std::io::Result<Loaded> {
+    tokio::task::spawn_blocking(move || files.load(path.as_deref()))
         .await
         .map_err(std::io::Error::other)?
 }
@@ -118,14 +119,14 @@ async fn transfer(
     local: SocketAddr,
     client: SocketAddr,
     files: Arc<BootFiles>,
-    root: PathBuf,
+    path: Option<PathBuf>,
     req: ReadRequest,
     ticket: &Ticket,
 ) -> std::io::Result<()> {
     // A fresh port on the address the request came to, so the reply's source is what the client expects.
     let socket = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await?;
     socket.connect(client).await?;
-    let data = match load(files, root, req.file.clone()).await? {
+    let data = match load(files, path).await? {
         Loaded::File(data) => data,
         Loaded::Refused(c, message) => {
             tracing::info!(
