@@ -16,7 +16,6 @@ use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
 use super::fit::fit;
 use super::leases::{Lease, Leases};
 use crate::plan::DhcpPlan;
-use crate::plan::boot::script_url;
 use crate::vocabulary::MacAddr;
 
 /// An OFFER holds its address this long for the client's REQUEST.
@@ -366,7 +365,7 @@ fn reply(
         o.insert(DhcpOption::DomainSearch(names));
     }
     let url = reservation.map_or_else(
-        || script_url(&plan.boot_base_url, mac),
+        || plan.unknown_script_url.clone(),
         |r| r.ipxe_script_url.clone(),
     );
     match firmware(req) {
@@ -399,7 +398,7 @@ fn reply(
             o.insert(DhcpOption::BootfileName(file.as_bytes().to_vec()));
         }
         Firmware::UefiHttp => {
-            let efi = format!("{}/{UEFI_BOOT_FILE}", plan.boot_base_url);
+            let efi = plan.http_boot_url.clone();
             m.set_fname_str(&efi);
             let o = m.opts_mut();
             // UEFI HTTP boot only accepts offers that say they are for HTTPClient.

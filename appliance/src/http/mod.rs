@@ -6,7 +6,6 @@
 //! installed system). `server` is the socket layer (hyper): it routes, decides who may fetch what by the
 //! peer's address, and streams files (`sendfile`: file bodies go to the socket through sendfile(2)).
 
-pub mod content;
 pub mod files;
 pub mod sendfile;
 pub mod server;

@@ -26,13 +26,11 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::content;
 use super::files::{self, Decision, FileMeta};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::journal::{EventKind, Journal};
-use crate::plan::boot::role_ignition_url;
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, Role};
 
@@ -246,8 +244,7 @@ async fn handle(
                 Err(e) => tracing::error!("can't record that {} is installing: {e}", node.node),
             }
         }
-        let body =
-            content::node_ignition(&node.node, &role_ignition_url(&files.base_url, node.role));
+        let body = node.documents.ignition.clone();
         return generated(req, body, "application/vnd.coreos.ignition+json");
     }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
@@ -280,13 +277,13 @@ async fn script(
 ) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
-    let body = match node {
+    let body: &str = match node {
         None => {
             tracing::info!(
                 "http: iPXE script for unknown MAC {} from {peer}",
                 name.escape_debug()
             );
-            content::unknown_script(&name.escape_debug().to_string())
+            &plan.unknown_script
         }
         Some(node) => {
             journal.publish(
@@ -299,7 +296,7 @@ async fn script(
             .await
             .unwrap_or(InstallPhase::NotInstalled);
             match phase {
-                InstallPhase::Installed => content::local_boot_script(&node.node, node.mac),
+                InstallPhase::Installed => &node.documents.local_boot_script,
                 InstallPhase::IgnitionFetched {
                     disk_boot_offered: false,
                 } => {
@@ -313,18 +310,18 @@ async fn script(
                             tracing::error!("can't record the disk boot of {}: {e}", node.node);
                         }
                     }
-                    content::first_boot_script(node)
+                    &node.documents.first_boot_script
                 }
                 // The disk boot offered after the install did not bring up an installed system
                 // (it would have fetched its role config before any new network boot).
                 InstallPhase::IgnitionFetched {
                     disk_boot_offered: true,
                 }
-                | InstallPhase::NotInstalled => content::install_script(node),
+                | InstallPhase::NotInstalled => &node.documents.install_script,
             }
         }
     };
-    let mut r = text(StatusCode::OK, &body);
+    let mut r = text(StatusCode::OK, body);
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r

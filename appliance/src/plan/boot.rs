@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
+use super::documents::{self, Documents};
 use crate::config::{Config, MacAddr, Role};
 
 /// Where the boot server finds what it serves.
@@ -68,6 +69,8 @@ pub struct BootParams {
     pub install_dev: String,
     /// Every argument for the live kernel, in order.
     pub kernel_args: Vec<String>,
+    /// The scripts and ignition the boot server sends this node.
+    pub documents: Documents,
 }
 
 /// The URL of a node's own ignition config.
@@ -76,12 +79,12 @@ pub fn ignition_url(base_url: &str, node: &str) -> String {
 }
 
 /// The URL of a role's ignition config, which a node's own config merges.
-pub fn role_ignition_url(base_url: &str, role: Role) -> String {
+fn role_ignition_url(base_url: &str, role: Role) -> String {
     format!("{base_url}/ignition/roles/{}", role.ignition_file())
 }
 
 /// The URL of a node's iPXE script, keyed by its MAC address.
-pub fn script_url(base_url: &str, mac: MacAddr) -> String {
+pub(super) fn script_url(base_url: &str, mac: MacAddr) -> String {
     format!("{base_url}/boot/{}.ipxe", mac.hyphenated())
 }
 
@@ -106,7 +109,7 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
             ];
             kernel_args.extend(install.kernel_args.iter().cloned());
             kernel_args.extend(node.kernel_args.iter().cloned());
-            BootParams {
+            let mut params = BootParams {
                 node: node.name.clone(),
                 role: node.role,
                 mac: node.mac,
@@ -118,7 +121,10 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 ignition_url,
                 install_dev,
                 kernel_args,
-            }
+                documents: Documents::default(),
+            };
+            params.documents = documents::derive(&params, &role_ignition_url(base, node.role));
+            params
         })
         .collect()
 }

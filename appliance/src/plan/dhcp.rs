@@ -29,9 +29,10 @@ pub struct DhcpPlan {
     /// T2: rebind with any server after 7/8 of the lease.
     pub rebinding_time: Duration,
     pub pool: Option<Pool>,
-    /// Where iPXE scripts live: clients without a reservation get `<base>/boot/<mac>.ipxe` too,
-    /// which tells them they are unknown.
-    pub boot_base_url: String,
+    /// The iPXE script for clients without a reservation, which tells them they are unknown.
+    pub unknown_script_url: String,
+    /// What UEFI HTTP boot firmware is sent: iPXE over HTTP.
+    pub http_boot_url: String,
     /// Sorted by IP address.
     pub reservations: Vec<Reservation>,
 }
@@ -75,7 +76,12 @@ pub fn derive(config: &Config) -> DhcpPlan {
         renewal_time: net.lease_time / 2,
         rebinding_time: net.lease_time * 7 / 8,
         pool: net.dhcp_pool,
-        boot_base_url: config.install.base_url.clone(),
+        unknown_script_url: format!("{}/boot/unknown.ipxe", config.install.base_url),
+        http_boot_url: format!(
+            "{}/{}",
+            config.install.base_url,
+            super::boot::UEFI_BOOT_FILE
+        ),
         reservations,
     }
 }

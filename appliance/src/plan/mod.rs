@@ -6,6 +6,7 @@
 
 pub mod boot;
 pub mod dhcp;
+pub mod documents;
 pub mod lb;
 pub mod reverse;
 pub mod zones;
@@ -37,6 +38,8 @@ pub struct Plan {
     pub dhcp: DhcpPlan,
     pub lb: LbPlan,
     pub boot: Vec<BootParams>,
+    /// The iPXE script for a MAC address no node has.
+    pub unknown_script: String,
     pub listen: Listen,
     /// The DHCP service's interface, when one is configured.
     pub interface: Option<String>,
@@ -72,6 +75,7 @@ impl Plan {
             dhcp: dhcp::derive(config),
             lb: lb::derive(config),
             boot: boot::derive(config),
+            unknown_script: documents::unknown_script(),
             listen: config.listen.clone(),
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),

@@ -1,16 +1,41 @@
-//! The generated documents: per-node iPXE scripts and per-node ignition configs.
+//! The generated documents: per-node iPXE scripts and per-node ignition configs, derived once
+//! with the plan so that what `render` shows is what the boot server sends.
 //!
-//! Architecture invariant: pure text from the plan; no secrets here (role ignition files, which
-//! hold them, are served from disk and never rendered or logged).
+//! Architecture invariant: pure text from the boot parameters; no secrets here (role ignition
+//! files, which hold them, are served from disk and never rendered or logged).
 
 use serde_json::json;
 
-use crate::plan::BootParams;
+use super::BootParams;
 use crate::vocabulary::MacAddr;
+
+/// What the boot server sends a node, all of it derived here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Documents {
+    /// The iPXE script that installs CoreOS.
+    pub install_script: String,
+    /// The iPXE script between the installer's ignition fetch and the installed system's first
+    /// report: boot the disk, install again when it does not boot.
+    pub first_boot_script: String,
+    /// The iPXE script once the node is installed: boot the disk.
+    pub local_boot_script: String,
+    /// The node's own ignition config (its role's merged in, its host name set).
+    pub ignition: String,
+}
+
+/// The documents of the node `boot` describes, whose role config is at `role_url`.
+pub fn derive(boot: &BootParams, role_url: &str) -> Documents {
+    Documents {
+        install_script: install_script(boot),
+        first_boot_script: first_boot_script(boot),
+        local_boot_script: local_boot_script(&boot.node, boot.mac),
+        ignition: node_ignition(&boot.node, role_url),
+    }
+}
 
 /// Installs CoreOS from the live PXE artifacts. `initrd=main` names the initramfs for UEFI
 /// kernels (EFI stub loading); BIOS kernels ignore it.
-pub fn install_script(boot: &BootParams) -> String {
+fn install_script(boot: &BootParams) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: install {node} ({role}, {mac}) to {dev}\n\
@@ -43,7 +68,7 @@ fn install_lines(boot: &BootParams) -> String {
 /// the script goes on to the install. On UEFI, iPXE can only hand the machine back to the
 /// firmware's boot order; if that brings it back to the network without an installed system
 /// having reported, the appliance serves the install script (see the HTTP service).
-pub fn first_boot_script(boot: &BootParams) -> String {
+fn first_boot_script(boot: &BootParams) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: {node} ({mac}) fetched its ignition; its installed system has not fetched its role config yet\n\
@@ -59,7 +84,7 @@ pub fn first_boot_script(boot: &BootParams) -> String {
 }
 
 /// Boots the installed disk: back to the firmware's boot order on UEFI, the first disk on BIOS.
-pub fn local_boot_script(node: &str, mac: MacAddr) -> String {
+fn local_boot_script(node: &str, mac: MacAddr) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: {node} ({mac}) is installed; booting from its disk\n\
@@ -69,21 +94,21 @@ pub fn local_boot_script(node: &str, mac: MacAddr) -> String {
     )
 }
 
-/// For a MAC no node has: say so, then leave the machine to its own boot order.
-pub fn unknown_script(mac: &str) -> String {
-    format!(
-        "#!ipxe\n\
-         # okd-appliance: no node has MAC {mac}\n\
-         echo okd-appliance: no node in the cluster config has MAC {mac}; booting locally\n\
-         sleep 5\n\
-         iseq ${{platform}} efi && exit 0 ||\n\
-         sanboot --no-describe --drive 0x80\n"
-    )
+/// For a MAC no node has: say so (iPXE fills in the MAC of the interface it booted from), then
+/// leave the machine to its own boot order.
+pub fn unknown_script() -> String {
+    "#!ipxe\n\
+     # okd-appliance: no node in the cluster config has this MAC address\n\
+     echo okd-appliance: no node in the cluster config has MAC ${netX/mac}; booting locally\n\
+     sleep 5\n\
+     iseq ${platform} efi && exit 0 ||\n\
+     sanboot --no-describe --drive 0x80\n"
+        .to_owned()
 }
 
 /// A node's own ignition (spec 3.2.0): the role's config merged in, plus its host name, so
 /// every node boots with its name even where DHCP host names are not applied.
-pub fn node_ignition(node: &str, role_url: &str) -> String {
+fn node_ignition(node: &str, role_url: &str) -> String {
     let config = json!({
         "ignition": {
             "version": "3.2.0",
@@ -124,7 +149,7 @@ mod tests {
     fn boot() -> BootParams {
         BootParams {
             node: "master-0".into(),
-            role: crate::config::Role::Master,
+            role: crate::vocabulary::Role::Master,
             mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
             ipv4: "10.0.0.2".parse().unwrap(),
             ipv6: None,
@@ -134,6 +159,7 @@ mod tests {
             ignition_url: "http://10.0.0.1:8080/ignition/master-0.ign".into(),
             install_dev: "/dev/sda".into(),
             kernel_args: vec!["coreos.inst.install_dev=/dev/sda".into()],
+            documents: Documents::default(),
         }
     }
 
@@ -161,6 +187,6 @@ mod tests {
     fn scripts_start_with_the_ipxe_magic() {
         let mac = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
         assert!(local_boot_script("master-0", mac).starts_with("#!ipxe\n"));
-        assert!(unknown_script("02-00-00-00-00-01").starts_with("#!ipxe\n"));
+        assert!(unknown_script().starts_with("#!ipxe\n"));
     }
 }
