@@ -99,7 +99,7 @@ fn local_boot_script(node: &str, mac: MacAddr) -> String {
 pub fn unknown_script() -> String {
     "#!ipxe\n\
      # okd-appliance: no node in the cluster config has this MAC address\n\
-     echo okd-appliance: no node in the cluster config has MAC ${netX/mac}; booting locally\n\
+     echo okd-appliance: no node in the cluster config has MAC ${netX/mac:hexhyp}; booting locally\n\
      sleep 5\n\
      iseq ${platform} efi && exit 0 ||\n\
      sanboot --no-describe --drive 0x80\n"
