@@ -3,16 +3,19 @@
 //! Architecture invariant: the rest of the program never sees YAML. It receives a [`Config`]
 //! whose invariants validation has checked, or nothing at all.
 
+mod control;
 pub mod diagnostic;
 mod model;
 pub mod raw;
 mod validate;
+mod validate_control;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
+pub use control::*;
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
 pub use model::*;
 pub use validate::{AssumeFresh, IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallFiles, RealFiles};

@@ -50,6 +50,8 @@ const MANAGED_KERNEL_ARGS: [&str; 3] = [
 pub trait InstallFiles {
     /// How long ago `path` was last written.
     fn age(&self, path: &Path) -> io::Result<Duration>;
+    /// The permission bits of a regular file (credential and CA files); its content unread.
+    fn mode(&self, path: &Path) -> io::Result<u32>;
 }
 
 /// The real file system, read at one instant.
@@ -64,6 +66,10 @@ impl InstallFiles for RealFiles {
         // A file from the future (clock skew) counts as brand new.
         Ok(self.now.duration_since(modified).unwrap_or_default())
     }
+
+    fn mode(&self, path: &Path) -> io::Result<u32> {
+        super::validate_control::file_mode(path)
+    }
 }
 
 /// Every install file exists and was written a minute ago: for fixtures, fuzzing and unit tests,
@@ -75,6 +81,11 @@ pub struct AssumeFresh;
 impl InstallFiles for AssumeFresh {
     fn age(&self, _: &Path) -> io::Result<Duration> {
         Ok(Duration::from_secs(60))
+    }
+
+    /// Credential files exist too, readable by their owner only.
+    fn mode(&self, _: &Path) -> io::Result<u32> {
+        Ok(0o100_600)
     }
 }
 
@@ -166,6 +177,7 @@ impl Validator<'_> {
             self.forwarding_loop(&raw.network, network.as_ref(), l);
         }
         let lb = self.lb(&raw.lb, dir);
+        let control = super::validate_control::control(raw, &nodes, dir, files, self.p);
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -194,6 +206,7 @@ impl Validator<'_> {
                 None
             },
             state_dir,
+            control: control?,
         })
     }
 
