@@ -392,14 +392,14 @@ impl From<BodyError> for ExchangeError {
     }
 }
 
-/// rustls's error, also when tokio-rustls wrapped it in an `io::Error` (whose `source()`
-/// skips the wrapped error itself).
+/// rustls's error, also when it was wrapped in an `io::Error` (or two: tokio-rustls and the
+/// connector each wrap), whose `source()` skips the wrapped error itself.
 fn as_rustls<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    err.downcast_ref::<rustls::Error>().or_else(|| {
-        err.downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    })
+    if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner = err.downcast_ref::<std::io::Error>()?.get_ref()?;
+    as_rustls(inner)
 }
 
 /// Proxmox puts its message in the body (`message`, and per-parameter `errors`) and in the
