@@ -512,7 +512,10 @@ async fn tls_with_another_ca_or_fingerprint_is_refused() {
     let foreign = provider(&plan(&t.double, &Trust::Ca(&other.ca_file)));
     let err = foreign.version().await.unwrap_err();
     assert!(matches!(err, ControlError::Tls { .. }), "{err:?}");
-    assert!(err.to_string().contains("invalid peer certificate"), "{err}");
+    assert!(
+        err.to_string().contains("invalid peer certificate"),
+        "{err}"
+    );
     // Nothing reached the API without trust.
     assert!(t.double.with(|s| s.requests.len() == 1));
 }
