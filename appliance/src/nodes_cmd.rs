@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use okd_appliance::config::{self, InstallFiles, Provider as ProviderConfig, RealFiles};
 use okd_appliance::control::proxmox::ProxmoxProvider;
+use okd_appliance::control::redfish::RedfishProvider;
 use okd_appliance::control::{self, Action, ControlError, NodeReport, Outcome, Provider};
 use okd_appliance::journal::{EventKind, Journal};
 use okd_appliance::plan::Plan;
@@ -73,22 +74,19 @@ pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -
         Ok(m) => m,
         Err(code) => return code,
     };
-    let px = match &plan.provider {
-        ProviderConfig::Proxmox(px) => px.clone(),
-        ProviderConfig::None => {
-            if verb == Verb::List {
-                println!("{plan}");
-                for m in &machines {
-                    println!("{m}");
-                }
-                return ExitCode::SUCCESS;
+    if plan.provider == ProviderConfig::None {
+        if verb == Verb::List {
+            println!("{plan}");
+            for m in &machines {
+                println!("{m}");
             }
-            eprintln!(
-                "error: {file}: control.provider is none, so okd-appliance creates no machines: set control.provider (e.g. proxmox)"
-            );
-            return ExitCode::from(1);
+            return ExitCode::SUCCESS;
         }
-    };
+        eprintln!(
+            "error: {file}: control.provider is none, so okd-appliance creates no machines: set control.provider (e.g. proxmox)"
+        );
+        return ExitCode::from(1);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -100,14 +98,20 @@ pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -
         }
     };
     runtime.block_on(async {
-        let provider = match ProxmoxProvider::new(&px, plan.timeouts) {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(e.kind().exit_code());
+        match &plan.provider {
+            ProviderConfig::Proxmox(px) => match ProxmoxProvider::new(px, plan.timeouts) {
+                Ok(p) => act(&Arc::new(p), &plan, &machines, verb).await,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.kind().exit_code())
+                }
+            },
+            ProviderConfig::Redfish => {
+                let provider = Arc::new(RedfishProvider::new(plan.timeouts));
+                act(&provider, &plan, &machines, verb).await
             }
-        };
-        act(&provider, &plan, &machines, verb).await
+            ProviderConfig::None => ExitCode::SUCCESS,
+        }
     })
 }
 

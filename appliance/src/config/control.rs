@@ -61,6 +61,8 @@ pub enum Provider {
     /// The operator creates and powers the machines.
     None,
     Proxmox(Proxmox),
+    /// Bare metal (or anything with a BMC) through each node's Redfish service.
+    Redfish,
 }
 
 impl Provider {
@@ -68,6 +70,33 @@ impl Provider {
         match self {
             Provider::None => "none",
             Provider::Proxmox(_) => "proxmox",
+            Provider::Redfish => "redfish",
+        }
+    }
+}
+
+/// A node's Redfish BMC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bmc {
+    /// `https://host[:port]` (the service root is found under it) or a system's own URL.
+    pub url: String,
+    pub username: String,
+    pub password: SecretSource,
+    pub trust: BmcTrust,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BmcTrust {
+    Verify(TlsTrust),
+    /// `insecure: true`: any certificate (the handshake is still checked against it).
+    Insecure,
+}
+
+impl fmt::Display for BmcTrust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BmcTrust::Verify(t) => t.fmt(f),
+            BmcTrust::Insecure => f.write_str("any certificate (insecure: true)"),
         }
     }
 }
@@ -173,6 +202,8 @@ pub struct MachineSettings {
     pub install: InstallPath,
     /// An explicit Proxmox VM ID; the next free one when absent.
     pub vmid: Option<u32>,
+    /// The node's BMC, for provider redfish.
+    pub bmc: Option<Bmc>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -253,8 +253,33 @@ pub struct RawControl {
     pub install: Option<Text>,
     #[serde(default)]
     pub proxmox: Option<Spanned<RawProxmox>>,
+    /// Defaults for every node's BMC (each node names its own `machine.bmc.url`).
+    #[serde(default)]
+    pub redfish: Option<Spanned<RawBmc>>,
     #[serde(default)]
     pub timeouts: RawControlTimeouts,
+}
+
+/// A Redfish BMC: per node in `machine.bmc`, defaults in `control.redfish`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBmc {
+    /// `https://host[:port]`, or the system's own URL (`.../redfish/v1/Systems/<id>`).
+    #[serde(default)]
+    pub url: Option<Text>,
+    #[serde(default)]
+    pub username: Option<Text>,
+    #[serde(default)]
+    pub password_file: Option<Text>,
+    #[serde(default)]
+    pub password_env: Option<Text>,
+    #[serde(default)]
+    pub ca_file: Option<Text>,
+    #[serde(default)]
+    pub fingerprint: Option<Text>,
+    /// Accept any certificate from this BMC; only when set to true explicitly.
+    #[serde(default)]
+    pub insecure: Option<Spanned<bool>>,
 }
 
 /// A Proxmox VE node reached over its REST API with an API token.
@@ -325,4 +350,7 @@ pub struct RawMachine {
     /// The Proxmox VM ID; the next free one when absent.
     #[serde(default)]
     pub vmid: Option<Spanned<u32>>,
+    /// The node's BMC (provider redfish).
+    #[serde(default)]
+    pub bmc: Option<Spanned<RawBmc>>,
 }

@@ -16,7 +16,7 @@ use serde_saphyr::Location;
 use super::control::*;
 use super::diagnostic::Problems;
 use super::model::{Node, Role};
-use super::raw::{RawConfig, RawControl, RawMachine, RawProxmox, Text};
+use super::raw::{RawBmc, RawConfig, RawControl, RawMachine, RawNode, RawProxmox, Text};
 use super::validate::InstallFiles;
 
 const DEFAULT_ISO_STORAGE: &str = "local";
@@ -57,7 +57,18 @@ impl ControlValidator<'_, '_> {
             None => Some(ControlTimeouts::default()),
             Some(c) => self.timeouts(&c.value),
         };
-        let machines = self.machines(raw, nodes, default_install.unwrap_or(InstallPath::Pxe));
+        let redfish = match (&provider, section) {
+            (Some(Provider::Redfish), Some(c)) => Some(Redfish {
+                defaults: c.value.redfish.as_ref().map(|d| &d.value),
+            }),
+            _ => None,
+        };
+        let machines = self.machines(
+            raw,
+            nodes,
+            default_install.unwrap_or(InstallPath::Pxe),
+            redfish.as_ref(),
+        );
         if matches!(provider, Some(Provider::None)) {
             for n in &raw.nodes.value {
                 if let Some(m) = &n.machine {
@@ -97,7 +108,21 @@ impl ControlValidator<'_, '_> {
                     None
                 }
             },
-            "libvirt" | "redfish" => {
+            "redfish" => {
+                if let Some(url) = raw.redfish.as_ref().and_then(|d| d.value.url.as_ref()) {
+                    self.p
+                        .error(
+                            "config::control",
+                            url.referenced,
+                            "a BMC URL in control.redfish",
+                            "belongs to one node",
+                        )
+                        .hint("each node names its own BMC in `machine: { bmc: { url: ... } }`; control.redfish holds the defaults (username, password_file, ca_file...)");
+                    return None;
+                }
+                Some(Provider::Redfish)
+            }
+            "libvirt" => {
                 self.p
                     .error(
                         "config::control",
@@ -120,6 +145,20 @@ impl ControlValidator<'_, '_> {
                 None
             }
         };
+        if let Some(rf) = &raw.redfish
+            && name != "redfish"
+        {
+            self.p
+                .error(
+                    "config::control",
+                    rf.referenced,
+                    format!("redfish settings, but the provider is `{name}`"),
+                    "not used",
+                )
+                .also(raw.provider.referenced, "provider")
+                .hint("set `provider: redfish` or remove the redfish section");
+            return None;
+        }
         if let Some(px) = &raw.proxmox
             && name != "proxmox"
         {
@@ -577,6 +616,7 @@ impl ControlValidator<'_, '_> {
         raw: &RawConfig,
         nodes: &[Node],
         default_install: InstallPath,
+        redfish: Option<&Redfish<'_>>,
     ) -> Option<Vec<MachineSettings>> {
         let mut ok = true;
         let mut vmids: HashMap<u32, Location> = HashMap::new();
@@ -586,6 +626,30 @@ impl ControlValidator<'_, '_> {
             let settings = match &raw_node.machine {
                 None => node.map(|n| defaults(n, default_install)),
                 Some(m) => self.machine(&m.value, node, default_install),
+            };
+            let bmc = match redfish {
+                None => {
+                    if let Some(b) = raw_node.machine.as_ref().and_then(|m| m.value.bmc.as_ref()) {
+                        self.p
+                            .warning(
+                                "config::control",
+                                b.referenced,
+                                "a BMC without provider redfish is not used",
+                                "ignored",
+                            )
+                            .hint("set control.provider: redfish, or remove `bmc:`");
+                    }
+                    Some(None)
+                }
+                Some(rf) => self.bmc(raw_node, rf).map(Some),
+            };
+            let settings = match (settings, bmc) {
+                (Some(s), Some(bmc)) => Some(MachineSettings { bmc, ..s }),
+                (Some(_), None) => {
+                    ok = false;
+                    None
+                }
+                (None, _) => None,
             };
             if let Some(vmid) = raw_node
                 .machine
@@ -689,7 +753,143 @@ impl ControlValidator<'_, '_> {
             disk_gib: disk_gib?,
             install: install?,
             vmid: vmid?,
+            bmc: None,
         })
+    }
+
+    /// The node's BMC: its own settings over the `control.redfish` defaults.
+    fn bmc(&mut self, node: &RawNode, rf: &Redfish<'_>) -> Option<Bmc> {
+        let own = node.machine.as_ref().and_then(|m| m.value.bmc.as_ref());
+        let empty = RawBmc::default();
+        let defaults = rf.defaults.unwrap_or(&empty);
+        let Some((own, at)) = own.map(|b| (&b.value, b.referenced)) else {
+            self.p
+                .error(
+                    "config::control",
+                    node.name.referenced,
+                    format!("node {} has no BMC", node.name.value),
+                    "no machine.bmc",
+                )
+                .hint("add `machine: { bmc: { url: https://<bmc address> } }` to the node");
+            return None;
+        };
+        let Some(url_text) = &own.url else {
+            self.p.error(
+                "config::control",
+                at,
+                "the node's BMC has no url",
+                "bmc without url",
+            );
+            return None;
+        };
+        let url = self.bmc_url(url_text);
+        let username = match own.username.as_ref().or(defaults.username.as_ref()) {
+            Some(u) if !u.value.trim().is_empty() && !u.value.contains(':') => {
+                Some(u.value.clone())
+            }
+            Some(u) => {
+                self.p.error(
+                    "config::secret",
+                    u.referenced,
+                    "not a BMC user name",
+                    "user name",
+                );
+                None
+            }
+            None => {
+                self.p
+                    .error(
+                        "config::secret",
+                        at,
+                        "the node's BMC has no username",
+                        "no username",
+                    )
+                    .hint("set `username:` here or in control.redfish");
+                None
+            }
+        };
+        let password = if own.password_file.is_some() || own.password_env.is_some() {
+            self.secret(
+                own.password_file.as_ref(),
+                own.password_env.as_ref(),
+                at,
+                "password",
+            )
+        } else {
+            self.secret(
+                defaults.password_file.as_ref(),
+                defaults.password_env.as_ref(),
+                at,
+                "password",
+            )
+        };
+        let sets_trust = |b: &RawBmc| {
+            b.ca_file.is_some()
+                || b.fingerprint.is_some()
+                || b.insecure.as_ref().is_some_and(|i| i.value)
+        };
+        let level = if sets_trust(own) { own } else { defaults };
+        let trust = match level.insecure.as_ref().filter(|i| i.value) {
+            Some(insecure) if level.ca_file.is_some() || level.fingerprint.is_some() => {
+                self.p
+                    .error(
+                        "config::tls",
+                        insecure.referenced,
+                        "insecure: true beside a CA file or fingerprint",
+                        "contradicts the other",
+                    )
+                    .hint("keep the CA file or fingerprint, and drop `insecure`");
+                None
+            }
+            Some(_) => Some(BmcTrust::Insecure),
+            None => self
+                .trust(
+                    level.ca_file.as_ref(),
+                    level.fingerprint.as_ref(),
+                    url_text.referenced,
+                )
+                .map(BmcTrust::Verify),
+        };
+        Some(Bmc {
+            url: url?,
+            username: username?,
+            password: password?,
+            trust: trust?,
+        })
+    }
+
+    /// `https://host[:port]`, optionally with the path of one system.
+    fn bmc_url(&mut self, raw: &Text) -> Option<String> {
+        let parsed = match url::Url::parse(&raw.value) {
+            Ok(u) if u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty()) => u,
+            _ => {
+                self.p
+                    .error(
+                        "config::control",
+                        raw.referenced,
+                        format!("`{}` is not an https URL", raw.value),
+                        "not https",
+                    )
+                    .hint("e.g. https://10.1.0.5 (Redfish runs over TLS; BMC credentials never go in clear text)");
+                return None;
+            }
+        };
+        let path = parsed.path().trim_end_matches('/');
+        if !(path.is_empty() || path.starts_with("/redfish/v1/Systems/"))
+            || parsed.query().is_some()
+            || !parsed.username().is_empty()
+        {
+            self.p
+                .error(
+                    "config::control",
+                    raw.referenced,
+                    "a BMC URL is the BMC's address, or the URL of one system",
+                    "unexpected path",
+                )
+                .hint("e.g. https://10.1.0.5 or https://10.1.0.5/redfish/v1/Systems/1");
+            return None;
+        }
+        Some(parsed.as_str().trim_end_matches('/').to_owned())
     }
 
     fn below_minimum(&mut self, at: Location, role: Role, minimum: &str) {
@@ -737,6 +937,11 @@ impl ControlValidator<'_, '_> {
     }
 }
 
+/// The defaults every node's BMC starts from.
+struct Redfish<'a> {
+    defaults: Option<&'a RawBmc>,
+}
+
 /// Every default filled in: the role's documented minimum.
 fn defaults(node: &Node, install: InstallPath) -> MachineSettings {
     let min = Minimum::of(node.role);
@@ -747,6 +952,7 @@ fn defaults(node: &Node, install: InstallPath) -> MachineSettings {
         disk_gib: min.disk_gib,
         install,
         vmid: None,
+        bmc: None,
     }
 }
 

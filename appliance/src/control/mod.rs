@@ -15,8 +15,11 @@
 //!   bound per action in [`run`]).
 //! - Credentials are read when acting, from a file or the environment, and never printed.
 
+pub mod https;
 pub mod proxmox;
+pub mod redfish;
 pub mod secret;
+pub mod tls;
 
 use std::fmt;
 use std::future::Future;

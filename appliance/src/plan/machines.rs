@@ -8,7 +8,7 @@
 use std::fmt;
 
 use crate::config::{
-    Config, ControlTimeouts, InstallPath, MacAddr, MachineSettings, Provider, Role,
+    Bmc, Config, ControlTimeouts, InstallPath, MacAddr, MachineSettings, Provider, Role,
 };
 
 /// Everything the control module needs: which provider, its limits, and one spec per node.
@@ -30,6 +30,7 @@ impl fmt::Display for ControlPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.provider {
             Provider::None => f.write_str("provider none: machines are created by hand"),
+            Provider::Redfish => f.write_str("provider redfish: each node's BMC"),
             Provider::Proxmox(px) => {
                 write!(
                     f,
@@ -69,6 +70,8 @@ pub struct MachineSpec {
     pub disk_gib: u64,
     /// An explicit VM ID (Proxmox); the provider picks one when absent.
     pub vmid: Option<u32>,
+    /// The node's BMC (Redfish): where to find the machine and how to log in.
+    pub bmc: Option<Bmc>,
     pub install: InstallMedium,
     /// Boot devices, first tried first.
     pub boot_order: Vec<BootDevice>,
@@ -169,6 +172,7 @@ fn spec(
         memory_mib: settings.memory_mib,
         disk_gib: settings.disk_gib,
         vmid: settings.vmid,
+        bmc: settings.bmc.clone(),
         install,
         boot_order,
     }
@@ -178,9 +182,8 @@ fn spec(
 impl fmt::Display for MachineSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({}): vm {}, ", self.node, self.role, self.vm_name)?;
-        match self.vmid {
-            Some(id) => write!(f, "vmid {id}, ")?,
-            None => f.write_str("vmid next free, ")?,
+        if let Some(id) = self.vmid {
+            write!(f, "vmid {id}, ")?;
         }
         write!(
             f,
@@ -191,6 +194,13 @@ impl fmt::Display for MachineSpec {
         f.write_str(&order.join(","))?;
         if let InstallMedium::Iso { url, file_name } = &self.install {
             write!(f, ", iso {url} as {file_name}")?;
+        }
+        if let Some(bmc) = &self.bmc {
+            write!(
+                f,
+                ", bmc {} as {} (password from {}, trust {})",
+                bmc.url, bmc.username, bmc.password, bmc.trust
+            )?;
         }
         Ok(())
     }
@@ -209,6 +219,7 @@ mod tests {
             disk_gib: 120,
             install,
             vmid: None,
+            bmc: None,
         };
         let mac = MacAddr([0x52, 0x54, 0, 0, 0, 5]);
         let iso = spec(

@@ -8,21 +8,17 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 use super::spell;
-use super::tls;
 use crate::config::Proxmox;
-use crate::control::ControlError;
+use crate::control::https::{self, HttpsClient};
 use crate::control::secret::{self, Secret};
+use crate::control::{ControlError, tls};
 
 /// Characters a path segment keeps as they are: RFC 3986 unreserved, and `:`, `@` and `!`,
 /// which UPIDs and token names are full of and a path segment may hold. `/` (in volume IDs)
@@ -35,8 +31,6 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b':')
     .remove(b'@')
     .remove(b'!');
-/// An answer larger than this is not from Proxmox's API.
-const MAX_BODY: usize = 16 * 1024 * 1024;
 
 /// A path segment (node, storage, volume, UPID), percent-encoded.
 pub fn seg(s: &str) -> String {
@@ -101,7 +95,7 @@ pub enum TaskEnd {
 }
 
 pub struct Api {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     /// `https://host:port/api2/json`.
     base: String,
     endpoint: String,
@@ -152,17 +146,7 @@ impl Api {
             endpoint: px.url.clone(),
             reason: e.to_string(),
         })?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(request_timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(https);
+        let client = https::client(tls, request_timeout);
         Ok(Api {
             client,
             base: format!("{}/api2/json", px.url),
@@ -230,39 +214,16 @@ impl Api {
                 "can't build the request {method} {path}: {e}"
             )))
         })?;
-        let exchange = async {
-            let response = self.client.request(request).await?;
-            let status = response.status();
-            let reason = response
-                .extensions()
-                .get::<hyper::ext::ReasonPhrase>()
-                .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
-            let body = http_body_util::Limited::new(response.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(BodyError)?
-                .to_bytes();
-            Ok::<_, ExchangeError>((status, reason, body))
-        };
-        let (status, reason, body) = match tokio::time::timeout(self.request_timeout, exchange)
-            .await
-        {
-            Err(_) => {
-                return Err(PveError::Control(ControlError::Timeout(format!(
-                    "{method} {path}: no answer from {} within {}",
-                    self.endpoint,
-                    humantime::format_duration(self.request_timeout)
-                ))));
-            }
-            Ok(Err(ExchangeError::Client(e))) => return Err(PveError::Control(self.transport(&e))),
-            Ok(Err(ExchangeError::Body(e))) => {
-                return Err(PveError::Control(ControlError::Failed(format!(
-                    "{method} {path}: reading the answer: {}",
-                    e.0
-                ))));
-            }
-            Ok(Ok(answer)) => answer,
-        };
+        let what = format!("{method} {path}");
+        let answer = https::exchange(
+            &self.client,
+            request,
+            self.request_timeout,
+            &self.endpoint,
+            &what,
+        )
+        .await?;
+        let (status, reason, body) = (answer.status, answer.reason, answer.body);
         let json: Option<Value> = serde_json::from_slice(&body).ok();
         if status.is_success() {
             return match json {
@@ -298,26 +259,6 @@ impl Api {
                 message,
             },
         })
-    }
-
-    /// A request that got no HTTP answer: TLS refused, connection refused, or lost.
-    fn transport(&self, e: &hyper_util::client::legacy::Error) -> ControlError {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-        let mut deepest = e.to_string();
-        while let Some(err) = source {
-            if let Some(tls) = as_rustls(err) {
-                return ControlError::Tls {
-                    endpoint: self.endpoint.clone(),
-                    reason: tls.to_string(),
-                };
-            }
-            deepest = err.to_string();
-            source = err.source();
-        }
-        ControlError::Unreachable {
-            endpoint: self.endpoint.clone(),
-            reason: deepest,
-        }
     }
 
     /// Waits until the task `upid` stops, polling every `poll`, for at most `limit`.
@@ -370,36 +311,6 @@ impl Api {
             tokio::time::sleep(poll).await;
         }
     }
-}
-
-#[derive(Debug)]
-struct BodyError(Box<dyn std::error::Error + Send + Sync>);
-
-enum ExchangeError {
-    Client(hyper_util::client::legacy::Error),
-    Body(BodyError),
-}
-
-impl From<hyper_util::client::legacy::Error> for ExchangeError {
-    fn from(e: hyper_util::client::legacy::Error) -> Self {
-        ExchangeError::Client(e)
-    }
-}
-
-impl From<BodyError> for ExchangeError {
-    fn from(e: BodyError) -> Self {
-        ExchangeError::Body(e)
-    }
-}
-
-/// rustls's error, also when it was wrapped in an `io::Error` (or two: tokio-rustls and the
-/// connector each wrap), whose `source()` skips the wrapped error itself.
-fn as_rustls<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-        return Some(tls);
-    }
-    let inner = err.downcast_ref::<std::io::Error>()?.get_ref()?;
-    as_rustls(inner)
 }
 
 /// Proxmox puts its message in the body (`message`, and per-parameter `errors`) and in the

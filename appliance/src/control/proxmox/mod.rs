@@ -14,7 +14,6 @@
 
 mod api;
 pub mod spell;
-pub mod tls;
 
 use std::time::Duration;
 

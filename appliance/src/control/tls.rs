@@ -1,6 +1,8 @@
 //! Trust for a provider's HTTPS API: a CA file (the certificate must chain to it and name the
 //! host) or a pinned SHA-256 fingerprint of the certificate itself (Proxmox's self-signed
-//! default, as `pvenode cert info` prints it). There is no setting that verifies nothing.
+//! default, as `pvenode cert info` prints it). Only a BMC may be trusted blindly, and only with
+//! `insecure: true` written in its config; even then the handshake must be signed by the key of
+//! the certificate it presents.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,6 +42,19 @@ pub fn client_config(trust: &TlsTrust) -> Result<ClientConfig, TrustError> {
             }))
             .with_no_client_auth(),
     })
+}
+
+/// Any certificate (a BMC with `insecure: true`): the handshake signatures are still checked.
+pub fn client_config_insecure() -> Result<ClientConfig, TrustError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()?;
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate {
+            algorithms: provider.signature_verification_algorithms,
+        }))
+        .with_no_client_auth())
 }
 
 fn roots(path: &Path) -> Result<RootCertStore, TrustError> {
@@ -97,6 +112,47 @@ impl ServerCertVerifier for PinnedFingerprint {
                 colon_hex(&self.digest)
             )))
         }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Accepts any certificate; the handshake must still be signed with its key.
+#[derive(Debug)]
+struct AnyCertificate {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
