@@ -14,6 +14,7 @@ PACKAGES=(
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
+  python3-venv
 )
 
 missing=()
@@ -56,6 +57,15 @@ if ! cargo fetch --quiet; then
   fi
   export CARGO_NET_OFFLINE=true
 fi
+
+# sushy-emulator (PyPI sushy-tools), the Redfish BMC the control module's tests drive, in a
+# venv of its own; tests/e2e/redfish.rs finds it through OKD_SUSHY_EMULATOR.
+SUSHY_VENV=${OKD_SUSHY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/okd-appliance/sushy-venv}
+if [[ ! -x $SUSHY_VENV/bin/sushy-emulator ]]; then
+  python3 -m venv "$SUSHY_VENV"
+  "$SUSHY_VENV/bin/pip" install --quiet sushy-tools
+fi
+export OKD_SUSHY_EMULATOR=$SUSHY_VENV/bin/sushy-emulator
 
 cargo "${CARGO_SOURCE[@]}" fmt --all -- --check
 cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings

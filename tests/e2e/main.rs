@@ -12,6 +12,7 @@ mod http;
 mod lb;
 mod lb_support;
 mod lb_tls;
+mod redfish;
 mod render_peers;
 mod support;
 mod systemd_unit;

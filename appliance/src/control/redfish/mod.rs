@@ -310,14 +310,17 @@ impl System {
                 strings(allowed)
             )));
         }
+        // Some BMCs (sushy-emulator among them) keep an override as `Continuous` whatever
+        // was asked: the next boot is from `target` either way, so that counts as in effect.
         if boot.get("BootSourceOverrideTarget").and_then(Value::as_str) == Some(target)
-            && boot
-                .get("BootSourceOverrideEnabled")
-                .and_then(Value::as_str)
-                == Some("Once")
+            && matches!(
+                boot.get("BootSourceOverrideEnabled")
+                    .and_then(Value::as_str),
+                Some("Once" | "Continuous")
+            )
         {
             return Ok(Outcome::Unchanged(format!(
-                "{} boots once from {target}",
+                "{} boots from {target}",
                 self.path
             )));
         }
