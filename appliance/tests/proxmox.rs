@@ -366,6 +366,10 @@ async fn lock_timeouts_are_retried_with_backoff() {
     let msg = err.to_string();
     assert!(msg.contains("can't lock file"), "{msg}");
     assert!(msg.contains("no VM was left behind"), "{msg}");
+    assert!(
+        msg.contains("the ISO local:iso/worker-0.okd.lab.example.com.iso stays"),
+        "{msg}"
+    );
     assert_eq!(err.kind(), FailureKind::Action);
 }
 

@@ -424,6 +424,15 @@ impl ProxmoxProvider {
                 m.vm_name
             ),
         };
+        let mut left = left;
+        if let InstallMedium::Iso { file_name, .. } = &m.install {
+            // Downloaded before the create; kept for the next attempt.
+            left.push_str(&format!(
+                "; the ISO {} stays (`nodes destroy {}` removes it)",
+                spell::iso_volume(&self.px, file_name),
+                m.node
+            ));
+        }
         let mut e = err.into_control(&format!("creating {} as vm {vmid}", m.vm_name));
         match &mut e {
             ControlError::Failed(msg) | ControlError::Timeout(msg) => msg.push_str(&left),
