@@ -2,7 +2,8 @@
 //!
 //! It serves HTTPS on 127.0.0.1 with a certificate from a test CA made here, checks the API
 //! token of every request, and validates every request against the official schema
-//! (`schema.rs`): a violation is recorded (and answered 400 as Proxmox would), and
+//! (`schema.rs`), and its own answers against the schema's `returns`: a violation is recorded
+//! (a bad request is answered 400 as Proxmox would), and
 //! [`PveDouble::assert_clean`] (also run on drop) fails the test for it. It keeps VMs, tasks
 //! and ISO volumes, answers with Proxmox's shapes (UPIDs, task status with `exitstatus`,
 //! `{"data": ...}` envelopes, error messages in body and reason phrase), and injects the
@@ -219,6 +220,7 @@ impl PveDouble {
         self.with(|s| {
             let mut config = BTreeMap::new();
             config.insert("name".into(), name.into());
+            config.insert("digest".into(), format!("{vmid:040x}"));
             config.insert("net0".into(), format!("virtio={mac},bridge=vmbr1"));
             config.insert("cores".into(), "4".into());
             config.insert("memory".into(), "16384".into());
@@ -309,15 +311,66 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
     if state.lock().unwrap().faults.stall {
         std::future::pending::<()>().await;
     }
+    let (reply, returns) = answer(
+        state,
+        schema,
+        &method,
+        &path,
+        &query,
+        auth.as_deref(),
+        &content_type,
+        &body,
+    );
+    let Some(returns) = returns else {
+        return reply;
+    };
+    // The double's own answers must have the shapes the schema promises.
+    let (parts, body) = reply.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if parts.status == StatusCode::OK {
+        let data = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("data").cloned())
+            .unwrap_or(Value::Null);
+        let problems = schema::check_return(&returns, &data, "data");
+        if !problems.is_empty() {
+            state.lock().unwrap().violations.extend(
+                problems.into_iter().map(|p| {
+                    format!("the double answered {method} {path} against the schema: {p}")
+                }),
+            );
+        }
+    }
+    Response::from_parts(parts, Full::new(body))
+}
+
+/// Everything but the final body check, with the state locked: the reply, and the `returns`
+/// schema of the endpoint when the request reached it.
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    state: &Mutex<State>,
+    schema: &schema::Schema,
+    method: &str,
+    path: &str,
+    query: &str,
+    auth: Option<&str>,
+    content_type: &str,
+    body: &Bytes,
+) -> (Reply, Option<Value>) {
+    let method = method.to_owned();
     let mut s = state.lock().unwrap();
     s.requests.push(format!("{method} {path}"));
-    if auth.as_deref() != Some(&format!("PVEAPIToken={TOKEN_ID}={SECRET}")) {
-        return error(401, "authentication failure");
+    if auth != Some(&format!("PVEAPIToken={TOKEN_ID}={SECRET}")) {
+        return (error(401, "authentication failure"), None);
     }
     let Some(rest) = path.strip_prefix("/api2/json") else {
         s.violations
             .push(format!("{method} {path}: not under /api2/json"));
-        return error(404, "not found");
+        return (error(404, "not found"), None);
     };
     let segments: Vec<String> = rest
         .split('/')
@@ -331,7 +384,10 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
     let Some(matched) = schema.route(&segments) else {
         s.violations
             .push(format!("{method} {path}: no such path in the schema"));
-        return error(501, &format!("Method '{method} {rest}' not implemented"));
+        return (
+            error(501, &format!("Method '{method} {rest}' not implemented")),
+            None,
+        );
     };
     let mut params = matched.path_params.clone();
     let mut form_params = Vec::new();
@@ -353,7 +409,7 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
                 s.violations
                     .push(format!("{method} {path}: body of type {content_type:?}"));
             }
-            form_params.extend(url::form_urlencoded::parse(&body).into_owned());
+            form_params.extend(url::form_urlencoded::parse(body).into_owned());
         }
     }
     for (k, v) in form_params {
@@ -370,19 +426,34 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
             .map(|v| ("request".to_owned(), Value::String(v.clone())))
             .collect();
         s.violations.extend(violations);
-        return error_with(
-            400,
-            "Parameter verification failed.",
-            Some(Value::Object(errors)),
+        return (
+            error_with(
+                400,
+                "Parameter verification failed.",
+                Some(Value::Object(errors)),
+            ),
+            None,
         );
     }
     if let Some((priv_path, privilege)) = withheld(&s, &matched, &method, &params) {
-        return error(
-            403,
-            &format!("Permission check failed ({priv_path}, {privilege})"),
+        return (
+            error(
+                403,
+                &format!("Permission check failed ({priv_path}, {privilege})"),
+            ),
+            None,
         );
     }
-    route(&mut s, &matched.template, &method, &params)
+    let returns = matched
+        .info
+        .get(method.as_str())
+        .and_then(|i| i.get("returns"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    (
+        route(&mut s, &matched.template, &method, &params),
+        Some(returns),
+    )
 }
 
 /// The first privilege this request needs that the token lacks, with its ACL path.
@@ -541,7 +612,10 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                     id,
                     Vm {
                         name: format!("someone-else-{id}"),
-                        config: BTreeMap::from([("name".into(), format!("someone-else-{id}"))]),
+                        config: BTreeMap::from([
+                            ("name".into(), format!("someone-else-{id}")),
+                            ("digest".into(), format!("{id:040x}")),
+                        ]),
                         running: false,
                         ignores_acpi: false,
                     },

@@ -168,6 +168,59 @@ pub fn check(
     out
 }
 
+/// Problems of an answer's `data` against the method's `returns` schema. Numbers and booleans
+/// may come as strings, as Proxmox's Perl sends them (`nextid` answers `"100"`).
+pub fn check_return(schema: &Value, value: &Value, at: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(ty) = schema.get("type").and_then(Value::as_str) else {
+        return out;
+    };
+    let numeric = |v: &Value| v.is_number() || v.as_str().is_some_and(|s| s.parse::<f64>().is_ok());
+    let fits = match ty {
+        "null" => value.is_null(),
+        "string" => value.is_string(),
+        "integer" | "number" => numeric(value),
+        "boolean" => {
+            value.is_boolean()
+                || matches!(value.as_i64(), Some(0 | 1))
+                || matches!(value.as_str(), Some("0" | "1"))
+        }
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        "any" => true,
+        other => {
+            out.push(format!(
+                "{at}: the schema's type {other} is unknown to the double"
+            ));
+            return out;
+        }
+    };
+    // An optional answer may be null (DELETE of a volume without a task).
+    let optional = is_optional(schema);
+    if !fits && !(optional && value.is_null()) {
+        out.push(format!("{at}: expected {ty}, got {value}"));
+        return out;
+    }
+    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in values.iter().enumerate() {
+            out.extend(check_return(items, v, &format!("{at}[{i}]")));
+        }
+    }
+    if let (Some(props), Some(fields)) = (
+        schema.get("properties").and_then(Value::as_object),
+        value.as_object(),
+    ) {
+        for (name, prop) in props {
+            match fields.get(name) {
+                Some(v) => out.extend(check_return(prop, v, &format!("{at}.{name}"))),
+                None if !is_optional(prop) => out.push(format!("{at}.{name} is missing")),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
 /// `net0` is defined as `net[n]`.
 fn property<'a>(props: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     if let Some(p) = props.get(name) {
