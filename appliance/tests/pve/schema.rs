@@ -197,7 +197,8 @@ pub fn check_return(schema: &Value, value: &Value, at: &str) -> Vec<String> {
     };
     // An optional answer may be null (DELETE of a volume without a task).
     let optional = is_optional(schema);
-    if !fits && !(optional && value.is_null()) {
+    let accepted = fits || (optional && value.is_null());
+    if !accepted {
         out.push(format!("{at}: expected {ty}, got {value}"));
         return out;
     }
