@@ -14,7 +14,7 @@ PACKAGES=(
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
-  python3-venv
+  python3-venv libvirt-clients libxml2-utils
 )
 
 missing=()

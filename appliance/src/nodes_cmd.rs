@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use okd_appliance::config::{self, InstallFiles, Provider as ProviderConfig, RealFiles};
+use okd_appliance::control::libvirt::LibvirtProvider;
 use okd_appliance::control::proxmox::ProxmoxProvider;
 use okd_appliance::control::redfish::RedfishProvider;
 use okd_appliance::control::{self, Action, ControlError, NodeReport, Outcome, Provider};
@@ -106,6 +107,10 @@ pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -
                     ExitCode::from(e.kind().exit_code())
                 }
             },
+            ProviderConfig::Libvirt(lv) => {
+                let provider = Arc::new(LibvirtProvider::new(lv, plan.timeouts));
+                act(&provider, &plan, &machines, verb).await
+            }
             ProviderConfig::Redfish => {
                 let provider = Arc::new(RedfishProvider::new(plan.timeouts));
                 act(&provider, &plan, &machines, verb).await

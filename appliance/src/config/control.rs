@@ -63,6 +63,36 @@ pub enum Provider {
     Proxmox(Proxmox),
     /// Bare metal (or anything with a BMC) through each node's Redfish service.
     Redfish,
+    Libvirt(Libvirt),
+}
+
+/// A libvirt connection, driven through `virsh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Libvirt {
+    pub uri: String,
+    pub attach: LibvirtNet,
+    pub pool: String,
+    pub firmware: Firmware,
+    pub domain_type: DomainType,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LibvirtNet {
+    Network(String),
+    Bridge(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    Bios,
+    Uefi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainType {
+    Kvm,
+    /// Software emulation (TCG), where there is no KVM.
+    Qemu,
 }
 
 impl Provider {
@@ -71,6 +101,7 @@ impl Provider {
             Provider::None => "none",
             Provider::Proxmox(_) => "proxmox",
             Provider::Redfish => "redfish",
+            Provider::Libvirt(_) => "libvirt",
         }
     }
 }

@@ -257,7 +257,33 @@ pub struct RawControl {
     #[serde(default)]
     pub redfish: Option<Spanned<RawBmc>>,
     #[serde(default)]
+    pub libvirt: Option<Spanned<RawLibvirt>>,
+    #[serde(default)]
     pub timeouts: RawControlTimeouts,
+}
+
+/// A libvirt connection, driven through `virsh`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLibvirt {
+    /// `qemu:///system` (default) or a remote URI such as `qemu+ssh://root@kvm1/system`.
+    #[serde(default)]
+    pub uri: Option<Text>,
+    /// A libvirt network the NICs join (one of `network` and `bridge`).
+    #[serde(default)]
+    pub network: Option<Text>,
+    /// A host bridge the NICs join.
+    #[serde(default)]
+    pub bridge: Option<Text>,
+    /// The storage pool of the disks (`default` when absent).
+    #[serde(default)]
+    pub pool: Option<Text>,
+    /// `bios` (default) or `uefi`.
+    #[serde(default)]
+    pub firmware: Option<Text>,
+    /// `kvm` (default) or `qemu` (software emulation).
+    #[serde(default)]
+    pub domain_type: Option<Text>,
 }
 
 /// A Redfish BMC: per node in `machine.bmc`, defaults in `control.redfish`.

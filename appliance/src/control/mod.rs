@@ -16,6 +16,7 @@
 //! - Credentials are read when acting, from a file or the environment, and never printed.
 
 pub mod https;
+pub mod libvirt;
 pub mod proxmox;
 pub mod redfish;
 pub mod secret;

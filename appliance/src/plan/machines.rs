@@ -31,6 +31,24 @@ impl fmt::Display for ControlPlan {
         match &self.provider {
             Provider::None => f.write_str("provider none: machines are created by hand"),
             Provider::Redfish => f.write_str("provider redfish: each node's BMC"),
+            Provider::Libvirt(lv) => write!(
+                f,
+                "provider libvirt: {} pool {}, {}, {} firmware, {} domains",
+                lv.uri,
+                lv.pool,
+                match &lv.attach {
+                    crate::config::LibvirtNet::Network(n) => format!("network {n}"),
+                    crate::config::LibvirtNet::Bridge(b) => format!("bridge {b}"),
+                },
+                match lv.firmware {
+                    crate::config::Firmware::Bios => "bios",
+                    crate::config::Firmware::Uefi => "uefi",
+                },
+                match lv.domain_type {
+                    crate::config::DomainType::Kvm => "kvm",
+                    crate::config::DomainType::Qemu => "qemu",
+                }
+            ),
             Provider::Proxmox(px) => {
                 write!(
                     f,
