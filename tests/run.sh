@@ -15,6 +15,7 @@ PACKAGES=(
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
   python3-venv libvirt-clients libxml2-utils
+  libvirt-daemon-system qemu-system-x86 qemu-block-extra ipxe-qemu
 )
 
 missing=()

@@ -12,6 +12,7 @@ mod http;
 mod lb;
 mod lb_support;
 mod lb_tls;
+mod libvirt;
 mod redfish;
 mod render_peers;
 mod support;
