@@ -14,8 +14,12 @@ PACKAGES=(
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
-  python3-venv libvirt-clients libxml2-utils
-  libvirt-daemon-system qemu-system-x86 qemu-block-extra ipxe-qemu
+  # Boot chain in VMs (tests/e2e/boot.rs): qemu with ipxe-qemu's ROMs, OVMF, iPXE's binaries for
+  # chainloading, Debian's kernel booted with the test initramfs (busybox, libc-bin's ldd).
+  qemu-system-x86 ipxe-qemu ipxe ovmf linux-image-amd64 libc-bin
+  # The control module's tests: sushy-emulator's venv, virsh and libvirtd (tests/e2e/libvirt.rs,
+  # with QEMU's curl driver for ISOs over HTTP), virt-xml-validate's xmllint.
+  python3-venv libvirt-clients libvirt-daemon-system qemu-block-extra libxml2-utils
 )
 
 missing=()

@@ -25,12 +25,27 @@ pub enum EventKind {
     DhcpAck { mac: MacAddr, ip: IpAddr },
     /// A node fetched its iPXE script.
     ScriptFetched { from: SocketAddr },
-    /// A node fetched its ignition config.
+    /// A node fetched its ignition config (the live installer does).
     IgnitionFetched { from: SocketAddr },
     /// A node fetched its role's ignition config (the one its own config merges).
     RoleIgnitionFetched {
         from: SocketAddr,
         file: &'static str,
+    },
+    /// The node's installed system fetched its role config for the first time since its
+    /// install: the node is installed and boots from disk from now on.
+    Installed {
+        from: SocketAddr,
+        file: &'static str,
+    },
+    /// The installer fetched the ignition again although the previous install never brought up
+    /// a system that fetched its role config (the install or its disk boot failed).
+    InstallRetried,
+    /// Ignition (`what`) asked for from an address it does not belong to; answered 403.
+    FetchRefused {
+        from: SocketAddr,
+        what: String,
+        why: &'static str,
     },
     /// A load-balancer backend changed health.
     BackendHealth {
@@ -79,6 +94,19 @@ impl fmt::Display for Event {
             EventKind::ReinstallRequested => write!(f, "reinstall requested"),
             EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
             EventKind::RoleIgnitionFetched { from, file } => write!(f, "{file} fetched by {from}"),
+            EventKind::Installed { from, file } => {
+                write!(
+                    f,
+                    "installed: its installed system fetched {file} from {from}"
+                )
+            }
+            EventKind::InstallRetried => write!(
+                f,
+                "installing again: no installed system fetched its role config after the last install"
+            ),
+            EventKind::FetchRefused { from, what, why } => {
+                write!(f, "{what} refused to {from} (403): {why}")
+            }
             EventKind::BackendHealth {
                 frontend,
                 backend,

@@ -1,5 +1,6 @@
 //! The TFTP server with curl's TFTP client on loopback: whole files with and without options,
-//! block-number rollover, and refusals for paths outside the boot directory.
+//! block-number rollover, a boot file that is a symlink out of the directory (as Debian
+//! installs ipxe.efi), and refusals for every other name.
 
 mod common;
 
@@ -84,7 +85,22 @@ listen: { tftp: ["127.0.0.1:0"], dns: [], dhcp: [], http: [], api: [], machine_c
         "block numbers past 65535"
     );
 
-    for bad in ["/../secret", "/escape", "/missing.efi"] {
+    // Debian's ipxe package installs ipxe.efi as a symlink to /boot/ipxe.efi: a boot file may
+    // point out of the directory (the name is one the DHCP server hands out).
+    let efi = dir.path().join("elsewhere.efi");
+    std::fs::write(&efi, b"an EFI binary").unwrap();
+    std::os::unix::fs::symlink(&efi, root.join("ipxe.efi")).unwrap();
+    assert!(curl(&format!("{base}/ipxe.efi"), &[], &out).success());
+    assert_eq!(std::fs::read(&out).unwrap(), b"an EFI binary");
+    // Nothing else is served, whether it exists in the directory or not.
+    std::fs::write(root.join("other.bin"), b"x").unwrap();
+    for bad in [
+        "/../secret",
+        "/escape",
+        "/missing.efi",
+        "/other.bin",
+        "undionly.kpxe/..",
+    ] {
         let _ = std::fs::remove_file(&out);
         let status = curl(&format!("{base}{bad}"), &[], &out);
         assert!(!status.success(), "{bad} was served");

@@ -1,6 +1,6 @@
 //! The HTTP boot server with curl in node namespaces: per-node iPXE scripts by MAC, ignition
-//! only to the node (or role) it belongs to, the install marker that turns the next script into
-//! a local boot until `okd-appliance node reinstall`, artifacts with HEAD, ranges, conditional
+//! only to the node (or role) it belongs to, the install phases (ignition fetched: try the disk
+//! once; role config fetched: installed, boot locally until `okd-appliance node reinstall`), artifacts with HEAD, ranges, conditional
 //! requests and 20 parallel downloads checked byte for byte, traversal attempts, and slow
 //! clients that must not starve anyone.
 
@@ -145,6 +145,20 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
         ign["storage"]["files"][0]["contents"]["source"],
         "data:,mst0%0A"
     );
+    // Its ignition fetched, the node is not installed yet: its next script boots the disk (and
+    // installs again if that fails); a further network boot without the installed system
+    // having fetched its role config means the disk did not boot: install again.
+    let script_url = format!("{BASE}/boot/52-54-00-00-00-11.ipxe");
+    let script = body(&mst0, &script_url);
+    assert!(
+        script.contains("sanboot --no-describe --drive 0x80 ||"),
+        "{script}"
+    );
+    assert!(script.contains("coreos.inst.ignition_url="), "{script}");
+    let script = body(&mst0, &script_url);
+    assert!(!script.contains("sanboot"), "{script}");
+    assert!(script.contains("coreos.inst.ignition_url="), "{script}");
+    assert!(!dir.path().join("state/installed/mst0").exists());
     let role = format!("{BASE}/ignition/roles/master.ign");
     assert_eq!(
         body(&mst0, &role),
@@ -159,6 +173,9 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
     for fetched in [
         "mst0: ignition fetched by 10.99.0.11:",
         "mst0: master.ign fetched by 10.99.0.11:",
+        "mst0: installed: its installed system fetched master.ign from 10.99.0.11:",
+        "mst0: ignition refused to 10.99.0.50:",
+        "wrk0: master.ign refused to 10.99.0.21:",
     ] {
         assert!(
             app.stderr().contains(fetched),
@@ -171,7 +188,8 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
         "ignition content must never be logged"
     );
 
-    // Having fetched its ignition, the node boots from disk next time, until reinstall.
+    // Its installed system having fetched the role config, the node boots from disk, until
+    // reinstall.
     let script = body(&mst0, &format!("{BASE}/boot/52-54-00-00-00-11.ipxe"));
     assert!(
         script.contains("is installed, booting from disk"),

@@ -24,8 +24,7 @@ const OFFER_HOLD: u64 = 60;
 /// A DECLINEd address (someone else uses it) rests this long.
 const DECLINE_HOLD: u64 = 600;
 /// Boot files for PXE firmware that is not iPXE yet, served by TFTP.
-pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
-pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
+pub use crate::plan::boot::{BIOS_BOOT_FILE, UEFI_BOOT_FILE};
 
 /// Lease state the server keeps between requests.
 #[derive(Debug)]
@@ -374,8 +373,15 @@ fn reply(
         Firmware::None => {}
         Firmware::Ipxe => {
             m.set_fname_str(&url);
-            m.opts_mut()
-                .insert(DhcpOption::BootfileName(url.into_bytes()));
+            let o = m.opts_mut();
+            o.insert(DhcpOption::BootfileName(url.into_bytes()));
+            // iPXE's encapsulated option 175.176 (no-pxedhcp = 1): this offer carries the
+            // boot file, so iPXE requests it at once instead of waiting 2 s for ProxyDHCP
+            // offers that never come.
+            o.insert(DhcpOption::Unknown(dhcproto::v4::UnknownOption::new(
+                OptionCode::Unknown(175),
+                vec![176, 1, 1],
+            )));
         }
         Firmware::BiosPxe | Firmware::UefiPxe => {
             let file = if firmware(req) == Firmware::BiosPxe {

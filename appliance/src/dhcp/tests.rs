@@ -319,6 +319,12 @@ fn firmware_gets_the_right_boot_file() {
         ipxe.message.fname_str().unwrap().unwrap(),
         "http://10.0.0.1:8080/boot/52-54-00-00-00-02.ipxe"
     );
+    // No ProxyDHCP wait: encapsulated 175.176 (no-pxedhcp) = 1, only for iPXE.
+    let no_pxedhcp = |m: &dhcproto::v4::Message| match m.opts().get(OptionCode::Unknown(175)) {
+        Some(DhcpOption::Unknown(o)) => o.data().to_vec(),
+        _ => Vec::new(),
+    };
+    assert_eq!(no_pxedhcp(&ipxe.message), [176, 1, 1]);
 
     let pxe = |arch: u16, class: &[u8], state: &mut State| {
         let opts = vec![
@@ -336,6 +342,7 @@ fn firmware_gets_the_right_boot_file() {
     };
     let bios = pxe(0, b"PXEClient:Arch:00000:UNDI:002001", &mut state);
     assert_eq!(bios.fname_str().unwrap().unwrap(), BIOS_BOOT_FILE);
+    assert!(no_pxedhcp(&bios).is_empty());
     assert_eq!(bios.siaddr(), Ipv4Addr::new(10, 0, 0, 1));
     let uefi = pxe(7, b"PXEClient:Arch:00007:UNDI:003016", &mut state);
     assert_eq!(uefi.fname_str().unwrap().unwrap(), UEFI_BOOT_FILE);

@@ -14,17 +14,47 @@ pub fn install_script(boot: &BootParams) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: install {node} ({role}, {mac}) to {dev}\n\
-         echo okd-appliance: installing {node} to {dev}\n\
-         kernel {kernel} initrd=main {args}\n\
-         initrd --name main {initramfs}\n\
-         boot\n",
+         {install}",
         node = boot.node,
         role = boot.role,
         mac = boot.mac,
         dev = boot.install_dev,
+        install = install_lines(boot),
+    )
+}
+
+fn install_lines(boot: &BootParams) -> String {
+    format!(
+        "echo okd-appliance: installing {node} to {dev}\n\
+         kernel {kernel} initrd=main {args}\n\
+         initrd --name main {initramfs}\n\
+         boot\n",
+        node = boot.node,
+        dev = boot.install_dev,
         kernel = boot.kernel_url,
         args = boot.kernel_args.join(" "),
         initramfs = boot.initramfs_url,
+    )
+}
+
+/// After the installer fetched the ignition and before the installed system fetched its role
+/// config: the disk was probably just written, so boot it; if it does not boot (the install
+/// failed), install again. On BIOS, iPXE's `sanboot` returns when the disk is not bootable and
+/// the script goes on to the install. On UEFI, iPXE can only hand the machine back to the
+/// firmware's boot order; if that brings it back to the network without an installed system
+/// having reported, the appliance serves the install script (see the HTTP service).
+pub fn first_boot_script(boot: &BootParams) -> String {
+    format!(
+        "#!ipxe\n\
+         # okd-appliance: {node} ({mac}) fetched its ignition; its installed system has not fetched its role config yet\n\
+         echo okd-appliance: {node} fetched its ignition; booting its disk (installing again if it does not boot)\n\
+         iseq ${{platform}} efi && exit 0 ||\n\
+         sanboot --no-describe --drive 0x80 ||\n\
+         echo okd-appliance: the disk of {node} did not boot\n\
+         {install}",
+        node = boot.node,
+        mac = boot.mac,
+        install = install_lines(boot),
     )
 }
 
@@ -89,6 +119,42 @@ mod tests {
             v["storage"]["files"][0]["contents"]["source"],
             "data:,master-0%0A"
         );
+    }
+
+    fn boot() -> BootParams {
+        BootParams {
+            node: "master-0".into(),
+            role: crate::config::Role::Master,
+            mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
+            ipv4: "10.0.0.2".parse().unwrap(),
+            ipv6: None,
+            kernel_url: "http://10.0.0.1:8080/artifacts/kernel".into(),
+            initramfs_url: "http://10.0.0.1:8080/artifacts/initramfs.img".into(),
+            rootfs_url: "http://10.0.0.1:8080/artifacts/rootfs.img".into(),
+            ignition_url: "http://10.0.0.1:8080/ignition/master-0.ign".into(),
+            install_dev: "/dev/sda".into(),
+            kernel_args: vec!["coreos.inst.install_dev=/dev/sda".into()],
+        }
+    }
+
+    #[test]
+    fn the_first_boot_tries_the_disk_then_installs() {
+        let script = first_boot_script(&boot());
+        let lines: Vec<&str> = script.lines().collect();
+        let at = |prefix: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} in\n{script}"))
+        };
+        assert_eq!(lines[0], "#!ipxe");
+        // UEFI leaves to the firmware; BIOS boots the disk and falls through when it can't.
+        assert!(at("iseq ${platform} efi && exit 0") < at("sanboot"));
+        assert!(lines[at("sanboot")].ends_with("||"), "{script}");
+        assert!(at("sanboot") < at("kernel "));
+        assert!(at("kernel ") < at("initrd ") && at("initrd ") < at("boot"));
+        assert!(script.ends_with(&install_lines(&boot())));
+        assert!(install_script(&boot()).ends_with(&install_lines(&boot())));
     }
 
     #[test]

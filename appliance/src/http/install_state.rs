@@ -1,34 +1,125 @@
-//! Which nodes have installed: a marker file per node in `<state_dir>/installed/`, written when
-//! the node fetches its ignition config. A node with a marker boots from its disk instead of
-//! reinstalling (no PXE loop); `okd-appliance node reinstall NAME` removes the marker.
+//! Where each node is in its install, as marker files under `<state_dir>`:
 //!
-//! Architecture invariant: files only; the HTTP service reads a marker per script request (one
-//! `stat`), so the CLI can change it while `serve` runs without any admin channel.
+//! - `ignition-fetched/<node>`: the live installer fetched the node's ignition (the install
+//!   started; the disk may or may not have been written);
+//! - `disk-boot-offered/<node>`: since then, a script told the node to try its disk;
+//! - `installed/<node>`: the node's installed system fetched its role config (the merge source
+//!   of its ignition), which only Ignition on the installed system's first boot does.
+//!
+//! Only the last one makes a node installed: a failed install (a wrong `install_dev`) fetches
+//! its ignition and then never boots an installed system, and marking it installed at that
+//! point sent it to a blank disk at every boot. `okd-appliance node reinstall NAME` removes all
+//! three.
+//!
+//! Architecture invariant: files only, plain `std::fs` (callers on the async runtime run these
+//! on its blocking pool); the HTTP service reads the phase per script request (up to three
+//! `stat`s), so the CLI can change it while `serve` runs without any admin channel.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-fn marker(state_dir: &Path, node: &str) -> PathBuf {
-    state_dir.join("installed").join(node)
+const IGNITION_FETCHED: &str = "ignition-fetched";
+const DISK_BOOT_OFFERED: &str = "disk-boot-offered";
+const INSTALLED: &str = "installed";
+
+/// What the appliance knows of a node's install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallPhase {
+    /// Nothing recorded: the next network boot installs.
+    NotInstalled,
+    /// The installer fetched the ignition; no installed system has fetched its role config
+    /// yet. `disk_boot_offered`: a script since then already told the node to try its disk.
+    IgnitionFetched { disk_boot_offered: bool },
+    /// The installed system fetched its role config: boot from disk until `node reinstall`.
+    Installed,
 }
 
-pub fn is_installed(state_dir: &Path, node: &str) -> bool {
-    marker(state_dir, node).exists()
+fn marker(state_dir: &Path, kind: &str, node: &str) -> PathBuf {
+    state_dir.join(kind).join(node)
 }
 
-pub fn mark_installed(state_dir: &Path, node: &str, when: &str) -> io::Result<()> {
-    let path = marker(state_dir, node);
+fn write(state_dir: &Path, kind: &str, node: &str, text: &str) -> io::Result<()> {
+    let path = marker(state_dir, kind, node);
     std::fs::create_dir_all(path.parent().expect("marker has a parent"))?;
-    std::fs::write(&path, format!("ignition fetched {when}\n"))
+    std::fs::write(&path, text)
 }
 
-/// Returns whether there was a marker to remove.
-pub fn reset(state_dir: &Path, node: &str) -> io::Result<bool> {
-    match std::fs::remove_file(marker(state_dir, node)) {
+/// Removes a marker; returns whether there was one.
+fn remove(state_dir: &Path, kind: &str, node: &str) -> io::Result<bool> {
+    match std::fs::remove_file(marker(state_dir, kind, node)) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+pub fn phase(state_dir: &Path, node: &str) -> InstallPhase {
+    if marker(state_dir, INSTALLED, node).exists() {
+        InstallPhase::Installed
+    } else if marker(state_dir, IGNITION_FETCHED, node).exists() {
+        InstallPhase::IgnitionFetched {
+            disk_boot_offered: marker(state_dir, DISK_BOOT_OFFERED, node).exists(),
+        }
+    } else {
+        InstallPhase::NotInstalled
+    }
+}
+
+/// The installer fetched the node's ignition: an install (or a reinstall) has started, so the
+/// node is not installed until its new system reports. Returns the phase before.
+pub fn record_ignition_fetched(
+    state_dir: &Path,
+    node: &str,
+    when: &str,
+) -> io::Result<InstallPhase> {
+    let before = phase(state_dir, node);
+    write(
+        state_dir,
+        IGNITION_FETCHED,
+        node,
+        &format!("ignition fetched {when}\n"),
+    )?;
+    remove(state_dir, DISK_BOOT_OFFERED, node)?;
+    remove(state_dir, INSTALLED, node)?;
+    Ok(before)
+}
+
+/// A script told the node to try its disk.
+pub fn record_disk_boot_offered(state_dir: &Path, node: &str, when: &str) -> io::Result<()> {
+    write(
+        state_dir,
+        DISK_BOOT_OFFERED,
+        node,
+        &format!("disk boot offered {when}\n"),
+    )
+}
+
+/// The node's installed system fetched its role config: it is installed. Returns the phase
+/// before (so the caller can tell a new install from a repeated fetch).
+pub fn record_role_config_fetched(
+    state_dir: &Path,
+    node: &str,
+    when: &str,
+) -> io::Result<InstallPhase> {
+    let before = phase(state_dir, node);
+    if before != InstallPhase::Installed {
+        write(
+            state_dir,
+            INSTALLED,
+            node,
+            &format!("role config fetched {when}\n"),
+        )?;
+    }
+    remove(state_dir, IGNITION_FETCHED, node)?;
+    remove(state_dir, DISK_BOOT_OFFERED, node)?;
+    Ok(before)
+}
+
+/// Forgets everything about the node's install. Returns whether it was marked installed.
+pub fn reset(state_dir: &Path, node: &str) -> io::Result<bool> {
+    remove(state_dir, IGNITION_FETCHED, node)?;
+    remove(state_dir, DISK_BOOT_OFFERED, node)?;
+    remove(state_dir, INSTALLED, node)
 }
 
 #[cfg(test)]
@@ -36,13 +127,72 @@ mod tests {
     use super::*;
 
     #[test]
-    fn markers_come_and_go() {
+    fn a_node_is_installed_only_once_its_system_fetched_the_role_config() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!is_installed(dir.path(), "master-0"));
-        mark_installed(dir.path(), "master-0", "now").unwrap();
-        assert!(is_installed(dir.path(), "master-0"));
-        assert!(reset(dir.path(), "master-0").unwrap());
-        assert!(!reset(dir.path(), "master-0").unwrap());
-        assert!(!is_installed(dir.path(), "master-0"));
+        let d = dir.path();
+        assert_eq!(phase(d, "m0"), InstallPhase::NotInstalled);
+        assert_eq!(
+            record_ignition_fetched(d, "m0", "t1").unwrap(),
+            InstallPhase::NotInstalled
+        );
+        assert_eq!(
+            phase(d, "m0"),
+            InstallPhase::IgnitionFetched {
+                disk_boot_offered: false
+            }
+        );
+        record_disk_boot_offered(d, "m0", "t2").unwrap();
+        assert_eq!(
+            phase(d, "m0"),
+            InstallPhase::IgnitionFetched {
+                disk_boot_offered: true
+            }
+        );
+        // The install is retried: a fresh attempt, no disk boot offered yet.
+        assert_eq!(
+            record_ignition_fetched(d, "m0", "t3").unwrap(),
+            InstallPhase::IgnitionFetched {
+                disk_boot_offered: true
+            }
+        );
+        assert_eq!(
+            phase(d, "m0"),
+            InstallPhase::IgnitionFetched {
+                disk_boot_offered: false
+            }
+        );
+        assert_ne!(
+            record_role_config_fetched(d, "m0", "t4").unwrap(),
+            InstallPhase::Installed
+        );
+        assert_eq!(phase(d, "m0"), InstallPhase::Installed);
+        assert_eq!(
+            record_role_config_fetched(d, "m0", "t5").unwrap(),
+            InstallPhase::Installed
+        );
+        assert_eq!(phase(d, "other"), InstallPhase::NotInstalled);
+    }
+
+    #[test]
+    fn reinstalling_and_resetting_forget_the_install() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        record_role_config_fetched(d, "m0", "t1").unwrap();
+        // An installer fetching the ignition again (a reinstall from an ISO, say): not
+        // installed until the new system reports.
+        assert_eq!(
+            record_ignition_fetched(d, "m0", "t2").unwrap(),
+            InstallPhase::Installed
+        );
+        assert!(matches!(
+            phase(d, "m0"),
+            InstallPhase::IgnitionFetched { .. }
+        ));
+        assert!(!reset(d, "m0").unwrap());
+        assert_eq!(phase(d, "m0"), InstallPhase::NotInstalled);
+        record_role_config_fetched(d, "m0", "t3").unwrap();
+        assert!(reset(d, "m0").unwrap());
+        assert!(!reset(d, "m0").unwrap());
+        assert_eq!(phase(d, "m0"), InstallPhase::NotInstalled);
     }
 }

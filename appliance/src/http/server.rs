@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::content;
 use super::files::{self, Decision, FileMeta};
-use super::install_state;
+use super::install_state::{self, InstallPhase};
 use super::sendfile::{Segments, SendfileStream};
 use crate::config::{MacAddr, Role};
 use crate::idle::Watched;
@@ -96,6 +96,10 @@ pub async fn serve(
                 .writev(true)
                 .header_read_timeout(HEADER_TIMEOUT)
                 .max_buf_size(MAX_HEAD)
+                // A client may close its sending side once the request is out (busybox `nc`
+                // in a boot environment, HTTP/1.0 scripts) and still wait for the answer;
+                // without this hyper drops the request in flight when it reads that EOF.
+                .half_close(true)
                 .serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
@@ -155,7 +159,7 @@ async fn handle(
         .strip_prefix("/boot/")
         .and_then(|p| p.strip_suffix(".ipxe"))
     {
-        return script(name, peer, plan, journal);
+        return script(req, name, peer, plan, journal).await;
     }
     if let Some(role) = path.strip_prefix("/ignition/roles/") {
         let role = Role::ALL.into_iter().find(|r| r.ignition_file() == role);
@@ -164,9 +168,14 @@ async fn handle(
         };
         // Role configs hold the cluster's secrets: only nodes of that role get them.
         let Some(node) = plan.boot.iter().find(|b| b.role == role && is_node(b, ip)) else {
-            tracing::warn!(
-                "http: {ip} asked for {} and is not a {role} node: 403",
-                role.ignition_file()
+            let asker = plan.boot.iter().find(|b| is_node(b, ip));
+            journal.publish(
+                asker.map(|b| b.node.clone()),
+                EventKind::FetchRefused {
+                    from: peer,
+                    what: role.ignition_file().to_owned(),
+                    why: "not the address of a node of that role",
+                },
             );
             return text(StatusCode::FORBIDDEN, "not a node of this role\n");
         };
@@ -176,6 +185,20 @@ async fn handle(
                 Some(node.node.clone()),
                 EventKind::RoleIgnitionFetched { from: peer, file },
             );
+            // Only Ignition on the installed system's first boot fetches the role config that
+            // the node's own ignition merges: this, not the installer's fetch, means installed.
+            let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+                install_state::record_role_config_fetched(dir, node, when)
+            })
+            .await;
+            match before {
+                Ok(InstallPhase::Installed) => {}
+                Ok(_) => journal.publish(
+                    Some(node.node.clone()),
+                    EventKind::Installed { from: peer, file },
+                ),
+                Err(e) => tracing::error!("can't record that {} installed: {e}", node.node),
+            }
         }
         return file(
             req,
@@ -194,10 +217,13 @@ async fn handle(
             return text(StatusCode::NOT_FOUND, "no such node\n");
         };
         if !is_node(node, ip) {
-            tracing::warn!(
-                "http: {ip} asked for the ignition of {} ({}): 403",
-                node.node,
-                node.ipv4
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::FetchRefused {
+                    from: peer,
+                    what: "ignition".to_owned(),
+                    why: "not the node's address",
+                },
             );
             return text(
                 StatusCode::FORBIDDEN,
@@ -205,14 +231,21 @@ async fn handle(
             );
         }
         if req.method() == Method::GET {
-            let when = httpdate::fmt_http_date(SystemTime::now());
-            if let Err(e) = install_state::mark_installed(&plan.state_dir, &node.node, &when) {
-                tracing::error!("can't record that {} installed: {e}", node.node);
-            }
             journal.publish(
                 Some(node.node.clone()),
                 EventKind::IgnitionFetched { from: peer },
             );
+            let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+                install_state::record_ignition_fetched(dir, node, when)
+            })
+            .await;
+            match before {
+                Ok(InstallPhase::IgnitionFetched { .. }) => {
+                    journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("can't record that {} is installing: {e}", node.node),
+            }
         }
         let body =
             content::node_ignition(&node.node, &role_ignition_url(&files.base_url, node.role));
@@ -224,13 +257,13 @@ async fn handle(
             None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
         };
     }
-    if let Some(rest) = path
-        .strip_prefix('/')
-        .filter(|p| *p == "ipxe.efi" || *p == "undionly.kpxe")
-    {
-        return match files::resolve(&files.ipxe_dir, rest) {
-            Some(p) => file(req, &p, "application/octet-stream", true, segments).await,
-            None => text(
+    if let Some(binary) = files.ipxe_binary(path) {
+        // `file` answers 404 when it is missing; say what to install.
+        return match tokio::fs::metadata(&binary).await {
+            Ok(m) if m.is_file() => {
+                file(req, &binary, "application/octet-stream", true, segments).await
+            }
+            _ => text(
                 StatusCode::NOT_FOUND,
                 "iPXE binary not installed (Debian: apt install ipxe)\n",
             ),
@@ -239,7 +272,13 @@ async fn handle(
     text(StatusCode::NOT_FOUND, "not found\n")
 }
 
-fn script(name: &str, peer: SocketAddr, plan: &Plan, journal: &Journal) -> Response<Body> {
+async fn script(
+    req: &Request<Incoming>,
+    name: &str,
+    peer: SocketAddr,
+    plan: &Plan,
+    journal: &Journal,
+) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
     let body = match node {
@@ -255,10 +294,34 @@ fn script(name: &str, peer: SocketAddr, plan: &Plan, journal: &Journal) -> Respo
                 Some(node.node.clone()),
                 EventKind::ScriptFetched { from: peer },
             );
-            if install_state::is_installed(&plan.state_dir, &node.node) {
-                content::local_boot_script(&node.node, node.mac)
-            } else {
-                content::install_script(node)
+            let phase = blocking_state(&plan.state_dir, &node.node, |dir, node, _| {
+                Ok(install_state::phase(dir, node))
+            })
+            .await
+            .unwrap_or(InstallPhase::NotInstalled);
+            match phase {
+                InstallPhase::Installed => content::local_boot_script(&node.node, node.mac),
+                InstallPhase::IgnitionFetched {
+                    disk_boot_offered: false,
+                } => {
+                    if req.method() == Method::GET {
+                        let offered =
+                            blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+                                install_state::record_disk_boot_offered(dir, node, when)
+                            })
+                            .await;
+                        if let Err(e) = offered {
+                            tracing::error!("can't record the disk boot of {}: {e}", node.node);
+                        }
+                    }
+                    content::first_boot_script(node)
+                }
+                // The disk boot offered after the install did not bring up an installed system
+                // (it would have fetched its role config before any new network boot).
+                InstallPhase::IgnitionFetched {
+                    disk_boot_offered: true,
+                }
+                | InstallPhase::NotInstalled => content::install_script(node),
             }
         }
     };
@@ -266,6 +329,20 @@ fn script(name: &str, peer: SocketAddr, plan: &Plan, journal: &Journal) -> Respo
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
+}
+
+/// Runs an install-state file operation for `node` on the blocking pool (marker files are
+/// plain file-system calls), with the current time as an HTTP date.
+async fn blocking_state<T: Send + 'static>(
+    state_dir: &Path,
+    node: &str,
+    op: fn(&Path, &str, &str) -> io::Result<T>,
+) -> io::Result<T> {
+    let (dir, node) = (state_dir.to_owned(), node.to_owned());
+    let when = httpdate::fmt_http_date(SystemTime::now());
+    tokio::task::spawn_blocking(move || op(&dir, &node, &when))
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {

@@ -17,8 +17,29 @@ pub struct BootFiles {
     /// The role ignition files from `openshift-install create ignition-configs`.
     pub ignition_dir: PathBuf,
     pub artifacts_dir: PathBuf,
-    /// undionly.kpxe and ipxe.efi (TFTP, and HTTP for UEFI HTTP boot).
+    /// undionly.kpxe and ipxe.efi (TFTP, and HTTP for UEFI HTTP boot); see
+    /// [`BootFiles::ipxe_binary`].
     pub ipxe_dir: PathBuf,
+}
+
+/// The iPXE binary that BIOS PXE firmware chainloads (over TFTP).
+pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
+/// The iPXE binary that UEFI firmware chainloads (over TFTP, or HTTP for UEFI HTTP boot).
+pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
+
+impl BootFiles {
+    /// Where the iPXE binary a client asked for by `name` lives (leading slashes ignored, as PXE
+    /// firmware sends both forms), or `None` for any name the DHCP server never hands out.
+    ///
+    /// The set of names is closed, so the file itself may be a symlink anywhere: Debian's ipxe
+    /// package installs `/usr/lib/ipxe/ipxe.efi` as a link to `/boot/ipxe.efi`, and a rule
+    /// refusing links out of the directory made the default `ipxe_dir` unable to serve it.
+    pub fn ipxe_binary(&self, name: &str) -> Option<PathBuf> {
+        let name = name.trim_start_matches('/');
+        [BIOS_BOOT_FILE, UEFI_BOOT_FILE]
+            .contains(&name)
+            .then(|| self.ipxe_dir.join(name))
+    }
 }
 
 pub fn files(config: &Config) -> BootFiles {
@@ -100,4 +121,37 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_boot_files_are_ipxe_binaries() {
+        let files = BootFiles {
+            base_url: "http://10.0.0.1:8080".into(),
+            ignition_dir: "/i".into(),
+            artifacts_dir: "/a".into(),
+            ipxe_dir: "/usr/lib/ipxe".into(),
+        };
+        assert_eq!(
+            files.ipxe_binary("ipxe.efi"),
+            Some(PathBuf::from("/usr/lib/ipxe/ipxe.efi"))
+        );
+        assert_eq!(
+            files.ipxe_binary("/undionly.kpxe"),
+            Some(PathBuf::from("/usr/lib/ipxe/undionly.kpxe"))
+        );
+        for other in [
+            "ipxe.lkrn",
+            "../ipxe.efi",
+            "ipxe.efi/..",
+            "",
+            "/",
+            "x/ipxe.efi",
+        ] {
+            assert_eq!(files.ipxe_binary(other), None, "{other}");
+        }
+    }
 }

@@ -1,7 +1,5 @@
 //! TFTP packets: read requests with their options in, OACK/DATA/ERROR out.
 
-use std::path::{Component, Path, PathBuf};
-
 pub const RRQ: u16 = 1;
 pub const WRQ: u16 = 2;
 pub const DATA: u16 = 3;
@@ -89,33 +87,6 @@ pub fn parse_request(packet: &[u8]) -> Request {
         }
     }
     Request::Read(req)
-}
-
-/// The file under `root` a request names, or why not. Leading slashes are ignored (PXE ROMs
-/// send both forms); `..`, absolute components and symlinks out of `root` are refused.
-pub fn resolve(root: &Path, file: &str) -> Result<PathBuf, (u16, &'static str)> {
-    let relative = Path::new(file.trim_start_matches('/'));
-    if file.contains('\\')
-        || relative
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_)))
-    {
-        return Err((code::ACCESS, "path outside the boot directory"));
-    }
-    let candidate = root.join(relative);
-    let real = candidate
-        .canonicalize()
-        .map_err(|_| (code::NOT_FOUND, "file not found"))?;
-    let real_root = root
-        .canonicalize()
-        .map_err(|_| (code::NOT_FOUND, "file not found"))?;
-    if !real.starts_with(&real_root) {
-        return Err((code::ACCESS, "path outside the boot directory"));
-    }
-    if !real.is_file() {
-        return Err((code::NOT_FOUND, "file not found"));
-    }
-    Ok(real)
 }
 
 pub fn error(code: u16, message: &str) -> Vec<u8> {
@@ -212,22 +183,5 @@ mod tests {
             parse_request(&[0, 1, b'f', 0]),
             Request::Refuse(code::ILLEGAL, _)
         ));
-    }
-
-    #[test]
-    fn paths_stay_inside_the_root() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ipxe");
-        std::fs::create_dir(&root).unwrap();
-        std::fs::write(root.join("ipxe.efi"), b"x").unwrap();
-        std::fs::write(dir.path().join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("link")).unwrap();
-        assert!(resolve(&root, "ipxe.efi").is_ok());
-        assert!(resolve(&root, "/ipxe.efi").is_ok());
-        for bad in ["../secret", "a/../../secret", "link", "..\\secret"] {
-            assert_eq!(resolve(&root, bad).unwrap_err().0, code::ACCESS, "{bad}");
-        }
-        assert_eq!(resolve(&root, "missing").unwrap_err().0, code::NOT_FOUND);
-        assert_eq!(resolve(&root, "").unwrap_err().0, code::NOT_FOUND);
     }
 }

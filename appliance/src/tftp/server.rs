@@ -2,7 +2,7 @@
 //! when an ACK does not come in time, and a transfer gives up after a few silent rounds.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,13 +58,13 @@ pub async fn serve(
                 .await;
             continue;
         };
-        let root = plan.load().files.ipxe_dir.clone();
+        let path = plan.load().files.ipxe_binary(&req.file);
         let token = token.clone();
         tokio::spawn(async move {
             let _permit = permit;
             tokio::select! {
                 () = token.cancelled() => {}
-                result = transfer(local, client, &root, req) => {
+                result = transfer(local, client, path, req) => {
                     if let Err(e) = result {
                         tracing::debug!("tftp transfer to {client}: {e}");
                     }
@@ -74,17 +74,27 @@ pub async fn serve(
     }
 }
 
+/// Sends the iPXE binary at `path` (`None`: the client asked for a name the DHCP server never
+/// hands out).
 async fn transfer(
     local: SocketAddr,
     client: SocketAddr,
-    root: &Path,
+    path: Option<PathBuf>,
     req: ReadRequest,
 ) -> std::io::Result<()> {
     // A fresh port on the address the request came to, so the reply's source is what the client expects.
     let socket = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await?;
     socket.connect(client).await?;
-    let path = match packet::resolve(root, &req.file) {
-        Ok(p) => p,
+    let checked = match &path {
+        None => Err((code::ACCESS, "only the iPXE boot files are served")),
+        // Followed if it is a symlink: the name is one of the boot files (see `ipxe_binary`).
+        Some(p) => match tokio::fs::metadata(p).await {
+            Ok(m) if m.is_file() => Ok((p.clone(), m.len())),
+            _ => Err((code::NOT_FOUND, "file not found")),
+        },
+    };
+    let (path, size) = match checked {
+        Ok(found) => found,
         Err((c, message)) => {
             tracing::info!(
                 "tftp {client}: {} refused: {message}",
@@ -94,7 +104,6 @@ async fn transfer(
             return Ok(());
         }
     };
-    let size = tokio::fs::metadata(&path).await?.len();
     if size > MAX_FILE {
         socket
             .send(&packet::error(code::UNDEFINED, "file too large for TFTP"))

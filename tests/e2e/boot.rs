@@ -1,0 +1,263 @@
+//! The boot chain in real VMs (qemu TCG on a tap of the services bridge) against the real
+//! appliance serving DHCP, TFTP and HTTP, with Debian's kernel and the test initramfs
+//! (harness::initramfs) playing CoreOS: BIOS with the iPXE ROM, OVMF's own PXE chainloading
+//! ipxe.efi over TFTP, OVMF with the iPXE ROM, OVMF's HTTP boot; an unknown MAC; a machine
+//! with a node's MAC at another address; an install that fails after fetching its ignition.
+
+use std::time::Duration;
+
+use harness::initramfs::{DISK_BOOT_BANNER, InitramfsBuilder, InstallMarker, Kernel, Outcome};
+use harness::vm::{Firmware, NicRom, UefiNetBoot, VmSpec};
+
+use crate::boot_support::{
+    BOOT_TIMEOUT, BootLab, DISK, MST0_IP, MST0_MAC, STRANGER_MAC, WRK0_MAC, assert_installed,
+    prerequisites, vm_slot,
+};
+
+#[test]
+fn bios_ipxe_rom_installs_then_boots_from_disk() {
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    let lab = BootLab::start("bbio", &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+
+    let first = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_installed(&first, "mst0", MST0_IP, MST0_MAC);
+    let banner = format!("{DISK_BOOT_BANNER} of mst0");
+    vm.wait_for_serial(&banner, BOOT_TIMEOUT).unwrap();
+    let serial = vm.serial();
+    println!("booted from disk after {:?}", vm.uptime());
+    assert!(
+        serial.contains("mst0 is installed, booting from disk"),
+        "the second boot got the local-boot script\n{}",
+        vm.console_tail()
+    );
+    assert_eq!(vm.results().len(), 1, "no reinstall\n{}", vm.console_tail());
+    let marker = InstallMarker::read(vm.disk().unwrap())
+        .unwrap()
+        .expect("marker");
+    assert_eq!(marker.get("ignition_sha256"), first.get("ignition_sha256"));
+    // SeaBIOS copies iPXE's text to the serial port late, so it may interleave with what the
+    // boot sector writes to the port directly: match the start of iPXE's line only.
+    let san = serial
+        .rfind("Booting from SAN device")
+        .expect("iPXE booted the disk");
+    assert!(san < serial.rfind(&banner).unwrap());
+    lab.assert_log(&format!("mst0: dhcp ack {MST0_IP} to {MST0_MAC}"));
+    lab.assert_log("mst0: ignition fetched by 10.99.0.11:");
+    lab.assert_log("mst0: master.ign fetched by 10.99.0.11:");
+    lab.assert_log("mst0: installed: its installed system fetched master.ign from 10.99.0.11:");
+}
+
+/// What a UEFI test waits for after the install.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    /// The next boot gets the local-boot script (iPXE `exit`s to the firmware on UEFI).
+    LocalBoot,
+    /// Nothing (the first boot is the point; a second costs ~40 s under TCG).
+    Stop,
+}
+
+/// Boots a UEFI VM with `spec` until the test initramfs installed mst0 (and, with
+/// `Then::LocalBoot`, the next boot got the local-boot script); returns the lab (its log) and
+/// the VM's console.
+fn uefi_install(prefix: &str, spec: &VmSpec, then: Then) -> Option<(BootLab, String)> {
+    if !prerequisites(&[spec]) {
+        return None;
+    }
+    let _slot = vm_slot();
+    let lab = BootLab::start(prefix, &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(spec);
+    let first = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_installed(&first, "mst0", MST0_IP, MST0_MAC);
+    println!("installed after {:?}", vm.uptime());
+    if then == Then::LocalBoot {
+        vm.wait_for_serial("mst0 is installed, booting from disk", BOOT_TIMEOUT)
+            .unwrap();
+        println!("local-boot script after {:?}", vm.uptime());
+        assert_eq!(vm.results().len(), 1, "no reinstall\n{}", vm.console_tail());
+    }
+    let serial = vm.serial();
+    lab.assert_log("mst0: ignition fetched by 10.99.0.11:");
+    lab.assert_log("mst0: installed: its installed system fetched master.ign from 10.99.0.11:");
+    Some((lab, serial))
+}
+
+#[test]
+fn uefi_firmware_pxe_chainloads_ipxe_over_tftp() {
+    let spec = VmSpec::new(Firmware::Uefi, MST0_MAC, "tap0")
+        .with_rom(NicRom::Firmware)
+        .with_disk(DISK);
+    let Some((lab, serial)) = uefi_install("bupx", &spec, Then::LocalBoot) else {
+        return;
+    };
+    assert!(serial.contains("Start PXE over IPv4"), "OVMF's own PXE");
+    let log = lab.log();
+    let before = assert_chainloaded(&log);
+    let tftp = before
+        .find("tftp 10.99.0.11:")
+        .expect("ipxe.efi over TFTP first");
+    assert!(before[tftp..].contains("sending ipxe.efi"), "{log}");
+    assert!(tftp < before.rfind("mst0: dhcp ack").unwrap(), "{log}");
+}
+
+/// The firmware's DHCP, then iPXE's own (user class iPXE), before the first script fetch;
+/// returns the log up to that fetch.
+fn assert_chainloaded(log: &str) -> &str {
+    let script = log
+        .find("mst0: ipxe script fetched")
+        .expect("script fetched");
+    let before = &log[..script];
+    assert_eq!(
+        before.matches("mst0: dhcp ack").count(),
+        2,
+        "the firmware's DHCP, then iPXE's:\n{log}"
+    );
+    before
+}
+
+#[test]
+fn uefi_ipxe_rom_installs() {
+    let spec = VmSpec::new(Firmware::Uefi, MST0_MAC, "tap0").with_disk(DISK);
+    let Some((lab, _)) = uefi_install("buip", &spec, Then::Stop) else {
+        return;
+    };
+    assert!(!lab.log().contains("tftp 10.99"), "the ROM is iPXE already");
+}
+
+#[test]
+fn uefi_http_boot_chainloads_ipxe_over_http() {
+    let spec = VmSpec::new(Firmware::Uefi, MST0_MAC, "tap0")
+        .with_rom(NicRom::Firmware)
+        .with_uefi_net_boot(UefiNetBoot::Http)
+        .with_disk(DISK);
+    let Some((lab, serial)) = uefi_install("buht", &spec, Then::Stop) else {
+        return;
+    };
+    assert!(
+        serial.contains("Start HTTP Boot over IPv4"),
+        "OVMF's HTTP boot"
+    );
+    assert!(
+        serial.contains("URI: http://10.99.0.1:8080/ipxe.efi"),
+        "the offer for the HTTPClient class named ipxe.efi's URL"
+    );
+    let log = lab.log();
+    assert!(
+        !log.contains("tftp 10.99"),
+        "ipxe.efi came over HTTP:\n{log}"
+    );
+    assert_chainloaded(&log);
+}
+
+#[test]
+fn an_unknown_mac_gets_the_unknown_node_script_and_boots_locally() {
+    let spec = VmSpec::new(Firmware::Bios, STRANGER_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    let lab = BootLab::start("bunk", &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+    vm.wait_for_serial(
+        "no node in the cluster config has MAC 52-54-00-00-00-99",
+        BOOT_TIMEOUT,
+    )
+    .unwrap();
+    // iPXE hands over to the local disk (blank here, so the BIOS goes on to its own order).
+    vm.wait_for_serial("Booting from SAN device", Duration::from_secs(30))
+        .unwrap();
+    assert!(vm.results().is_empty(), "{}", vm.console_tail());
+    let log = lab.log();
+    assert!(
+        log.contains("iPXE script for unknown MAC 52-54-00-00-00-99"),
+        "{log}"
+    );
+    assert!(!log.contains("ignition fetched"), "{log}");
+}
+
+#[test]
+fn a_machine_with_a_nodes_mac_at_another_address_cannot_fetch_its_ignition() {
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    // DHCP gives iPXE mst0's address by MAC; the "installer" then sits at 10.99.0.50.
+    let thief = InitramfsBuilder::new(&Kernel::find().unwrap())
+        .static_address("10.99.0.50".parse().unwrap(), 24);
+    let lab = BootLab::start("bthf", &thief);
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+    let result = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_eq!(result.outcome, Outcome::Failed, "{result}");
+    assert_eq!(result.get("step"), Some("ignition"), "{result}");
+    assert_eq!(result.get("ignition"), Some("403"), "{result}");
+    assert_eq!(result.get("ip"), Some("10.99.0.50"), "{result}");
+    assert!(
+        vm.wait_exit(Duration::from_secs(30)).unwrap(),
+        "powered off"
+    );
+    lab.assert_log("mst0: ignition refused to 10.99.0.50:");
+    assert!(!lab.log().contains("mst0: ignition fetched"));
+    assert_eq!(install_state(&lab, "mst0"), "not installed");
+}
+
+#[test]
+fn a_failed_install_is_not_marked_installed_and_installs_again_instead_of_booting_a_blank_disk() {
+    // wrk0's install_dev (/dev/sdz) does not exist in the VM: the "installer" fetches the
+    // ignition, then fails as coreos-installer does, never reaching a first boot.
+    let spec = VmSpec::new(Firmware::Bios, WRK0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    let lab = BootLab::start("bfai", &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+    let first = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_eq!(first.outcome, Outcome::InstallFailed, "{first}");
+    assert_eq!(first.get("ignition"), Some("200"), "{first}");
+    assert_eq!(first.get("install_dev"), Some("/dev/sdz"), "{first}");
+
+    // Next boot: the script tries the disk, which does not boot, and installs again. (Marked
+    // installed at the ignition fetch, the node got the local-boot script, iPXE failed on the
+    // blank disk, and the BIOS went round its boot order back to that script, forever.)
+    let second = vm.wait_for_result(2, BOOT_TIMEOUT).unwrap();
+    assert_eq!(second.outcome, Outcome::InstallFailed, "{second}");
+    let serial = vm.serial();
+    let after_first = &serial[serial.find("okd-e2e-result:").unwrap()..];
+    let tried = after_first
+        .find("Booting from SAN device")
+        .expect("the second boot tried the disk");
+    let gave_up = after_first
+        .find("the disk of wrk0 did not boot")
+        .expect("and went on to install");
+    assert!(tried < gave_up, "{}", vm.console_tail());
+    assert!(!serial.contains(DISK_BOOT_BANNER));
+    assert!(
+        InstallMarker::read(vm.disk().unwrap()).unwrap().is_none(),
+        "nothing was written to the disk"
+    );
+    lab.assert_log("wrk0: installing again: no installed system fetched its role config");
+    assert!(!lab.log().contains("wrk0: installed"), "{}", lab.log());
+    assert_eq!(install_state(&lab, "wrk0"), "ignition fetched");
+}
+
+/// The node's install phase as the marker files say.
+fn install_state(lab: &BootLab, node: &str) -> &'static str {
+    let state = lab.state_dir();
+    if state.join("installed").join(node).exists() {
+        "installed"
+    } else if state.join("ignition-fetched").join(node).exists() {
+        "ignition fetched"
+    } else {
+        "not installed"
+    }
+}
