@@ -66,21 +66,16 @@ virtlogd -d
 exec libvirtd
 "#;
 
-/// Dropped in this order: the processes, the bridge, the namespace (which kills what is left
-/// in it: virtlogd, QEMU), then the files.
-struct Libvirt {
-    _daemon: Process,
-    _iso: Process,
-    _bridge: Bridge,
-    _ns: Netns,
+/// A private libvirtd inside `ns` (and its own mount namespace), with a directory pool `okd`.
+/// Dropped in this order: the daemon, then its files.
+pub struct Libvirtd {
+    daemon: Process,
     virsh: PathBuf,
     dir: tempfile::TempDir,
 }
 
-impl Libvirt {
-    fn start() -> Libvirt {
-        let ns = Netns::new("lvrt").unwrap();
-        let bridge = Bridge::create(&ns, "br0").unwrap();
+impl Libvirtd {
+    pub fn start(ns: &Netns) -> Libvirtd {
         let dir = tempfile::tempdir().unwrap();
         let etc = dir.path().join("etc");
         std::fs::create_dir(&etc).unwrap();
@@ -119,56 +114,33 @@ impl Libvirt {
                 .is_ok_and(|o| o.status.success())
         });
         assert!(up, "libvirtd did not come up:\n{}", daemon.log_tails());
-        let lv = |args: &[&str]| {
-            let out = Command::new(&virsh)
-                .args(["-c", "qemu:///system"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "virsh {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        lv(&[
+        let lv = Libvirtd { daemon, virsh, dir };
+        lv.must(&[
             "pool-define-as",
             "okd",
             "dir",
             "--target",
             "/var/lib/libvirt/images",
         ]);
-        lv(&["pool-start", "okd"]);
-
-        let www = dir.path().join("www/iso");
-        std::fs::create_dir_all(&www).unwrap();
-        std::fs::write(www.join("worker-0.iso"), vec![0u8; 1024 * 1024]).unwrap();
-        let server = dir.path().join("range_server.py");
-        std::fs::write(&server, RANGE_SERVER).unwrap();
-        let iso = ns
-            .spawn(
-                "iso server",
-                [
-                    "python3",
-                    server.to_str().unwrap(),
-                    "8080",
-                    dir.path().join("www").to_str().unwrap(),
-                ],
-            )
-            .unwrap();
-        ns.wait_tcp("127.0.0.1:8080".parse().unwrap(), Duration::from_secs(10))
-            .unwrap();
-        Libvirt {
-            _daemon: daemon,
-            _iso: iso,
-            _bridge: bridge,
-            _ns: ns,
-            virsh,
-            dir,
-        }
+        lv.must(&["pool-start", "okd"]);
+        lv
     }
 
-    fn virsh(&self, args: &[&str]) -> String {
+    fn must(&self, args: &[&str]) {
+        let out = Command::new(&self.virsh)
+            .args(["-c", "qemu:///system"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "virsh {args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.daemon.log_tails()
+        );
+    }
+
+    pub fn virsh(&self, args: &[&str]) -> String {
         let out = Command::new(&self.virsh)
             .args(["-q", "-c", "qemu:///system"])
             .args(args)
@@ -177,10 +149,80 @@ impl Libvirt {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `okd-appliance nodes ARGS CONFIG` with virsh reaching this daemon.
+    pub fn nodes(&self, args: &[&str], config: &Path) -> (Option<i32>, String, String) {
+        let out = Command::new(harness::appliance_bin().unwrap())
+            .arg("nodes")
+            .args(args)
+            .arg(config)
+            .env("NO_COLOR", "1")
+            .env("OKD_VIRSH", &self.virsh)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The lifecycle lab: its own namespace with a bridge, the daemon, and an ISO server.
+struct Libvirt {
+    lv: Libvirtd,
+    _iso: Process,
+    _bridge: Bridge,
+    _ns: Netns,
+}
+
+impl Libvirt {
+    fn start() -> Libvirt {
+        let ns = Netns::new("lvrt").unwrap();
+        let bridge = Bridge::create(&ns, "br0").unwrap();
+        let lv = Libvirtd::start(&ns);
+        let dir = lv.dir();
+        let www = dir.join("www/iso");
+        std::fs::create_dir_all(&www).unwrap();
+        std::fs::write(www.join("worker-0.iso"), vec![0u8; 1024 * 1024]).unwrap();
+        let server = dir.join("range_server.py");
+        std::fs::write(&server, RANGE_SERVER).unwrap();
+        let iso = ns
+            .spawn(
+                "iso server",
+                [
+                    "python3",
+                    server.to_str().unwrap(),
+                    "8080",
+                    dir.join("www").to_str().unwrap(),
+                ],
+            )
+            .unwrap();
+        ns.wait_tcp("127.0.0.1:8080".parse().unwrap(), Duration::from_secs(10))
+            .unwrap();
+        Libvirt {
+            lv,
+            _iso: iso,
+            _bridge: bridge,
+            _ns: ns,
+        }
+    }
+
+    fn virsh(&self, args: &[&str]) -> String {
+        self.lv.virsh(args)
+    }
+
+    fn nodes(&self, args: &[&str], config: &Path) -> (Option<i32>, String, String) {
+        self.lv.nodes(args, config)
+    }
+
     fn config(&self, master_mac: &str) -> PathBuf {
         let path = self
-            .dir
-            .path()
+            .lv
+            .dir()
             .join(format!("okd-{}.yml", master_mac.replace(':', "")));
         std::fs::write(
             &path,
@@ -201,22 +243,6 @@ control:
         )
         .unwrap();
         path
-    }
-
-    fn nodes(&self, args: &[&str], config: &Path) -> (Option<i32>, String, String) {
-        let out = Command::new(harness::appliance_bin().unwrap())
-            .arg("nodes")
-            .args(args)
-            .arg(config)
-            .env("NO_COLOR", "1")
-            .env("OKD_VIRSH", &self.virsh)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
     }
 }
 
@@ -307,4 +333,75 @@ fn libvirt_defines_starts_stops_and_undefines_domains() {
         stdout.ends_with("2 nodes: 0 changed, 2 unchanged, 0 failed\n"),
         "{stdout}"
     );
+}
+
+/// The issue's end-to-end path: `nodes create` + `start` for two nodes on the boot lab's
+/// services bridge, whose libvirt domains then network-boot from the appliance (DHCP, iPXE
+/// script, kernel and initramfs with the node's arguments, ignition fetched); the master
+/// installs. `destroy` removes both domains and their volumes.
+#[test]
+fn libvirt_domains_network_boot_from_the_appliance() {
+    use crate::boot_support::{
+        BOOT_TIMEOUT, BootLab, MST0_IP, MST0_MAC, WRK0_IP, WRK0_MAC, vm_slot,
+    };
+    use harness::initramfs::{InitramfsBuilder, Kernel};
+    use harness::vm::{Firmware, VmSpec};
+
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "unused");
+    if !crate::boot_support::prerequisites(&[&spec])
+        || !require_tools(&["libvirtd", "virtlogd", "virsh", "nsenter", "unshare"])
+    {
+        return;
+    }
+    // Two VMs: both slots.
+    let _slots = (vm_slot(), vm_slot());
+    let lab = BootLab::start("lvbt", &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let lv = Libvirtd::start(lab.topo.services());
+    let config = lv.dir().join("nodes.yml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: mst0, role: master, mac: "{MST0_MAC}", ip: {MST0_IP}, machine: {{ cores: 1, memory: 1GiB, disk: 10GiB }} }}
+  - {{ name: wrk0, role: worker, mac: "{WRK0_MAC}", ip: {WRK0_IP}, machine: {{ cores: 1, memory: 1GiB, disk: 10GiB }} }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+control:
+  provider: libvirt
+  libvirt: {{ uri: "qemu:///system", bridge: br0, pool: okd, domain_type: qemu }}
+  timeouts: {{ request: 60s, task: 60s, shutdown: 5s }}
+"#
+        ),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = lv.nodes(&["create"], &config);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = lv.nodes(&["start"], &config);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+
+    for (node, ip, mac) in [("mst0", MST0_IP, MST0_MAC), ("wrk0", WRK0_IP, WRK0_MAC)] {
+        let line = format!("{node}: ignition fetched by {ip}:");
+        assert!(
+            lab.wait_log(&line, BOOT_TIMEOUT),
+            "{node}'s domain never fetched its ignition\n{}\n{}",
+            lab.app.log_tails(),
+            lv.virsh(&["list", "--all"])
+        );
+        lab.assert_log(&format!("{node}: dhcp ack {ip} to {mac}"));
+    }
+    // The master's install writes its disk, as CoreOS's installer would.
+    lab.assert_log("mst0: master.ign fetched by 10.99.0.11:");
+    assert!(
+        lab.wait_log("mst0: installed", BOOT_TIMEOUT),
+        "{}",
+        lab.app.log_tails()
+    );
+
+    let (code, stdout, stderr) = lv.nodes(&["destroy", "--yes"], &config);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(lv.virsh(&["list", "--all", "--name"]).trim().is_empty());
+    assert!(lv.virsh(&["vol-list", "okd"]).trim().is_empty());
+    drop(lv);
 }
