@@ -11,8 +11,9 @@
 //! forces them off after the shutdown timeout; a domain whose MAC differs from the config is
 //! refused (exit 5); `destroy --yes` undefines both and removes their volumes.
 //!
-//! Not here yet: booting the VMs through the appliance's boot chain (that needs the
-//! boot-chain fixture).
+//! And the whole path: two domains made by `nodes create` + `start` on the boot lab's services
+//! bridge network-boot from the real appliance (DHCP, iPXE script, Debian's kernel with the
+//! test initramfs of harness::initramfs, ignition fetched) and the master installs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
