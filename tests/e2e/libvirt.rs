@@ -63,8 +63,10 @@ cp -a /etc/libvirt/. "$etc/"
 mount --bind "$etc" /etc/libvirt
 printf 'user = "root"\ngroup = "root"\n' > /etc/libvirt/qemu.conf
 mkdir -p /var/lib/libvirt/images
-virtlogd -d
-exec libvirtd
+# Pid files inside the private tmpfs: the default /run/*.pid would collide with any other
+# libvirtd on the machine (a parallel test's, a colleague's).
+virtlogd -d --pid-file /run/libvirt/virtlogd.pid
+exec libvirtd --pid-file /run/libvirt/libvirtd.pid
 "#;
 
 /// A private libvirtd inside `ns` (and its own mount namespace), with a directory pool `okd`.
@@ -267,6 +269,11 @@ fn libvirt_defines_starts_stops_and_undefines_domains() {
     {
         return;
     }
+    // Two TCG guests run for a while: both VM slots of the boot tests.
+    let _slots = (
+        crate::boot_support::vm_slot(),
+        crate::boot_support::vm_slot(),
+    );
     let lv = Libvirt::start();
     let cfg = lv.config("52:54:00:00:00:02");
     const MASTER: &str = "master-0.okd.lab.example.com";
