@@ -249,6 +249,22 @@ control:
     }
 }
 
+/// Both VM slots of the boot tests (each test here runs two TCG guests). The lock makes the two
+/// tests here take their pairs one after the other: each holding one slot while waiting for a
+/// second would wait forever.
+fn two_vm_slots() -> (
+    std::sync::MutexGuard<'static, ()>,
+    crate::boot_support::VmSlot,
+    crate::boot_support::VmSlot,
+) {
+    static PAIRS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let pair = PAIRS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let first = crate::boot_support::vm_slot();
+    (pair, first, crate::boot_support::vm_slot())
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -269,11 +285,7 @@ fn libvirt_defines_starts_stops_and_undefines_domains() {
     {
         return;
     }
-    // Two TCG guests run for a while: both VM slots of the boot tests.
-    let _slots = (
-        crate::boot_support::vm_slot(),
-        crate::boot_support::vm_slot(),
-    );
+    let _slots = two_vm_slots();
     let lv = Libvirt::start();
     let cfg = lv.config("52:54:00:00:00:02");
     const MASTER: &str = "master-0.okd.lab.example.com";
@@ -349,9 +361,7 @@ fn libvirt_defines_starts_stops_and_undefines_domains() {
 /// installs. `destroy` removes both domains and their volumes.
 #[test]
 fn libvirt_domains_network_boot_from_the_appliance() {
-    use crate::boot_support::{
-        BOOT_TIMEOUT, BootLab, MST0_IP, MST0_MAC, WRK0_IP, WRK0_MAC, vm_slot,
-    };
+    use crate::boot_support::{BOOT_TIMEOUT, BootLab, MST0_IP, MST0_MAC, WRK0_IP, WRK0_MAC};
     use harness::initramfs::{InitramfsBuilder, Kernel};
     use harness::vm::{Firmware, VmSpec};
 
@@ -361,8 +371,7 @@ fn libvirt_domains_network_boot_from_the_appliance() {
     {
         return;
     }
-    // Two VMs: both slots.
-    let _slots = (vm_slot(), vm_slot());
+    let _slots = two_vm_slots();
     let lab = BootLab::start("lvbt", &InitramfsBuilder::new(&Kernel::find().unwrap()));
     let lv = Libvirtd::start(lab.topo.services());
     let config = lv.dir().join("nodes.yml");
