@@ -15,6 +15,7 @@
 //! install in CI, in the test's own process, so a test injects faults and inspects VM state
 //! directly (no IPC), and the schema check is the same code for every test.
 
+// Two test crates include this module; each uses part of it.
 #![allow(dead_code)]
 
 pub mod schema;
@@ -837,16 +838,4 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
             error(501, "not implemented by the test double")
         }
     }
-}
-
-/// Waits up to `limit` for `f` to hold (a bounded poll for state changes).
-pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
 }
