@@ -17,6 +17,9 @@ PACKAGES=(
   # Boot chain in VMs (tests/e2e/boot.rs): qemu with ipxe-qemu's ROMs, OVMF, iPXE's binaries for
   # chainloading, Debian's kernel booted with the test initramfs (busybox, libc-bin's ldd).
   qemu-system-x86 ipxe-qemu ipxe ovmf linux-image-amd64 libc-bin
+  # The control module's tests: sushy-emulator's venv, virsh and libvirtd (tests/e2e/libvirt.rs,
+  # with QEMU's curl driver for ISOs over HTTP), virt-xml-validate's xmllint.
+  python3-venv libvirt-clients libvirt-daemon-system qemu-block-extra libxml2-utils
 )
 
 missing=()
@@ -59,6 +62,15 @@ if ! cargo fetch --quiet; then
   fi
   export CARGO_NET_OFFLINE=true
 fi
+
+# sushy-emulator (PyPI sushy-tools), the Redfish BMC the control module's tests drive, in a
+# venv of its own; tests/e2e/redfish.rs finds it through OKD_SUSHY_EMULATOR.
+SUSHY_VENV=${OKD_SUSHY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/okd-appliance/sushy-venv}
+if [[ ! -x $SUSHY_VENV/bin/sushy-emulator ]]; then
+  python3 -m venv "$SUSHY_VENV"
+  "$SUSHY_VENV/bin/pip" install --quiet "sushy-tools==2.2.0"
+fi
+export OKD_SUSHY_EMULATOR=$SUSHY_VENV/bin/sushy-emulator
 
 cargo "${CARGO_SOURCE[@]}" fmt --all -- --check
 cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings

@@ -68,6 +68,11 @@ pub enum EventKind {
     },
     /// A new plan is being served.
     PlanLoaded { serial: u32 },
+    /// The control module acted on the node's machine: what it did, or why it could not.
+    Machine {
+        action: &'static str,
+        result: Result<String, String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +134,10 @@ impl fmt::Display for Event {
                 if *closed == 1 { "" } else { "s" }
             ),
             EventKind::PlanLoaded { serial } => write!(f, "plan {serial} loaded"),
+            EventKind::Machine { action, result } => match result {
+                Ok(done) => write!(f, "{action}: {done}"),
+                Err(why) => write!(f, "{action} failed: {why}"),
+            },
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod artifacts;
 pub mod config;
+pub mod control;
 pub mod dhcp;
 pub mod dns;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -3,6 +3,8 @@
 //!
 //! Exit codes: 0 success, 1 invalid config or a failure while serving, 2 usage error.
 
+mod nodes_cmd;
+
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,6 +71,15 @@ enum Command {
     Artifacts {
         #[command(subcommand)]
         action: ArtifactsAction,
+    },
+    /// Create, start, stop, reset or destroy the cluster's machines through `control.provider`.
+    ///
+    /// Exit codes: 0 done, 1 invalid config, 2 usage; when nodes fail, the highest of 3 (an
+    /// action failed), 4 (provider unreachable, TLS or credentials refused), 5 (a machine
+    /// contradicts the config; nothing changed), 6 (timeout).
+    Nodes {
+        #[command(subcommand)]
+        action: NodesAction,
     },
     /// Manage a node of a running appliance.
     Node {
@@ -150,6 +161,35 @@ impl Target {
 }
 
 #[derive(Debug, Subcommand)]
+enum NodesAction {
+    /// Every node's machine as the config describes it, and its state at the provider.
+    List(NodeTargets),
+    /// Create the machines that don't exist (MAC, disk, NIC, boot order, ISO); check the others.
+    Create(NodeTargets),
+    /// Power the machines on.
+    Start(NodeTargets),
+    /// Shut the machines down (ACPI), forcing them off after `control.timeouts.shutdown`.
+    Stop(NodeTargets),
+    /// Hard-reset running machines.
+    Reset(NodeTargets),
+    /// Remove the machines, their disks and their ISOs.
+    Destroy {
+        #[command(flatten)]
+        targets: NodeTargets,
+        /// Yes, remove them.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct NodeTargets {
+    /// The nodes to act on (all when none is named), then the cluster config (YAML).
+    #[arg(value_name = "[NAME]... FILE", required = true, num_args = 1..)]
+    args: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
 enum NodeAction {
     /// Install NODE again at its next network boot (its iPXE script stops booting the disk).
     Reinstall {
@@ -220,6 +260,18 @@ fn main() -> ExitCode {
             admin(target, &request)
         }
         Command::Artifacts { action } => artifacts(action),
+        Command::Nodes { action } => {
+            use nodes_cmd::Verb;
+            let (verb, targets, yes) = match action {
+                NodesAction::List(t) => (Verb::List, t, false),
+                NodesAction::Create(t) => (Verb::Create, t, false),
+                NodesAction::Start(t) => (Verb::Start, t, false),
+                NodesAction::Stop(t) => (Verb::Stop, t, false),
+                NodesAction::Reset(t) => (Verb::Reset, t, false),
+                NodesAction::Destroy { targets, yes } => (Verb::Destroy, targets, yes),
+            };
+            nodes_cmd::run(verb, &targets.args, yes, style())
+        }
         Command::Node { action } => match action {
             NodeAction::Reinstall { node, target } => {
                 admin(&target, &format!("node reinstall {node}"))

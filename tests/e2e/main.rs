@@ -15,6 +15,8 @@ mod http;
 mod lb;
 mod lb_support;
 mod lb_tls;
+mod libvirt;
+mod redfish;
 mod reload;
 mod render_peers;
 mod support;

@@ -3,6 +3,7 @@
 //! Architecture invariant: the rest of the program never sees YAML. It receives a [`Config`]
 //! whose invariants validation has checked, or nothing at all.
 
+mod control;
 pub mod diagnostic;
 mod model;
 pub mod raw;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
+pub use control::*;
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
 pub use model::*;
 pub use validate::{IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles};

@@ -24,6 +24,7 @@ pub struct Config {
     pub listen: Listen,
     pub run_as: Option<RunAs>,
     pub state_dir: PathBuf,
+    pub control: super::control::Control,
 }
 
 impl Config {

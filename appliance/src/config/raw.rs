@@ -31,6 +31,9 @@ pub struct RawConfig {
     /// Where leases and node install state live.
     #[serde(default)]
     pub state_dir: Option<Text>,
+    /// How the cluster's machines are created and powered (`none` when absent).
+    #[serde(default)]
+    pub control: Option<Spanned<RawControl>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +99,9 @@ pub struct RawNode {
     pub install_dev: Option<Text>,
     #[serde(default)]
     pub kernel_args: Vec<Text>,
+    /// What the control provider gives this node's machine; role minimums when absent.
+    #[serde(default)]
+    pub machine: Option<Spanned<RawMachine>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -234,4 +240,143 @@ pub struct RawRunAs {
     pub user: Text,
     #[serde(default)]
     pub group: Option<Text>,
+}
+
+/// The `control:` section: which provider creates and powers the machines, and how to reach it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawControl {
+    /// `none`, `proxmox`, `libvirt` or `redfish`.
+    pub provider: Text,
+    /// The install path of every node that does not choose its own: `pxe` or `iso`.
+    #[serde(default)]
+    pub install: Option<Text>,
+    #[serde(default)]
+    pub proxmox: Option<Spanned<RawProxmox>>,
+    /// Defaults for every node's BMC (each node names its own `machine.bmc.url`).
+    #[serde(default)]
+    pub redfish: Option<Spanned<RawBmc>>,
+    #[serde(default)]
+    pub libvirt: Option<Spanned<RawLibvirt>>,
+    #[serde(default)]
+    pub timeouts: RawControlTimeouts,
+}
+
+/// A libvirt connection, driven through `virsh`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLibvirt {
+    /// `qemu:///system` (default) or a remote URI such as `qemu+ssh://root@kvm1/system`.
+    #[serde(default)]
+    pub uri: Option<Text>,
+    /// A libvirt network the NICs join (one of `network` and `bridge`).
+    #[serde(default)]
+    pub network: Option<Text>,
+    /// A host bridge the NICs join.
+    #[serde(default)]
+    pub bridge: Option<Text>,
+    /// The storage pool of the disks (`default` when absent).
+    #[serde(default)]
+    pub pool: Option<Text>,
+    /// `bios` (default) or `uefi`.
+    #[serde(default)]
+    pub firmware: Option<Text>,
+    /// `kvm` (default) or `qemu` (software emulation).
+    #[serde(default)]
+    pub domain_type: Option<Text>,
+}
+
+/// A Redfish BMC: per node in `machine.bmc`, defaults in `control.redfish`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBmc {
+    /// `https://host[:port]`, or the system's own URL (`.../redfish/v1/Systems/<id>`).
+    #[serde(default)]
+    pub url: Option<Text>,
+    #[serde(default)]
+    pub username: Option<Text>,
+    #[serde(default)]
+    pub password_file: Option<Text>,
+    #[serde(default)]
+    pub password_env: Option<Text>,
+    #[serde(default)]
+    pub ca_file: Option<Text>,
+    #[serde(default)]
+    pub fingerprint: Option<Text>,
+    /// Accept any certificate from this BMC; only when set to true explicitly.
+    #[serde(default)]
+    pub insecure: Option<Spanned<bool>>,
+}
+
+/// A Proxmox VE node reached over its REST API with an API token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProxmox {
+    /// `https://host[:port]`; the API lives under `/api2/json`.
+    pub url: Text,
+    /// The Proxmox node (host name in the cluster) the VMs are created on.
+    pub node: Text,
+    /// `USER@REALM!TOKENID`; not a secret.
+    pub token_id: Text,
+    /// A file holding the token's secret (owner-only).
+    #[serde(default)]
+    pub token_secret_file: Option<Text>,
+    /// An environment variable holding the token's secret.
+    #[serde(default)]
+    pub token_secret_env: Option<Text>,
+    /// PEM CA the API's certificate must chain to.
+    #[serde(default)]
+    pub ca_file: Option<Text>,
+    /// SHA-256 fingerprint of the API's certificate, as `pvenode cert info` prints it.
+    #[serde(default)]
+    pub fingerprint: Option<Text>,
+    /// Storage for the VM disks.
+    pub storage: Text,
+    /// Storage (with content type `iso`) the node ISOs are downloaded into.
+    #[serde(default)]
+    pub iso_storage: Option<Text>,
+    /// The bridge of the cluster network.
+    pub bridge: Text,
+    #[serde(default)]
+    pub vlan: Option<Spanned<u32>>,
+    /// A resource pool the VMs are put in.
+    #[serde(default)]
+    pub pool: Option<Text>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawControlTimeouts {
+    /// One API request, from connecting to the last byte of the answer.
+    #[serde(default)]
+    pub request: Option<Text>,
+    /// One provider task (create, download, start, destroy) until it ends.
+    #[serde(default)]
+    pub task: Option<Text>,
+    /// A graceful shutdown before the machine is forced off.
+    #[serde(default)]
+    pub shutdown: Option<Text>,
+}
+
+/// A node's machine: what the provider creates for it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMachine {
+    #[serde(default)]
+    pub cores: Option<Spanned<u32>>,
+    /// A size with a unit: `16GiB`, `16384MiB`.
+    #[serde(default)]
+    pub memory: Option<Text>,
+    /// A size with a unit: `120GiB`.
+    #[serde(default)]
+    pub disk: Option<Text>,
+    /// `pxe` or `iso`; the `control.install` default when absent.
+    #[serde(default)]
+    pub install: Option<Text>,
+    /// The Proxmox VM ID; the next free one when absent.
+    #[serde(default)]
+    pub vmid: Option<Spanned<u32>>,
+    /// The node's BMC (provider redfish).
+    #[serde(default)]
+    pub bmc: Option<Spanned<RawBmc>>,
 }

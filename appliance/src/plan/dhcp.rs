@@ -79,10 +79,7 @@ pub fn derive(config: &Config) -> DhcpPlan {
         // iPXE expands settings in the boot file name: the script URL carries the client's
         // MAC, so the boot server's log names it (any name that is no node's MAC gets the
         // unknown-node script).
-        unknown_script_url: format!(
-            "{}/boot/${{netX/mac:hexhyp}}.ipxe",
-            config.install.base_url
-        ),
+        unknown_script_url: format!("{}/boot/${{netX/mac:hexhyp}}.ipxe", config.install.base_url),
         http_boot_url: format!(
             "{}/{}",
             config.install.base_url,

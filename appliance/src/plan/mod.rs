@@ -8,6 +8,7 @@ pub mod boot;
 pub mod dhcp;
 pub mod documents;
 pub mod lb;
+pub mod machines;
 pub mod reverse;
 pub mod zones;
 
@@ -47,6 +48,8 @@ pub struct Plan {
     pub state_dir: std::path::PathBuf,
     /// The directories and base URL of the boot files.
     pub files: BootFiles,
+    /// The machines a control provider creates and powers.
+    pub control: machines::ControlPlan,
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -80,6 +83,7 @@ impl Plan {
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),
             files: boot::files(config),
+            control: machines::derive(config),
         }
     }
 }

@@ -96,10 +96,8 @@ impl Validator<'_> {
         roles: &[Role],
         check: InstallCheck<'_>,
     ) {
-        let (files, severity) = match check {
-            InstallCheck::Skip => return,
-            InstallCheck::Warn(files) => (files, Severity::Warning),
-            InstallCheck::Require(files) => (files, Severity::Error),
+        let Some((files, severity)) = check.ignition() else {
+            return;
         };
         let create = format!(
             "run `openshift-install create ignition-configs --dir {}`",

@@ -24,6 +24,7 @@ use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
 use defaults::*;
 
 mod cluster;
+mod control;
 mod defaults;
 mod dns;
 mod install;
@@ -50,6 +51,8 @@ const MANAGED_KERNEL_ARGS: [&str; 3] = [
 pub trait InstallFiles {
     /// How long ago `path` was last written.
     fn age(&self, path: &Path) -> io::Result<Duration>;
+    /// The permission bits of a regular file (credential and CA files); its content unread.
+    fn mode(&self, path: &Path) -> io::Result<u32>;
 }
 
 /// The real file system, read at one instant.
@@ -64,22 +67,51 @@ impl InstallFiles for RealFiles {
         // A file from the future (clock skew) counts as brand new.
         Ok(self.now.duration_since(modified).unwrap_or_default())
     }
+
+    fn mode(&self, path: &Path) -> io::Result<u32> {
+        control::file_mode(path)
+    }
 }
 
-/// Whether, and how strictly, validation looks at the ignition files (`install.ignition_dir`).
+/// Whether, and how strictly, validation looks at the files a config names beyond itself: the
+/// ignition files (`install.ignition_dir`) and the control module's credential and CA files.
 ///
-/// They matter for installing nodes only. A services host restarted on day 2, a week after the
-/// install (its bootstrap.ign long expired, or the install directory deleted with its secrets),
-/// must still serve the cluster's DNS, DHCP and load balancer: so `serve` and `check` only warn,
-/// and the HTTP service refuses the ignition fetches it can't honour.
+/// They matter for installing nodes and driving machines only. A services host restarted on
+/// day 2, a week after the install (its bootstrap.ign long expired, or the install directory
+/// deleted with its secrets), must still serve the cluster's DNS, DHCP and load balancer: so
+/// `serve` and `check` only warn, and the HTTP service refuses the ignition fetches it can't
+/// honour.
 #[derive(Clone, Copy)]
 pub enum InstallCheck<'a> {
     /// Don't look (render, artifacts, fixtures: they are about the config, not a machine).
     Skip,
-    /// Missing or expired ignition files are warnings (`serve`, `check`).
+    /// Problems with those files are warnings (`serve`, `check`).
     Warn(&'a dyn InstallFiles),
-    /// Missing or expired ignition files are errors (`check --install`, before an install).
+    /// Problems with those files are errors (`check --install`, before an install).
     Require(&'a dyn InstallFiles),
+    /// Credential and CA files are required, ignition files not looked at (`nodes`: machines
+    /// are made before or after `openshift-install create ignition-configs`).
+    Machines(&'a dyn InstallFiles),
+}
+
+impl<'a> InstallCheck<'a> {
+    /// How the ignition files are checked, if at all.
+    fn ignition(self) -> Option<(&'a dyn InstallFiles, Severity)> {
+        match self {
+            InstallCheck::Skip | InstallCheck::Machines(_) => None,
+            InstallCheck::Warn(f) => Some((f, Severity::Warning)),
+            InstallCheck::Require(f) => Some((f, Severity::Error)),
+        }
+    }
+
+    /// How the control module's credential and CA files are checked, if at all.
+    fn credentials(self) -> Option<(&'a dyn InstallFiles, Severity)> {
+        match self {
+            InstallCheck::Skip => None,
+            InstallCheck::Warn(f) => Some((f, Severity::Warning)),
+            InstallCheck::Require(f) | InstallCheck::Machines(f) => Some((f, Severity::Error)),
+        }
+    }
 }
 
 impl std::fmt::Debug for InstallCheck<'_> {
@@ -88,6 +120,7 @@ impl std::fmt::Debug for InstallCheck<'_> {
             InstallCheck::Skip => "Skip",
             InstallCheck::Warn(_) => "Warn",
             InstallCheck::Require(_) => "Require",
+            InstallCheck::Machines(_) => "Machines",
         })
     }
 }
@@ -180,6 +213,7 @@ impl Validator<'_> {
             self.forwarding_loop(&raw.network, network.as_ref(), l);
         }
         let lb = self.lb(&raw.lb, dir);
+        let control = control::control(raw, &nodes, dir, files.credentials(), self.p);
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -208,6 +242,7 @@ impl Validator<'_> {
                 None
             },
             state_dir,
+            control: control?,
         })
     }
 

@@ -1,0 +1,1336 @@
+//! Validation of the `control:` section and of each node's `machine:` settings.
+//!
+//! Architecture invariant: like the rest of validation, this reads the file system only through
+//! [`InstallFiles`], and of a credential file only its metadata (that it exists, is a regular
+//! file and is readable by its owner alone): a secret's content is never read while validating,
+//! so it can't end up in a diagnostic.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde_saphyr::Location;
+
+use super::super::control::*;
+use super::super::diagnostic::{Problems, Severity};
+use super::super::model::{Node, Role};
+use super::super::raw::{
+    RawBmc, RawConfig, RawControl, RawLibvirt, RawMachine, RawNode, RawProxmox, Text,
+};
+use super::InstallFiles;
+
+const DEFAULT_ISO_STORAGE: &str = "local";
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+
+/// Validates `raw.control` and the nodes' `machine:` settings. `nodes` are the nodes that passed
+/// validation: a node with its own mistakes gets no machine, its errors already fail the load.
+pub(super) fn control(
+    raw: &RawConfig,
+    nodes: &[Node],
+    dir: &Path,
+    files: Option<(&dyn InstallFiles, Severity)>,
+    p: &mut Problems,
+) -> Option<Control> {
+    let mut v = ControlValidator { p, dir, files };
+    v.control(raw, nodes)
+}
+
+struct ControlValidator<'a, 'p> {
+    p: &'p mut Problems,
+    dir: &'a Path,
+    /// How credential and CA files are checked (`None`: not looked at, as `render` loads).
+    files: Option<(&'a dyn InstallFiles, Severity)>,
+}
+
+impl ControlValidator<'_, '_> {
+    fn control(&mut self, raw: &RawConfig, nodes: &[Node]) -> Option<Control> {
+        let section = raw.control.as_ref();
+        let provider = match section {
+            None => Some(Provider::None),
+            Some(c) => self.provider(&c.value),
+        };
+        let default_install = match section.and_then(|c| c.value.install.as_ref()) {
+            None => Some(InstallPath::Pxe),
+            Some(t) => self.install_path(t),
+        };
+        let timeouts = match section {
+            None => Some(ControlTimeouts::default()),
+            Some(c) => self.timeouts(&c.value),
+        };
+        let redfish = match (&provider, section) {
+            (Some(Provider::Redfish), Some(c)) => Some(Redfish {
+                defaults: c.value.redfish.as_ref().map(|d| &d.value),
+            }),
+            _ => None,
+        };
+        let machines = self.machines(
+            raw,
+            nodes,
+            default_install.unwrap_or(InstallPath::Pxe),
+            redfish.as_ref(),
+        );
+        if matches!(provider, Some(Provider::None)) {
+            for n in &raw.nodes.value {
+                if let Some(m) = &n.machine {
+                    self.p
+                        .warning(
+                            "config::control",
+                            m.referenced,
+                            "machine settings without a control provider are not used",
+                            "ignored",
+                        )
+                        .hint("set control.provider (e.g. proxmox) or remove `machine:`");
+                }
+            }
+        }
+        Some(Control {
+            provider: provider?,
+            machines: machines?,
+            timeouts: timeouts?,
+        })
+    }
+
+    fn provider(&mut self, raw: &RawControl) -> Option<Provider> {
+        let name = raw.provider.value.as_str();
+        let provider = match name {
+            "none" => Some(Provider::None),
+            "proxmox" => match &raw.proxmox {
+                Some(px) => self.proxmox(&px.value).map(Provider::Proxmox),
+                None => {
+                    self.p
+                        .error(
+                            "config::control",
+                            raw.provider.referenced,
+                            "provider proxmox needs a `proxmox:` section",
+                            "proxmox without settings",
+                        )
+                        .hint("add control.proxmox with url, node, token_id, token_secret_file, ca_file or fingerprint, storage and bridge");
+                    None
+                }
+            },
+            "redfish" => {
+                if let Some(url) = raw.redfish.as_ref().and_then(|d| d.value.url.as_ref()) {
+                    self.p
+                        .error(
+                            "config::control",
+                            url.referenced,
+                            "a BMC URL in control.redfish",
+                            "belongs to one node",
+                        )
+                        .hint("each node names its own BMC in `machine: { bmc: { url: ... } }`; control.redfish holds the defaults (username, password_file, ca_file...)");
+                    return None;
+                }
+                Some(Provider::Redfish)
+            }
+            "libvirt" => match &raw.libvirt {
+                Some(lv) => self
+                    .libvirt(&lv.value, lv.referenced)
+                    .map(Provider::Libvirt),
+                None => {
+                    self.p
+                        .error(
+                            "config::control",
+                            raw.provider.referenced,
+                            "provider libvirt needs a `libvirt:` section",
+                            "libvirt without settings",
+                        )
+                        .hint("add control.libvirt with network (or bridge), and uri and pool unless qemu:///system and default");
+                    None
+                }
+            },
+            other => {
+                self.p
+                    .error(
+                        "config::control",
+                        raw.provider.referenced,
+                        format!("unknown control provider `{other}`"),
+                        "unknown",
+                    )
+                    .hint("use none, proxmox, libvirt or redfish");
+                None
+            }
+        };
+        if let Some(lv) = &raw.libvirt
+            && name != "libvirt"
+        {
+            self.p
+                .error(
+                    "config::control",
+                    lv.referenced,
+                    format!("libvirt settings, but the provider is `{name}`"),
+                    "not used",
+                )
+                .also(raw.provider.referenced, "provider")
+                .hint("set `provider: libvirt` or remove the libvirt section");
+            return None;
+        }
+        if let Some(rf) = &raw.redfish
+            && name != "redfish"
+        {
+            self.p
+                .error(
+                    "config::control",
+                    rf.referenced,
+                    format!("redfish settings, but the provider is `{name}`"),
+                    "not used",
+                )
+                .also(raw.provider.referenced, "provider")
+                .hint("set `provider: redfish` or remove the redfish section");
+            return None;
+        }
+        if let Some(px) = &raw.proxmox
+            && name != "proxmox"
+        {
+            self.p
+                .error(
+                    "config::control",
+                    px.referenced,
+                    format!("proxmox settings, but the provider is `{name}`"),
+                    "not used",
+                )
+                .also(raw.provider.referenced, "provider")
+                .hint("set `provider: proxmox` or remove the proxmox section");
+            return None;
+        }
+        provider
+    }
+
+    fn proxmox(&mut self, raw: &RawProxmox) -> Option<Proxmox> {
+        let url = self.https_url(&raw.url);
+        let node = self.name(
+            &raw.node,
+            "Proxmox node name",
+            is_pve_node,
+            "the node's host name as Proxmox shows it, e.g. pve1",
+        );
+        let token_id = self.token_id(&raw.token_id);
+        let token_secret = self.secret(
+            raw.token_secret_file.as_ref(),
+            raw.token_secret_env.as_ref(),
+            raw.token_id.referenced,
+            "token_secret",
+        );
+        let trust = self.trust(
+            raw.ca_file.as_ref(),
+            raw.fingerprint.as_ref(),
+            raw.url.referenced,
+        );
+        let storage = self.name(
+            &raw.storage,
+            "storage",
+            is_pve_storage_id,
+            "a Proxmox storage ID, e.g. local-lvm",
+        );
+        let iso_storage = match &raw.iso_storage {
+            None => Some(DEFAULT_ISO_STORAGE.to_owned()),
+            Some(s) => self.name(
+                s,
+                "ISO storage",
+                is_pve_storage_id,
+                "a Proxmox storage ID with content type iso, e.g. local",
+            ),
+        };
+        let bridge = self.name(
+            &raw.bridge,
+            "bridge",
+            is_bridge,
+            "the bridge of the cluster network, e.g. vmbr1",
+        );
+        let vlan = match &raw.vlan {
+            None => Some(None),
+            Some(v) if (1..=4094).contains(&v.value) => u16::try_from(v.value).ok().map(Some),
+            Some(v) => {
+                self.p.error(
+                    "config::control",
+                    v.referenced,
+                    format!("VLAN tag {} is out of range (1 to 4094)", v.value),
+                    "out of range",
+                );
+                None
+            }
+        };
+        let pool = match &raw.pool {
+            None => Some(None),
+            Some(s) => self
+                .name(
+                    s,
+                    "resource pool",
+                    is_pve_pool_id,
+                    "a Proxmox pool ID, e.g. okd",
+                )
+                .map(Some),
+        };
+        Some(Proxmox {
+            url: url?,
+            node: node?,
+            token_id: token_id?,
+            token_secret: token_secret?,
+            trust: trust?,
+            storage: storage?,
+            iso_storage: iso_storage?,
+            bridge: bridge?,
+            vlan: vlan?,
+            pool: pool?,
+        })
+    }
+
+    fn libvirt(&mut self, raw: &RawLibvirt, at: Location) -> Option<Libvirt> {
+        let uri = match &raw.uri {
+            None => Some("qemu:///system".to_owned()),
+            Some(u) => {
+                match url::Url::parse(&u.value) {
+                    Ok(parsed)
+                        if parsed.scheme().starts_with("qemu")
+                            || parsed.scheme().starts_with("test") =>
+                    {
+                        Some(u.value.clone())
+                    }
+                    _ => {
+                        self.p
+                        .error(
+                            "config::control",
+                            u.referenced,
+                            format!("`{}` is not a libvirt URI", u.value),
+                            "not a libvirt URI",
+                        )
+                        .hint("e.g. qemu:///system, or qemu+ssh://root@kvm1/system for a remote host");
+                        None
+                    }
+                }
+            }
+        };
+        let attach = match (&raw.network, &raw.bridge) {
+            (Some(n), None) => self
+                .name(
+                    n,
+                    "libvirt network",
+                    is_bridge,
+                    "a libvirt network name, e.g. default",
+                )
+                .map(LibvirtNet::Network),
+            (None, Some(b)) => self
+                .name(
+                    b,
+                    "bridge",
+                    is_bridge,
+                    "the host bridge of the cluster network, e.g. br0",
+                )
+                .map(LibvirtNet::Bridge),
+            (Some(n), Some(b)) => {
+                self.p
+                    .error(
+                        "config::control",
+                        b.referenced,
+                        "both network and bridge are set",
+                        "second attachment",
+                    )
+                    .also(n.referenced, "first attachment")
+                    .hint("the NICs join a libvirt network or a host bridge: keep one");
+                None
+            }
+            (None, None) => {
+                self.p
+                    .error(
+                        "config::control",
+                        at,
+                        "libvirt needs the cluster network: `network` or `bridge`",
+                        "no network",
+                    )
+                    .hint("network: <a libvirt network> or bridge: <a host bridge>, on the cluster subnet");
+                None
+            }
+        };
+        let pool = match &raw.pool {
+            None => Some("default".to_owned()),
+            Some(p) => self.name(
+                p,
+                "storage pool",
+                is_bridge,
+                "a libvirt storage pool, e.g. default",
+            ),
+        };
+        let firmware = self.choice(
+            raw.firmware.as_ref(),
+            "firmware",
+            &[("bios", Firmware::Bios), ("uefi", Firmware::Uefi)],
+        );
+        let domain_type = self.choice(
+            raw.domain_type.as_ref(),
+            "domain type",
+            &[("kvm", DomainType::Kvm), ("qemu", DomainType::Qemu)],
+        );
+        Some(Libvirt {
+            uri: uri?,
+            attach: attach?,
+            pool: pool?,
+            firmware: firmware?,
+            domain_type: domain_type?,
+        })
+    }
+
+    /// One of `choices` (the first is the default).
+    fn choice<T: Copy>(
+        &mut self,
+        raw: Option<&Text>,
+        what: &str,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let Some(raw) = raw else {
+            return Some(choices[0].1);
+        };
+        if let Some((_, v)) = choices.iter().find(|(n, _)| *n == raw.value) {
+            return Some(*v);
+        }
+        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+        self.p
+            .error(
+                "config::control",
+                raw.referenced,
+                format!("unknown {what} `{}`", raw.value),
+                "unknown",
+            )
+            .hint(format!("use {}", names.join(" or ")));
+        None
+    }
+
+    /// `https://host[:port]` with nothing after it; the API path is the client's business.
+    fn https_url(&mut self, raw: &Text) -> Option<String> {
+        let parsed = match url::Url::parse(&raw.value) {
+            Ok(u) => u,
+            Err(e) => {
+                self.p
+                    .error(
+                        "config::control",
+                        raw.referenced,
+                        format!("`{}` is not a URL: {e}", raw.value),
+                        "not a URL",
+                    )
+                    .hint("write the API's address, e.g. https://pve1.lab.example.com:8006");
+                return None;
+            }
+        };
+        if parsed.scheme() != "https" {
+            self.p
+                .error(
+                    "config::control",
+                    raw.referenced,
+                    "the provider URL must use https",
+                    "not https",
+                )
+                .hint("the API token would cross the network in clear text; Proxmox listens with TLS on port 8006");
+            return None;
+        }
+        let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) else {
+            self.p.error(
+                "config::control",
+                raw.referenced,
+                "the provider URL has no host",
+                "no host",
+            );
+            return None;
+        };
+        if !matches!(parsed.path(), "" | "/")
+            || parsed.query().is_some()
+            || parsed.fragment().is_some()
+            || !parsed.username().is_empty()
+            || parsed.password().is_some()
+        {
+            self.p
+                .error(
+                    "config::control",
+                    raw.referenced,
+                    "the provider URL must be only scheme, host and port",
+                    "has more than that",
+                )
+                .hint("e.g. https://pve1.lab.example.com:8006 (the API path /api2/json is added; credentials go in token_secret_file)");
+            return None;
+        }
+        Some(match parsed.port() {
+            Some(port) => format!("https://{host}:{port}"),
+            None => format!("https://{host}"),
+        })
+    }
+
+    fn name(
+        &mut self,
+        raw: &Text,
+        what: &str,
+        valid: fn(&str) -> bool,
+        hint: &str,
+    ) -> Option<String> {
+        if valid(&raw.value) {
+            return Some(raw.value.clone());
+        }
+        self.p
+            .error(
+                "config::control",
+                raw.referenced,
+                format!("`{}` is not a valid {what}", raw.value),
+                "invalid",
+            )
+            .hint(hint.to_owned());
+        None
+    }
+
+    /// `USER@REALM!TOKENID`. The value is never repeated in the message: an operator who
+    /// pasted `...=SECRET` here would otherwise see the secret in every log of the error.
+    fn token_id(&mut self, raw: &Text) -> Option<String> {
+        if is_token_id(&raw.value) {
+            return Some(raw.value.clone());
+        }
+        let problem = self.p.error(
+            "config::control",
+            raw.referenced,
+            "token_id is not of the form USER@REALM!TOKENID",
+            "not a token ID",
+        );
+        if raw.value.contains('=') {
+            problem.hint("the part after `=` is the secret: put it in the file named by token_secret_file (mode 0600) and keep only USER@REALM!TOKENID here");
+        } else {
+            problem.hint("e.g. okd@pve!appliance, as `pveum user token list okd@pve` shows it");
+        }
+        None
+    }
+
+    /// Exactly one of `<what>_file` and `<what>_env`.
+    fn secret(
+        &mut self,
+        file: Option<&Text>,
+        env: Option<&Text>,
+        owner: Location,
+        what: &str,
+    ) -> Option<SecretSource> {
+        match (file, env) {
+            (Some(f), Some(e)) => {
+                self.p
+                    .error(
+                        "config::secret",
+                        e.referenced,
+                        format!("both {what}_file and {what}_env are set"),
+                        "second source",
+                    )
+                    .also(f.referenced, "first source")
+                    .hint("keep one of them");
+                None
+            }
+            (None, None) => {
+                self.p
+                    .error(
+                        "config::secret",
+                        owner,
+                        format!("no {what}_file or {what}_env"),
+                        "credential without a secret",
+                    )
+                    .hint(format!(
+                        "name a file readable only by its owner ({what}_file) or an environment variable ({what}_env); secrets never go into this file"
+                    ));
+                None
+            }
+            (Some(f), None) => self.secret_file(f).map(SecretSource::File),
+            (None, Some(e)) => {
+                if is_env_name(&e.value) {
+                    Some(SecretSource::Env(e.value.clone()))
+                } else {
+                    self.p
+                        .error(
+                            "config::secret",
+                            e.referenced,
+                            format!("`{}` is not an environment variable name", e.value),
+                            "not a variable name",
+                        )
+                        .hint("letters, digits and underscores, not starting with a digit, e.g. PVE_TOKEN_SECRET");
+                    None
+                }
+            }
+        }
+    }
+
+    /// A file that exists and that only its owner can read or write.
+    fn secret_file(&mut self, raw: &Text) -> Option<std::path::PathBuf> {
+        if raw.value.trim().is_empty() {
+            self.p.error(
+                "config::secret",
+                raw.referenced,
+                "the secret file name is empty",
+                "empty",
+            );
+            return None;
+        }
+        let path = self.dir.join(&raw.value);
+        let Some((files, severity)) = self.files else {
+            return Some(path);
+        };
+        // As a warning (`serve`), the path stays: the provider reports the problem when used.
+        let keep = severity == Severity::Warning;
+        match files.mode(&path) {
+            Ok(mode) if mode & 0o077 == 0 => Some(path),
+            Ok(mode) => {
+                self.p
+                    .report(
+                        severity,
+                        "config::secret",
+                        raw.referenced,
+                        format!(
+                            "{} is readable or writable by its group or others (mode {:04o})",
+                            path.display(),
+                            mode & 0o7777
+                        ),
+                        "too open",
+                    )
+                    .hint(format!("chmod 600 {}", path.display()));
+                keep.then_some(path)
+            }
+            Err(e) => {
+                self.p
+                    .report(
+                        severity,
+                        "config::secret",
+                        raw.referenced,
+                        format!("can't use {}: {}", path.display(), io_reason(&e)),
+                        "secret file",
+                    )
+                    .hint("create it with the secret on one line, owned by the account okd-appliance runs as, mode 0600");
+                keep.then_some(path)
+            }
+        }
+    }
+
+    fn trust(
+        &mut self,
+        ca_file: Option<&Text>,
+        fingerprint: Option<&Text>,
+        url: Location,
+    ) -> Option<TlsTrust> {
+        match (ca_file, fingerprint) {
+            (Some(c), Some(f)) => {
+                self.p
+                    .error(
+                        "config::tls",
+                        f.referenced,
+                        "both ca_file and fingerprint are set",
+                        "second way to trust",
+                    )
+                    .also(c.referenced, "first way to trust")
+                    .hint("keep the one that matches how the certificate was made: ca_file for a certificate from a CA, fingerprint for Proxmox's self-signed one");
+                None
+            }
+            (None, None) => {
+                self.p
+                    .error(
+                        "config::tls",
+                        url,
+                        "no way to verify the provider's TLS certificate",
+                        "needs ca_file or fingerprint",
+                    )
+                    .hint("set ca_file (the PEM CA, /etc/pve/pve-root-ca.pem on the Proxmox node) or fingerprint (`pvenode cert info` prints the SHA-256 one); the certificate is never left unchecked");
+                None
+            }
+            (Some(c), None) => {
+                if c.value.trim().is_empty() {
+                    self.p
+                        .error("config::tls", c.referenced, "ca_file is empty", "empty");
+                    return None;
+                }
+                let path = self.dir.join(&c.value);
+                let Some((files, severity)) = self.files else {
+                    return Some(TlsTrust::CaFile(path));
+                };
+                match files.mode(&path) {
+                    Ok(_) => Some(TlsTrust::CaFile(path)),
+                    Err(e) => {
+                        self.p.report(
+                            severity,
+                            "config::tls",
+                            c.referenced,
+                            format!("can't use {}: {}", path.display(), io_reason(&e)),
+                            "CA file",
+                        );
+                        (severity == Severity::Warning).then_some(TlsTrust::CaFile(path))
+                    }
+                }
+            }
+            (None, Some(f)) => match parse_fingerprint(&f.value) {
+                Ok(digest) => Some(TlsTrust::Fingerprint(digest)),
+                Err(len) => {
+                    let problem = self.p.error(
+                        "config::tls",
+                        f.referenced,
+                        "fingerprint is not a SHA-256 digest",
+                        "not 32 hex octets",
+                    );
+                    if len == Some(20) {
+                        problem.hint("this is a SHA-1 fingerprint; use the SHA-256 one (`pvenode cert info`, or `openssl x509 -noout -fingerprint -sha256`)");
+                    } else {
+                        problem.hint("32 hex octets, with or without colons, as `pvenode cert info` prints it");
+                    }
+                    None
+                }
+            },
+        }
+    }
+
+    fn install_path(&mut self, raw: &Text) -> Option<InstallPath> {
+        match raw.value.as_str() {
+            "pxe" => Some(InstallPath::Pxe),
+            "iso" => Some(InstallPath::Iso),
+            other => {
+                self.p
+                    .error(
+                        "config::control",
+                        raw.referenced,
+                        format!("unknown install path `{other}`"),
+                        "unknown",
+                    )
+                    .hint("use pxe (network boot through the appliance) or iso (the node's live ISO as a CD-ROM)");
+                None
+            }
+        }
+    }
+
+    fn timeouts(&mut self, raw: &RawControl) -> Option<ControlTimeouts> {
+        let d = ControlTimeouts::default();
+        let secs = Duration::from_secs;
+        let t = &raw.timeouts;
+        let request = self.duration(
+            t.request.as_ref(),
+            d.request,
+            "request timeout",
+            secs(1),
+            secs(600),
+        );
+        let task = self.duration(
+            t.task.as_ref(),
+            d.task,
+            "task timeout",
+            secs(10),
+            secs(24 * 3600),
+        );
+        let shutdown = self.duration(
+            t.shutdown.as_ref(),
+            d.shutdown,
+            "shutdown timeout",
+            secs(1),
+            secs(3600),
+        );
+        Some(ControlTimeouts {
+            request: request?,
+            task: task?,
+            shutdown: shutdown?,
+        })
+    }
+
+    fn duration(
+        &mut self,
+        raw: Option<&Text>,
+        default: Duration,
+        what: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        let Some(raw) = raw else {
+            return Some(default);
+        };
+        match humantime::parse_duration(&raw.value) {
+            Ok(d) if d >= min && d <= max => Some(d),
+            Ok(_) => {
+                self.p.error(
+                    "config::duration",
+                    raw.referenced,
+                    format!(
+                        "{what} `{}` is out of range ({} to {})",
+                        raw.value,
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                    "out of range",
+                );
+                None
+            }
+            Err(e) => {
+                self.p
+                    .error(
+                        "config::duration",
+                        raw.referenced,
+                        format!("{what} `{}` is not a duration: {e}", raw.value),
+                        "not a duration",
+                    )
+                    .hint("write a number with a unit, e.g. 30s, 15m");
+                None
+            }
+        }
+    }
+
+    fn machines(
+        &mut self,
+        raw: &RawConfig,
+        nodes: &[Node],
+        default_install: InstallPath,
+        redfish: Option<&Redfish<'_>>,
+    ) -> Option<Vec<MachineSettings>> {
+        let mut ok = true;
+        let mut vmids: HashMap<u32, Location> = HashMap::new();
+        let mut machines = Vec::new();
+        for raw_node in &raw.nodes.value {
+            let node = nodes.iter().find(|n| n.name == raw_node.name.value);
+            let settings = match &raw_node.machine {
+                None => node.map(|n| defaults(n, default_install)),
+                Some(m) => self.machine(&m.value, node, default_install),
+            };
+            let bmc = match redfish {
+                None => {
+                    if let Some(b) = raw_node.machine.as_ref().and_then(|m| m.value.bmc.as_ref()) {
+                        self.p
+                            .warning(
+                                "config::control",
+                                b.referenced,
+                                "a BMC without provider redfish is not used",
+                                "ignored",
+                            )
+                            .hint("set control.provider: redfish, or remove `bmc:`");
+                    }
+                    Some(None)
+                }
+                Some(rf) => self.bmc(raw_node, rf).map(Some),
+            };
+            let settings = match (settings, bmc) {
+                (Some(s), Some(bmc)) => Some(MachineSettings { bmc, ..s }),
+                (Some(_), None) => {
+                    ok = false;
+                    None
+                }
+                (None, _) => None,
+            };
+            if let Some(vmid) = raw_node
+                .machine
+                .as_ref()
+                .and_then(|m| m.value.vmid.as_ref())
+                && let Some(first) = vmids.insert(vmid.value, vmid.referenced)
+            {
+                self.p
+                    .error(
+                        "config::control",
+                        vmid.referenced,
+                        format!("VM ID {} is given to two nodes", vmid.value),
+                        "second use",
+                    )
+                    .also(first, "first use");
+                ok = false;
+            }
+            match (settings, node) {
+                (Some(s), _) => machines.push(s),
+                // The node's own errors are reported already.
+                (None, None) => {}
+                (None, Some(_)) => ok = false,
+            }
+        }
+        ok.then_some(machines)
+    }
+
+    fn machine(
+        &mut self,
+        raw: &RawMachine,
+        node: Option<&Node>,
+        default_install: InstallPath,
+    ) -> Option<MachineSettings> {
+        let min = node.map(|n| Minimum::of(n.role));
+        let role = node.map_or(Role::Worker, |n| n.role);
+        let cores = match &raw.cores {
+            None => min.map(|m| m.cores),
+            Some(c) if (1..=512).contains(&c.value) => {
+                if let Some(m) = min.filter(|m| c.value < m.cores) {
+                    self.below_minimum(c.referenced, role, &format!("{} vCPUs", m.cores));
+                }
+                Some(c.value)
+            }
+            Some(c) => {
+                self.p.error(
+                    "config::machine",
+                    c.referenced,
+                    format!("{} cores is out of range (1 to 512)", c.value),
+                    "out of range",
+                );
+                None
+            }
+        };
+        let memory_mib = match &raw.memory {
+            None => min.map(|m| m.memory_mib),
+            Some(t) => self.size(t, "memory", GIB).map(|bytes| {
+                let mib = bytes.div_ceil(MIB);
+                if let Some(m) = min.filter(|m| mib < m.memory_mib) {
+                    self.below_minimum(
+                        t.referenced,
+                        role,
+                        &format!("{} GiB of memory", m.memory_mib / 1024),
+                    );
+                }
+                mib
+            }),
+        };
+        let disk_gib = match &raw.disk {
+            None => min.map(|m| m.disk_gib),
+            Some(t) => self.size(t, "disk", 10 * GIB).map(|bytes| {
+                let gib = bytes.div_ceil(GIB);
+                if let Some(m) = min.filter(|m| gib < m.disk_gib) {
+                    self.below_minimum(t.referenced, role, &format!("{} GiB of disk", m.disk_gib));
+                }
+                gib
+            }),
+        };
+        let install = match &raw.install {
+            None => Some(default_install),
+            Some(t) => self.install_path(t),
+        };
+        let vmid = match &raw.vmid {
+            None => Some(None),
+            Some(v) if (100..=999_999_999).contains(&v.value) => Some(Some(v.value)),
+            Some(v) => {
+                self.p
+                    .error(
+                        "config::machine",
+                        v.referenced,
+                        format!("VM ID {} is out of range (100 to 999999999)", v.value),
+                        "out of range",
+                    )
+                    .hint("Proxmox reserves IDs below 100");
+                None
+            }
+        };
+        Some(MachineSettings {
+            node: node?.name.clone(),
+            cores: cores?,
+            memory_mib: memory_mib?,
+            disk_gib: disk_gib?,
+            install: install?,
+            vmid: vmid?,
+            bmc: None,
+        })
+    }
+
+    /// The node's BMC: its own settings over the `control.redfish` defaults.
+    fn bmc(&mut self, node: &RawNode, rf: &Redfish<'_>) -> Option<Bmc> {
+        let own = node.machine.as_ref().and_then(|m| m.value.bmc.as_ref());
+        let empty = RawBmc::default();
+        let defaults = rf.defaults.unwrap_or(&empty);
+        let Some((own, at)) = own.map(|b| (&b.value, b.referenced)) else {
+            self.p
+                .error(
+                    "config::control",
+                    node.name.referenced,
+                    format!("node {} has no BMC", node.name.value),
+                    "no machine.bmc",
+                )
+                .hint("add `machine: { bmc: { url: https://<bmc address> } }` to the node");
+            return None;
+        };
+        let Some(url_text) = &own.url else {
+            self.p.error(
+                "config::control",
+                at,
+                "the node's BMC has no url",
+                "bmc without url",
+            );
+            return None;
+        };
+        let url = self.bmc_url(url_text);
+        let username = match own.username.as_ref().or(defaults.username.as_ref()) {
+            Some(u) if !u.value.trim().is_empty() && !u.value.contains(':') => {
+                Some(u.value.clone())
+            }
+            Some(u) => {
+                self.p.error(
+                    "config::secret",
+                    u.referenced,
+                    "not a BMC user name",
+                    "user name",
+                );
+                None
+            }
+            None => {
+                self.p
+                    .error(
+                        "config::secret",
+                        at,
+                        "the node's BMC has no username",
+                        "no username",
+                    )
+                    .hint("set `username:` here or in control.redfish");
+                None
+            }
+        };
+        let password = if own.password_file.is_some() || own.password_env.is_some() {
+            self.secret(
+                own.password_file.as_ref(),
+                own.password_env.as_ref(),
+                at,
+                "password",
+            )
+        } else {
+            self.secret(
+                defaults.password_file.as_ref(),
+                defaults.password_env.as_ref(),
+                at,
+                "password",
+            )
+        };
+        let sets_trust = |b: &RawBmc| {
+            b.ca_file.is_some()
+                || b.fingerprint.is_some()
+                || b.insecure.as_ref().is_some_and(|i| i.value)
+        };
+        let level = if sets_trust(own) { own } else { defaults };
+        let trust = match level.insecure.as_ref().filter(|i| i.value) {
+            Some(insecure) if level.ca_file.is_some() || level.fingerprint.is_some() => {
+                self.p
+                    .error(
+                        "config::tls",
+                        insecure.referenced,
+                        "insecure: true beside a CA file or fingerprint",
+                        "contradicts the other",
+                    )
+                    .hint("keep the CA file or fingerprint, and drop `insecure`");
+                None
+            }
+            Some(_) => Some(BmcTrust::Insecure),
+            None => self
+                .trust(
+                    level.ca_file.as_ref(),
+                    level.fingerprint.as_ref(),
+                    url_text.referenced,
+                )
+                .map(BmcTrust::Verify),
+        };
+        Some(Bmc {
+            url: url?,
+            username: username?,
+            password: password?,
+            trust: trust?,
+        })
+    }
+
+    /// `https://host[:port]`, optionally with the path of one system.
+    fn bmc_url(&mut self, raw: &Text) -> Option<String> {
+        let parsed = match url::Url::parse(&raw.value) {
+            Ok(u) if u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty()) => u,
+            _ => {
+                self.p
+                    .error(
+                        "config::control",
+                        raw.referenced,
+                        format!("`{}` is not an https URL", raw.value),
+                        "not https",
+                    )
+                    .hint("e.g. https://10.1.0.5 (Redfish runs over TLS; BMC credentials never go in clear text)");
+                return None;
+            }
+        };
+        let path = parsed.path().trim_end_matches('/');
+        if !(path.is_empty() || path.starts_with("/redfish/v1/Systems/"))
+            || parsed.query().is_some()
+            || !parsed.username().is_empty()
+        {
+            self.p
+                .error(
+                    "config::control",
+                    raw.referenced,
+                    "a BMC URL is the BMC's address, or the URL of one system",
+                    "unexpected path",
+                )
+                .hint("e.g. https://10.1.0.5 or https://10.1.0.5/redfish/v1/Systems/1");
+            return None;
+        }
+        Some(parsed.as_str().trim_end_matches('/').to_owned())
+    }
+
+    fn below_minimum(&mut self, at: Location, role: Role, minimum: &str) {
+        self.p
+            .warning(
+                "config::machine",
+                at,
+                format!("below OpenShift's documented minimum for a {role} node ({minimum})"),
+                "below the minimum",
+            )
+            .hint("the install may fail or the node may not become ready; fine for a test cluster");
+    }
+
+    /// A size with a unit, at least `least` bytes.
+    fn size(&mut self, raw: &Text, what: &str, least: u64) -> Option<u64> {
+        let s = raw.value.trim();
+        let has_unit = s.chars().any(|c| c.is_ascii_alphabetic());
+        match s.parse::<ByteSize>() {
+            Ok(size) if has_unit && size.as_u64() >= least => Some(size.as_u64()),
+            Ok(_) if has_unit => {
+                self.p.error(
+                    "config::machine",
+                    raw.referenced,
+                    format!(
+                        "{what} size {} is too small (at least {})",
+                        raw.value,
+                        ByteSize(least).display().iec()
+                    ),
+                    "too small",
+                );
+                None
+            }
+            _ => {
+                self.p
+                    .error(
+                        "config::machine",
+                        raw.referenced,
+                        format!("{what} size `{}` is not a size with a unit", raw.value),
+                        "not a size",
+                    )
+                    .hint("write a number and a unit, e.g. 16GiB, 16384MiB or 120GB");
+                None
+            }
+        }
+    }
+}
+
+/// The defaults every node's BMC starts from.
+struct Redfish<'a> {
+    defaults: Option<&'a RawBmc>,
+}
+
+/// Every default filled in: the role's documented minimum.
+fn defaults(node: &Node, install: InstallPath) -> MachineSettings {
+    let min = Minimum::of(node.role);
+    MachineSettings {
+        node: node.name.clone(),
+        cores: min.cores,
+        memory_mib: min.memory_mib,
+        disk_gib: min.disk_gib,
+        install,
+        vmid: None,
+        bmc: None,
+    }
+}
+
+/// The stat a secret file needs: its permission bits, its content unread.
+pub(super) fn file_mode(path: &Path) -> io::Result<u32> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a regular file",
+        ));
+    }
+    Ok(meta.permissions().mode())
+}
+
+fn io_reason(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "it does not exist".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => e.to_string(),
+    }
+}
+
+/// Proxmox's `pve-node` format: a host name label, upper case allowed.
+fn is_pve_node(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Proxmox's `pve-storage-id` format.
+fn is_pve_storage_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 2
+        && b[0].is_ascii_alphabetic()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Proxmox's `pve-poolid` format.
+fn is_pve_pool_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_'))
+}
+
+/// A Linux interface name (15 bytes at most), as Proxmox's `pve-bridge-id` accepts it.
+fn is_bridge(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// `USER@REALM!TOKENID` as Proxmox spells API token IDs.
+fn is_token_id(s: &str) -> bool {
+    let Some((userid, token)) = s.split_once('!') else {
+        return false;
+    };
+    let Some((user, realm)) = userid.rsplit_once('@') else {
+        return false;
+    };
+    let ident = |t: &str| {
+        t.len() >= 2
+            && t.starts_with(|c: char| c.is_ascii_alphabetic())
+            && t.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    };
+    !user.is_empty()
+        && user.len() <= 60
+        && !user.contains(|c: char| c.is_whitespace() || matches!(c, ':' | '/' | '!' | '='))
+        && ident(realm)
+        && ident(token)
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// 32 hex octets, colons optional. On failure, the number of octets found when the text was
+/// otherwise well formed (20 tells a SHA-1 fingerprint).
+fn parse_fingerprint(s: &str) -> Result<[u8; 32], Option<usize>> {
+    let hex: String = s.chars().filter(|c| *c != ':').collect();
+    if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(None);
+    }
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| None)?;
+    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| Some(bytes.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_follow_proxmox_spelling() {
+        for good in ["okd@pve!appliance", "root@pam!ci-1", "a.b@ldap.corp!t_1"] {
+            assert!(is_token_id(good), "{good}");
+        }
+        for bad in [
+            "okd@pve",
+            "okd!appliance",
+            "@pve!x1",
+            "okd@pve!appliance=3f0c-secret",
+            "okd@p!x1",
+            "okd@pve!1x",
+        ] {
+            assert!(!is_token_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fingerprints_are_sha256_with_or_without_colons() {
+        let colons = (0..32)
+            .map(|i| format!("{i:02X}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        let digest = parse_fingerprint(&colons).unwrap();
+        assert_eq!(digest[31], 31);
+        assert_eq!(
+            parse_fingerprint(&colons.replace(':', "").to_lowercase()),
+            Ok(digest)
+        );
+        let sha1 = (0..20)
+            .map(|i| format!("{i:02x}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        assert_eq!(parse_fingerprint(&sha1), Err(Some(20)));
+        assert_eq!(parse_fingerprint("zz"), Err(None));
+    }
+
+    #[test]
+    fn secret_files_must_be_owner_only_regular_files() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        for (mode, ok) in [
+            (0o600, true),
+            (0o400, true),
+            (0o640, false),
+            (0o604, false),
+            (0o620, false),
+        ] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(file_mode(&path).unwrap() & 0o077 == 0, ok, "{mode:o}");
+        }
+        assert_eq!(
+            file_mode(dir.path()).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            file_mode(&dir.path().join("absent")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    /// Through the whole load with the real file system: a group-readable token file is
+    /// refused at its line, an owner-only one passes, and the secret never shows.
+    #[test]
+    fn a_group_readable_token_file_is_refused_where_it_is_named() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["install_dir", "artifacts"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("install_dir/master.ign"), "{}").unwrap();
+        std::fs::write(dir.path().join("ca.pem"), "").unwrap();
+        let token = dir.path().join("pve-token");
+        std::fs::write(&token, "9f2d-very-secret\n").unwrap();
+        let text = r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+control:
+  provider: proxmox
+  proxmox:
+    url: https://pve1:8006
+    node: pve1
+    token_id: "okd@pve!appliance"
+    token_secret_file: pve-token
+    ca_file: ca.pem
+    storage: local-lvm
+    bridge: vmbr0
+"#;
+        let files = super::super::super::RealFiles {
+            now: std::time::SystemTime::now(),
+        };
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let err = super::super::super::parse(
+            text,
+            "okd.yml",
+            dir.path(),
+            super::super::super::InstallCheck::Require(&files),
+        )
+        .unwrap_err();
+        let shown = err.render(super::super::super::RenderStyle::Plain);
+        assert!(shown.contains("okd.yml:13:24"), "{shown}");
+        assert!(shown.contains("(mode 0640)"), "{shown}");
+        assert!(shown.contains("chmod 600"), "{shown}");
+        assert!(!shown.contains("very-secret"), "{shown}");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let loaded = super::super::super::parse(
+            text,
+            "okd.yml",
+            dir.path(),
+            super::super::super::InstallCheck::Require(&files),
+        )
+        .unwrap();
+        let Provider::Proxmox(px) = &loaded.config.control.provider else {
+            panic!("not proxmox")
+        };
+        assert_eq!(px.token_secret, SecretSource::File(token));
+        assert!(!format!("{:?}", loaded.config).contains("very-secret"));
+    }
+}

@@ -1,0 +1,375 @@
+//! The Proxmox VE REST API client: hyper's client over rustls, an API token in every request,
+//! answers unwrapped from their `{"data": ...}` envelope, errors sorted by what they mean, and
+//! tasks (UPIDs) awaited until they stop.
+//!
+//! Architecture invariant: every request is bounded by the request timeout and every task wait
+//! by its own limit; the token's secret lives in one header marked sensitive and nowhere else.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::Value;
+
+use super::spell;
+use crate::config::Proxmox;
+use crate::control::https::{self, HttpsClient};
+use crate::control::secret::{self, Secret};
+use crate::control::{ControlError, tls};
+
+/// Characters a path segment keeps as they are: RFC 3986 unreserved, and `:`, `@` and `!`,
+/// which UPIDs and token names are full of and a path segment may hold. `/` (in volume IDs)
+/// and the rest are encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':')
+    .remove(b'@')
+    .remove(b'!');
+
+/// A path segment (node, storage, volume, UPID), percent-encoded.
+pub fn seg(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// What went wrong with a call or a task, before the provider decides what it means.
+#[derive(Debug)]
+pub enum PveError {
+    /// Final: connection, TLS, credentials, privilege, timeout.
+    Control(ControlError),
+    /// Proxmox answered the request with an error.
+    Refused { status: u16, message: String },
+    /// A task ran and failed.
+    TaskFailed { upid: String, exitstatus: String },
+}
+
+impl PveError {
+    /// Proxmox's own words, for errors that have them.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            PveError::Refused { message, .. } => Some(message),
+            PveError::TaskFailed { exitstatus, .. } => Some(exitstatus),
+            PveError::Control(_) => None,
+        }
+    }
+
+    pub fn is_lock_timeout(&self) -> bool {
+        self.message().is_some_and(spell::is_lock_timeout)
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.message().is_some_and(spell::is_already_exists)
+    }
+
+    /// The error as the operator sees it, `what` saying what was being done.
+    pub fn into_control(self, what: &str) -> ControlError {
+        match self {
+            PveError::Control(e) => e,
+            PveError::Refused { status, message } => {
+                ControlError::Failed(format!("{what}: proxmox answered {status}: {message}"))
+            }
+            PveError::TaskFailed { upid, exitstatus } => {
+                ControlError::Failed(format!("{what}: task {upid} failed: {exitstatus}"))
+            }
+        }
+    }
+}
+
+impl From<ControlError> for PveError {
+    fn from(e: ControlError) -> Self {
+        PveError::Control(e)
+    }
+}
+
+/// How a task ended well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskEnd {
+    Ok,
+    /// `WARNINGS: n`: done, with warnings in the task log.
+    Warnings(String),
+}
+
+pub struct Api {
+    client: HttpsClient,
+    /// `https://host:port/api2/json`.
+    base: String,
+    endpoint: String,
+    token_id: String,
+    secret_source: String,
+    /// `PVEAPIToken=USER@REALM!ID=SECRET`, marked sensitive.
+    auth: HeaderValue,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("base", &self.base)
+            .field("token_id", &self.token_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Api {
+    /// Reads the token's secret and builds the TLS client; nothing is sent yet.
+    pub fn new(px: &Proxmox, request_timeout: Duration) -> Result<Api, ControlError> {
+        let secret =
+            secret::read(&px.token_secret).map_err(|e| ControlError::Credentials(e.to_string()))?;
+        Self::with_secret(px, &secret, request_timeout)
+    }
+
+    fn with_secret(
+        px: &Proxmox,
+        secret: &Secret,
+        request_timeout: Duration,
+    ) -> Result<Api, ControlError> {
+        // A file that holds the whole `USER@REALM!ID=SECRET` (as `pveum` prints the pair)
+        // works too.
+        let value = secret
+            .expose()
+            .strip_prefix(&format!("{}=", px.token_id))
+            .unwrap_or(secret.expose());
+        let mut auth = HeaderValue::from_str(&format!("PVEAPIToken={}={value}", px.token_id))
+            .map_err(|_| {
+                ControlError::Credentials(format!(
+                    "the token secret from {} holds characters a header can't carry",
+                    px.token_secret
+                ))
+            })?;
+        auth.set_sensitive(true);
+        let tls = tls::client_config(&px.trust).map_err(|e| ControlError::Tls {
+            endpoint: px.url.clone(),
+            reason: e.to_string(),
+        })?;
+        let client = https::client(tls, request_timeout);
+        Ok(Api {
+            client,
+            base: format!("{}/api2/json", px.url),
+            endpoint: px.url.clone(),
+            token_id: px.token_id.clone(),
+            secret_source: px.token_secret.to_string(),
+            auth,
+            request_timeout,
+        })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+        self.call(Method::GET, path, params).await
+    }
+
+    pub async fn post(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+        self.call(Method::POST, path, params).await
+    }
+
+    pub async fn put(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+        self.call(Method::PUT, path, params).await
+    }
+
+    pub async fn delete(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
+        self.call(Method::DELETE, path, params).await
+    }
+
+    /// One request: GET and DELETE carry their parameters in the query, POST and PUT as a
+    /// form body. Returns the `data` member of the answer.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        params: &[(&str, String)],
+    ) -> Result<Value, PveError> {
+        let encoded = {
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in params {
+                form.append_pair(k, v);
+            }
+            form.finish()
+        };
+        let in_query = matches!(method, Method::GET | Method::DELETE);
+        let uri = if in_query && !encoded.is_empty() {
+            format!("{}{path}?{encoded}", self.base)
+        } else {
+            format!("{}{path}", self.base)
+        };
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(&uri)
+            .header(AUTHORIZATION, self.auth.clone());
+        let body = if in_query {
+            Full::new(Bytes::new())
+        } else {
+            request = request.header(CONTENT_TYPE, "application/x-www-form-urlencoded");
+            Full::new(Bytes::from(encoded))
+        };
+        let request = request.body(body).map_err(|e| {
+            PveError::Control(ControlError::Failed(format!(
+                "can't build the request {method} {path}: {e}"
+            )))
+        })?;
+        let what = format!("{method} {path}");
+        let answer = https::exchange(
+            &self.client,
+            request,
+            self.request_timeout,
+            &self.endpoint,
+            &what,
+        )
+        .await?;
+        let (status, reason, body) = (answer.status, answer.reason, answer.body);
+        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        if status.is_success() {
+            return match json {
+                Some(mut v) => Ok(v.get_mut("data").map(Value::take).unwrap_or(Value::Null)),
+                None => Err(PveError::Control(ControlError::Failed(format!(
+                    "{method} {path}: the answer is not JSON"
+                )))),
+            };
+        }
+        let message = error_message(status, reason.as_deref(), json.as_ref());
+        Err(match status {
+            StatusCode::UNAUTHORIZED => PveError::Control(ControlError::Credentials(format!(
+                "proxmox at {} refused the API token {} (401 {}): check token_id and the secret in {}; the token may have expired or been removed",
+                self.endpoint,
+                self.token_id,
+                message.trim(),
+                self.secret_source
+            ))),
+            StatusCode::FORBIDDEN => match spell::missing_privilege(&message) {
+                Some((path, privilege)) => PveError::Control(ControlError::Privilege {
+                    token: self.token_id.clone(),
+                    role: spell::role_with(&privilege),
+                    privilege,
+                    path,
+                }),
+                None => PveError::Refused {
+                    status: status.as_u16(),
+                    message,
+                },
+            },
+            _ => PveError::Refused {
+                status: status.as_u16(),
+                message,
+            },
+        })
+    }
+
+    /// Waits until the task `upid` stops, polling every `poll`, for at most `limit`.
+    pub async fn wait(
+        &self,
+        upid: &str,
+        limit: Duration,
+        poll: Duration,
+    ) -> Result<TaskEnd, PveError> {
+        let node = upid
+            .split(':')
+            .nth(1)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                PveError::Control(ControlError::Failed(format!(
+                    "proxmox returned `{upid}` where a task ID (UPID) was expected"
+                )))
+            })?;
+        let path = format!("/nodes/{}/tasks/{}/status", seg(node), seg(upid));
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let status = self.get(&path, &[]).await?;
+            if status.get("status").and_then(Value::as_str) == Some("stopped") {
+                let exit = status
+                    .get("exitstatus")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                return if exit == "OK" {
+                    Ok(TaskEnd::Ok)
+                } else if exit.starts_with("WARNINGS") {
+                    Ok(TaskEnd::Warnings(exit))
+                } else {
+                    Err(PveError::TaskFailed {
+                        upid: upid.to_owned(),
+                        exitstatus: if exit.is_empty() {
+                            "stopped without an exit status".to_owned()
+                        } else {
+                            exit
+                        },
+                    })
+                };
+            }
+            if tokio::time::Instant::now() + poll > deadline {
+                return Err(PveError::Control(ControlError::Timeout(format!(
+                    "task {upid} still running after {}: it goes on in proxmox (see its task log, or stop it there)",
+                    humantime::format_duration(limit)
+                ))));
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+/// Proxmox puts its message in the body (`message`, and per-parameter `errors`) and in the
+/// status line's reason phrase.
+fn error_message(status: StatusCode, reason: Option<&str>, json: Option<&Value>) -> String {
+    let mut message = json
+        .and_then(|j| j.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| reason.map(str::to_owned))
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned())
+        .trim()
+        .to_owned();
+    if let Some(errors) = json
+        .and_then(|j| j.get("errors"))
+        .and_then(Value::as_object)
+    {
+        let details: Vec<String> = errors
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", v.as_str().unwrap_or("invalid").trim()))
+            .collect();
+        if !details.is_empty() {
+            message.push_str(&format!(" ({})", details.join("; ")));
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_come_from_body_then_reason() {
+        let body = serde_json::json!({"data": null, "message": "Parameter verification failed.\n", "errors": {"net0": "invalid format"}});
+        assert_eq!(
+            error_message(StatusCode::BAD_REQUEST, Some("x"), Some(&body)),
+            "Parameter verification failed. (net0: invalid format)"
+        );
+        assert_eq!(
+            error_message(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Some("can't lock file"),
+                None
+            ),
+            "can't lock file"
+        );
+        assert_eq!(
+            error_message(StatusCode::NOT_FOUND, None, None),
+            "Not Found"
+        );
+    }
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(
+            seg("UPID:pve1:0000A1B2:00C0FFEE:66000000:qmcreate:101:okd@pve!appliance:"),
+            "UPID:pve1:0000A1B2:00C0FFEE:66000000:qmcreate:101:okd@pve!appliance:"
+        );
+        assert_eq!(seg("local:iso/w-0.okd.iso"), "local:iso%2Fw-0.okd.iso");
+    }
+}

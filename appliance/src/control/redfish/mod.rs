@@ -1,0 +1,670 @@
+//! The Redfish provider: bare metal (or anything with a BMC) driven through each node's
+//! Redfish service with HTTP Basic authentication.
+//!
+//! The node's system is found by following the service's links (service root -> `Systems` ->
+//! each system's `EthernetInterfaces`) to the one with the node's MAC; a BMC URL that names a
+//! system directly is checked the same way. Machines can't be created or destroyed here:
+//! `create` checks the system and prepares the install (the node's ISO as virtual media and a
+//! one-time boot from CD for the ISO path, a one-time network boot for PXE), `start` powers it
+//! on, `stop` asks for a graceful shutdown and forces it off after the shutdown timeout,
+//! `destroy` powers it off and ejects the media. Virtual media is found under the system or
+//! under its manager (`Links.ManagedBy`), as BMCs differ.
+//!
+//! Architecture invariant: like every provider, it reads the plan's machine spec and derives
+//! nothing; a system that does not carry the node's MAC is never acted on.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use data_encoding::BASE64;
+use http_body_util::Full;
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use serde_json::{Value, json};
+
+use super::https::{self, HttpsClient};
+use super::secret;
+use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
+use crate::config::{Bmc, BmcTrust, ControlTimeouts, MacAddr};
+use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+
+/// How often power state is polled while waiting for it to change.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    pub poll: Duration,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace {
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct RedfishProvider {
+    timeouts: ControlTimeouts,
+    pace: Pace,
+}
+
+impl RedfishProvider {
+    pub fn new(timeouts: ControlTimeouts) -> Self {
+        RedfishProvider {
+            timeouts,
+            pace: Pace::default(),
+        }
+    }
+
+    pub fn with_pace(mut self, pace: Pace) -> Self {
+        self.pace = pace;
+        self
+    }
+
+    /// A session with the machine's BMC: its client, then its system.
+    async fn system(&self, m: &MachineSpec) -> Result<System, ControlError> {
+        let bmc = m
+            .bmc
+            .as_ref()
+            .ok_or_else(|| ControlError::Failed(format!("{} has no BMC in the config", m.node)))?;
+        let client = BmcClient::new(bmc, self.timeouts.request)?;
+        let path = client.find_system(m.mac).await?;
+        Ok(System { client, path })
+    }
+
+    async fn ensure(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = self.system(m).await?;
+        let mut done = Vec::new();
+        let device = match &m.install {
+            InstallMedium::Iso { url, .. } => {
+                if let Outcome::Changed(what) = sys.insert(url).await? {
+                    done.push(what);
+                }
+                BootDevice::Cdrom
+            }
+            InstallMedium::Network => BootDevice::Network,
+        };
+        if let Outcome::Changed(what) = sys.boot_once(device).await? {
+            done.push(what);
+        }
+        let found = format!("system {} at {}", sys.path, sys.client.endpoint);
+        Ok(if done.is_empty() {
+            Outcome::Unchanged(format!("{found} is ready to install"))
+        } else {
+            Outcome::Changed(format!("{found}: {}", done.join("; ")))
+        })
+    }
+
+    async fn power_on(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = self.system(m).await?;
+        if sys.power().await? == Power::On {
+            return Ok(Outcome::Unchanged(format!("{} is on", sys.path)));
+        }
+        sys.reset("On").await?;
+        sys.wait_power(Power::On, self.timeouts.task, self.pace.poll)
+            .await?;
+        Ok(Outcome::Changed(format!("powered on {}", sys.path)))
+    }
+
+    async fn power_off(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = self.system(m).await?;
+        if sys.power().await? == Power::Off {
+            return Ok(Outcome::Unchanged(format!("{} is off", sys.path)));
+        }
+        sys.reset("GracefulShutdown").await?;
+        let grace = self.timeouts.shutdown;
+        match sys.wait_power(Power::Off, grace, self.pace.poll).await {
+            Ok(()) => return Ok(Outcome::Changed(format!("shut down {}", sys.path))),
+            Err(ControlError::Timeout(_)) => {}
+            Err(e) => return Err(e),
+        }
+        sys.reset("ForceOff").await?;
+        sys.wait_power(Power::Off, self.timeouts.task, self.pace.poll)
+            .await?;
+        Ok(Outcome::Changed(format!(
+            "{} did not shut down within {}: forced off",
+            sys.path,
+            humantime::format_duration(grace)
+        )))
+    }
+
+    async fn reset(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = self.system(m).await?;
+        if sys.power().await? != Power::On {
+            return Err(ControlError::Failed(format!(
+                "{} is not on: start it instead of resetting it",
+                sys.path
+            )));
+        }
+        sys.reset("ForceRestart").await?;
+        Ok(Outcome::Changed(format!("reset {}", sys.path)))
+    }
+
+    async fn status(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = match self.system(m).await {
+            Ok(sys) => sys,
+            Err(ControlError::Conflict(why)) => {
+                return Ok(Outcome::Status(MachineStatus::Present {
+                    id: m.bmc.as_ref().map_or_else(String::new, |b| b.url.clone()),
+                    power: Power::Other("unknown".into()),
+                    media: None,
+                    drift: vec![why],
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        let media = sys.media().await.ok().and_then(|(_, vm)| {
+            (vm.get("Inserted").and_then(Value::as_bool) == Some(true))
+                .then(|| vm.get("Image").and_then(Value::as_str).map(str::to_owned))
+                .flatten()
+        });
+        Ok(Outcome::Status(MachineStatus::Present {
+            id: format!("system {} at {}", sys.path, sys.client.endpoint),
+            power: sys.power().await?,
+            media,
+            drift: Vec::new(),
+        }))
+    }
+
+    /// Bare metal is not destroyed: it is powered off and its virtual media ejected.
+    async fn destroy(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
+        let sys = self.system(m).await?;
+        let mut done = Vec::new();
+        if sys.power().await? != Power::Off {
+            sys.reset("ForceOff").await?;
+            sys.wait_power(Power::Off, self.timeouts.task, self.pace.poll)
+                .await?;
+            done.push("forced off".to_owned());
+        }
+        if let Outcome::Changed(what) = sys.eject().await? {
+            done.push(what);
+        }
+        Ok(if done.is_empty() {
+            Outcome::Unchanged(format!(
+                "{} is off without media (bare metal stays)",
+                sys.path
+            ))
+        } else {
+            Outcome::Changed(format!(
+                "{}: {} (bare metal stays)",
+                sys.path,
+                done.join(", ")
+            ))
+        })
+    }
+}
+
+impl Provider for RedfishProvider {
+    fn describe(&self) -> String {
+        "redfish BMCs".to_owned()
+    }
+
+    async fn act(&self, m: &MachineSpec, action: Action) -> Result<Outcome, ControlError> {
+        match action {
+            Action::Ensure => self.ensure(m).await,
+            Action::PowerOn => self.power_on(m).await,
+            Action::PowerOff => self.power_off(m).await,
+            Action::Reset => self.reset(m).await,
+            Action::BootOnce(device) => self.system(m).await?.boot_once(device).await,
+            Action::InsertMedia => match &m.install {
+                InstallMedium::Iso { url, .. } => self.system(m).await?.insert(url).await,
+                InstallMedium::Network => Err(ControlError::Failed(format!(
+                    "{} installs over the network (install: pxe): it has no ISO",
+                    m.node
+                ))),
+            },
+            Action::EjectMedia => self.system(m).await?.eject().await,
+            Action::Status => self.status(m).await,
+            Action::Destroy => self.destroy(m).await,
+        }
+    }
+}
+
+/// The node's system at its BMC.
+struct System {
+    client: BmcClient,
+    /// `/redfish/v1/Systems/<id>`.
+    path: String,
+}
+
+impl System {
+    async fn power(&self) -> Result<Power, ControlError> {
+        let sys = self.client.get(&self.path).await?;
+        Ok(match sys.get("PowerState").and_then(Value::as_str) {
+            Some("On") => Power::On,
+            Some("Off") => Power::Off,
+            other => Power::Other(other.unwrap_or("unknown").to_owned()),
+        })
+    }
+
+    /// `ComputerSystem.Reset` with `kind`, at the target the system advertises.
+    async fn reset(&self, kind: &str) -> Result<(), ControlError> {
+        let sys = self.client.get(&self.path).await?;
+        let action = sys
+            .pointer("/Actions/#ComputerSystem.Reset")
+            .ok_or_else(|| {
+                ControlError::Failed(format!("{} offers no ComputerSystem.Reset", self.path))
+            })?;
+        if let Some(allowed) = action
+            .get("ResetType@Redfish.AllowableValues")
+            .and_then(Value::as_array)
+            && !allowed.iter().any(|v| v.as_str() == Some(kind))
+        {
+            return Err(ControlError::Failed(format!(
+                "{} does not allow the reset type {kind} (it allows {})",
+                self.path,
+                strings(allowed)
+            )));
+        }
+        let target = action.get("target").and_then(Value::as_str).map_or_else(
+            || format!("{}/Actions/ComputerSystem.Reset", self.path),
+            str::to_owned,
+        );
+        self.client
+            .send(Method::POST, &target, &json!({ "ResetType": kind }))
+            .await
+    }
+
+    /// Polls the power state until it is `want`, for at most `limit`.
+    async fn wait_power(
+        &self,
+        want: Power,
+        limit: Duration,
+        poll: Duration,
+    ) -> Result<(), ControlError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let now = self.power().await?;
+            if now == want {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() + poll > deadline {
+                return Err(ControlError::Timeout(format!(
+                    "{} at {} is still {now} after {}, not {want}",
+                    self.path,
+                    self.client.endpoint,
+                    humantime::format_duration(limit)
+                )));
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// A one-time boot override (`BootSourceOverrideEnabled: Once`).
+    async fn boot_once(&self, device: BootDevice) -> Result<Outcome, ControlError> {
+        let target = match device {
+            BootDevice::Network => "Pxe",
+            BootDevice::Cdrom => "Cd",
+            BootDevice::Disk => "Hdd",
+        };
+        let sys = self.client.get(&self.path).await?;
+        let boot = sys.get("Boot").cloned().unwrap_or(Value::Null);
+        if let Some(allowed) = boot
+            .get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            .and_then(Value::as_array)
+            && !allowed.iter().any(|v| v.as_str() == Some(target))
+        {
+            return Err(ControlError::Failed(format!(
+                "{} can't boot once from {target} (it allows {})",
+                self.path,
+                strings(allowed)
+            )));
+        }
+        // Some BMCs (sushy-emulator among them) keep an override as `Continuous` whatever
+        // was asked: the next boot is from `target` either way, so that counts as in effect.
+        if boot.get("BootSourceOverrideTarget").and_then(Value::as_str) == Some(target)
+            && matches!(
+                boot.get("BootSourceOverrideEnabled")
+                    .and_then(Value::as_str),
+                Some("Once" | "Continuous")
+            )
+        {
+            return Ok(Outcome::Unchanged(format!(
+                "{} boots from {target}",
+                self.path
+            )));
+        }
+        self.client
+            .send(
+                Method::PATCH,
+                &self.path,
+                &json!({ "Boot": {
+                    "BootSourceOverrideTarget": target,
+                    "BootSourceOverrideEnabled": "Once",
+                }}),
+            )
+            .await?;
+        Ok(Outcome::Changed(format!(
+            "{} boots once from {target}",
+            self.path
+        )))
+    }
+
+    /// The CD/DVD virtual media slot: under the system, or under its manager.
+    async fn media(&self) -> Result<(String, Value), ControlError> {
+        let sys = self.client.get(&self.path).await?;
+        let mut collections = Vec::new();
+        if let Some(id) = sys
+            .pointer("/VirtualMedia/@odata.id")
+            .and_then(Value::as_str)
+        {
+            collections.push(id.to_owned());
+        }
+        for manager in sys
+            .pointer("/Links/ManagedBy")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("@odata.id").and_then(Value::as_str))
+        {
+            let manager = self.client.get(manager).await?;
+            if let Some(id) = manager
+                .pointer("/VirtualMedia/@odata.id")
+                .and_then(Value::as_str)
+            {
+                collections.push(id.to_owned());
+            }
+        }
+        for collection in collections {
+            for member in members(&self.client.get(&collection).await?) {
+                let media = self.client.get(&member).await?;
+                let cd = media
+                    .get("MediaTypes")
+                    .and_then(Value::as_array)
+                    .is_some_and(|t| t.iter().any(|t| matches!(t.as_str(), Some("CD" | "DVD"))));
+                if cd {
+                    return Ok((member, media));
+                }
+            }
+        }
+        Err(ControlError::Failed(format!(
+            "{} at {} has no CD/DVD virtual media",
+            self.path, self.client.endpoint
+        )))
+    }
+
+    async fn insert(&self, url: &str) -> Result<Outcome, ControlError> {
+        let (path, media) = self.media().await?;
+        let inserted = media.get("Inserted").and_then(Value::as_bool) == Some(true);
+        let image = media.get("Image").and_then(Value::as_str);
+        if inserted && image == Some(url) {
+            return Ok(Outcome::Unchanged(format!("{path} has {url}")));
+        }
+        if inserted {
+            self.client
+                .send(
+                    Method::POST,
+                    &action_target(&media, &path, "EjectMedia"),
+                    &json!({}),
+                )
+                .await?;
+        }
+        self.client
+            .send(
+                Method::POST,
+                &action_target(&media, &path, "InsertMedia"),
+                &json!({ "Image": url, "Inserted": true, "WriteProtected": true }),
+            )
+            .await?;
+        Ok(Outcome::Changed(format!("inserted {url} into {path}")))
+    }
+
+    async fn eject(&self) -> Result<Outcome, ControlError> {
+        let (path, media) = self.media().await?;
+        if media.get("Inserted").and_then(Value::as_bool) != Some(true) {
+            return Ok(Outcome::Unchanged(format!("{path} is empty")));
+        }
+        self.client
+            .send(
+                Method::POST,
+                &action_target(&media, &path, "EjectMedia"),
+                &json!({}),
+            )
+            .await?;
+        Ok(Outcome::Changed(format!("ejected the media of {path}")))
+    }
+}
+
+/// The target of `#VirtualMedia.<name>`, or its conventional path.
+fn action_target(media: &Value, path: &str, name: &str) -> String {
+    media
+        .pointer(&format!("/Actions/#VirtualMedia.{name}/target"))
+        .and_then(Value::as_str)
+        .map_or_else(
+            || format!("{path}/Actions/VirtualMedia.{name}"),
+            str::to_owned,
+        )
+}
+
+fn members(collection: &Value) -> Vec<String> {
+    collection
+        .get("Members")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            m.get("@odata.id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn strings(values: &[Value]) -> String {
+    values
+        .iter()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One BMC: its HTTPS client, the Basic credentials, and the JSON calls.
+struct BmcClient {
+    client: HttpsClient,
+    /// `https://host[:port]`.
+    endpoint: String,
+    /// The system's path when the configured URL names one.
+    system: Option<String>,
+    username: String,
+    password_source: String,
+    auth: HeaderValue,
+    timeout: Duration,
+}
+
+impl BmcClient {
+    fn new(bmc: &Bmc, timeout: Duration) -> Result<BmcClient, ControlError> {
+        let password =
+            secret::read(&bmc.password).map_err(|e| ControlError::Credentials(e.to_string()))?;
+        let mut auth = HeaderValue::from_str(&format!(
+            "Basic {}",
+            BASE64.encode(format!("{}:{}", bmc.username, password.expose()).as_bytes())
+        ))
+        .map_err(|_| ControlError::Credentials("the BMC credentials can't be sent".into()))?;
+        auth.set_sensitive(true);
+        let url = url::Url::parse(&bmc.url)
+            .map_err(|e| ControlError::Failed(format!("BMC URL {}: {e}", bmc.url)))?;
+        let endpoint = url.origin().ascii_serialization();
+        let system = Some(url.path().trim_end_matches('/').to_owned()).filter(|p| !p.is_empty());
+        let tls = match &bmc.trust {
+            BmcTrust::Verify(trust) => tls::client_config(trust),
+            BmcTrust::Insecure => tls::client_config_insecure(),
+        }
+        .map_err(|e| ControlError::Tls {
+            endpoint: endpoint.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(BmcClient {
+            client: https::client(tls, timeout),
+            endpoint,
+            system,
+            username: bmc.username.clone(),
+            password_source: bmc.password.to_string(),
+            auth,
+            timeout,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Bytes, ControlError> {
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.endpoint))
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(ACCEPT, "application/json");
+        let body = match body {
+            Some(b) => {
+                request = request.header(CONTENT_TYPE, "application/json");
+                Full::new(Bytes::from(b.to_string()))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let request = request
+            .body(body)
+            .map_err(|e| ControlError::Failed(format!("can't build {method} {path}: {e}")))?;
+        let what = format!("{method} {path}");
+        let answer =
+            https::exchange(&self.client, request, self.timeout, &self.endpoint, &what).await?;
+        if answer.status.is_success() {
+            return Ok(answer.body);
+        }
+        let message = redfish_message(&answer.body)
+            .or(answer.reason)
+            .unwrap_or_else(|| {
+                answer
+                    .status
+                    .canonical_reason()
+                    .unwrap_or("error")
+                    .to_owned()
+            });
+        Err(match answer.status {
+            StatusCode::UNAUTHORIZED => ControlError::Credentials(format!(
+                "the BMC at {} refused the user {} (401 {message}): check the username and the password in {}",
+                self.endpoint, self.username, self.password_source
+            )),
+            status => ControlError::Failed(format!(
+                "{what}: the BMC at {} answered {}: {message}",
+                self.endpoint,
+                status.as_u16()
+            )),
+        })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, ControlError> {
+        let body = self.call(Method::GET, path, None).await?;
+        serde_json::from_slice(&body).map_err(|e| {
+            ControlError::Failed(format!(
+                "GET {path}: the BMC at {} did not answer JSON: {e}",
+                self.endpoint
+            ))
+        })
+    }
+
+    /// An action or a change; Redfish answers 200, 202 or 204, with or without a body.
+    async fn send(&self, method: Method, path: &str, body: &Value) -> Result<(), ControlError> {
+        self.call(method, path, Some(body)).await.map(drop)
+    }
+
+    /// The system with the node's MAC, by following the service's links.
+    async fn find_system(&self, mac: MacAddr) -> Result<String, ControlError> {
+        let candidates = match &self.system {
+            Some(path) => vec![path.clone()],
+            None => {
+                let root = self.get("/redfish/v1/").await?;
+                let systems = root
+                    .pointer("/Systems/@odata.id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        ControlError::Failed(format!(
+                            "the Redfish service at {} lists no Systems",
+                            self.endpoint
+                        ))
+                    })?;
+                members(&self.get(systems).await?)
+            }
+        };
+        let mut seen = Vec::new();
+        let mut without_nics = Vec::new();
+        for path in &candidates {
+            let macs = self.macs(path).await?;
+            if macs.contains(&mac) {
+                return Ok(path.clone());
+            }
+            if macs.is_empty() {
+                without_nics.push(path.clone());
+            }
+            seen.extend(macs.iter().map(|m| format!("{m} ({path})")));
+        }
+        // A BMC that lists no NICs for its only system: that system it is.
+        if candidates.len() == 1 && without_nics.len() == 1 {
+            return Ok(without_nics.remove(0));
+        }
+        Err(ControlError::Conflict(format!(
+            "no system at {} has the MAC {mac}{}: nothing was changed; check the node's MAC or its BMC URL",
+            self.endpoint,
+            if seen.is_empty() {
+                String::new()
+            } else {
+                format!(" (it has {})", seen.join(", "))
+            }
+        )))
+    }
+
+    async fn macs(&self, system: &str) -> Result<Vec<MacAddr>, ControlError> {
+        let sys = self.get(system).await?;
+        let Some(nics) = sys
+            .pointer("/EthernetInterfaces/@odata.id")
+            .and_then(Value::as_str)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut macs = Vec::new();
+        for nic in members(&self.get(nics).await?) {
+            let nic = self.get(&nic).await?;
+            for key in ["MACAddress", "PermanentMACAddress"] {
+                if let Some(mac) = nic
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .and_then(|m| m.parse().ok())
+                {
+                    macs.push(mac);
+                }
+            }
+        }
+        Ok(macs)
+    }
+}
+
+/// A Redfish error body's message: `error.@Message.ExtendedInfo[0].Message` or
+/// `error.message`.
+fn redfish_message(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let error = v.get("error")?;
+    error
+        .pointer("/@Message.ExtendedInfo/0/Message")
+        .or_else(|| error.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redfish_errors_say_what_the_bmc_said() {
+        let body = br#"{"error": {"code": "Base.1.0.GeneralError", "message": "A general error has occurred.", "@Message.ExtendedInfo": [{"Message": "The action ComputerSystem.Reset is not supported."}]}}"#;
+        assert_eq!(
+            redfish_message(body).as_deref(),
+            Some("The action ComputerSystem.Reset is not supported.")
+        );
+        assert_eq!(
+            redfish_message(br#"{"error": {"message": "nope"}}"#).as_deref(),
+            Some("nope")
+        );
+        assert_eq!(redfish_message(b"<html>"), None);
+    }
+}

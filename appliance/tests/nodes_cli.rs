@@ -1,0 +1,195 @@
+//! `okd-appliance nodes ...` against the Proxmox API test double: progress lines per node,
+//! idempotent reruns, exit codes that tell what failed, and `destroy` only with `--yes`.
+
+mod pve;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use pve::PveDouble;
+
+fn config(d: &PveDouble, secret: &str) -> PathBuf {
+    let token = d.dir.path().join("token");
+    std::fs::write(&token, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let path = d.dir.path().join("okd.yml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }}
+nodes:
+  - {{ name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2, machine: {{ vmid: 9002 }} }}
+  - {{ name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.0.0.5, machine: {{ install: iso }} }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+control:
+  provider: proxmox
+  proxmox:
+    url: {url}
+    node: {node}
+    token_id: "{token_id}"
+    token_secret_file: token
+    ca_file: ca.pem
+    storage: local-lvm
+    bridge: vmbr1
+"#,
+            url = d.url,
+            node = pve::NODE,
+            token_id = pve::TOKEN_ID,
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn nodes(args: &[&str], config: &PathBuf) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+        .arg("nodes")
+        .args(args)
+        .arg(config)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn create_start_list_destroy_with_a_line_per_node() {
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+
+    let out = nodes(&["create"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("master-0: create: created vm 9002 on pve1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("worker-0: create: created vm 100 on pve1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("downloaded local:iso/worker-0.okd.lab.example.com.iso"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("2 nodes: 2 changed, 0 unchanged, 0 failed\n"),
+        "{stdout}"
+    );
+
+    let out = nodes(&["create"], &cfg);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout.contains("master-0: create: vm 9002 on pve1 exists (unchanged)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("2 nodes: 0 changed, 2 unchanged, 0 failed\n"),
+        "{stdout}"
+    );
+
+    let out = nodes(&["start", "master-0"], &cfg);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("master-0: start: started vm 9002 on pve1"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("worker-0"), "{stdout}");
+
+    let out = nodes(&["list"], &cfg);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("master-0 (master): vm master-0.okd.lab.example.com, vmid 9002"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  vm 9002 on pve1, running"), "{stdout}");
+    assert!(
+        stdout.contains("  vm 100 on pve1, stopped, cd local:iso/worker-0.okd.lab.example.com.iso"),
+        "{stdout}"
+    );
+
+    let out = nodes(&["destroy"], &cfg);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("--yes"));
+    assert_eq!(d.with(|s| s.vms.len()), 2);
+
+    let out = nodes(&["destroy", "--yes"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("master-0: destroy: destroyed vm 9002 on pve1 and its disks"),
+        "{stdout}"
+    );
+    assert!(d.with(|s| s.vms.is_empty() && s.isos.is_empty()));
+
+    let out = nodes(&["start", "nobody"], &cfg);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("no node named `nobody`"));
+}
+
+#[test]
+fn a_conflicting_vm_exits_5_and_the_other_nodes_are_still_done() {
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    d.add_vm(
+        9002,
+        "master-0.okd.lab.example.com",
+        "52:54:00:00:00:99",
+        false,
+    );
+    let out = nodes(&["create"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    assert!(stderr.contains("master-0: create failed: master-0.okd.lab.example.com (vm 9002 on pve1) has net0 MAC 52:54:00:00:00:99"), "{stderr}");
+    assert!(
+        stdout.contains("worker-0: create: created vm 100"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("2 nodes: 1 changed, 0 unchanged, 1 failed\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_refused_token_exits_4() {
+    let d = PveDouble::start();
+    let cfg = config(&d, "11111111-2222-3333-4444-555555555555");
+    let out = nodes(&["start"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("refused the API token okd@pve!appliance (401 authentication failure)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("11111111") && !stdout.contains("11111111"));
+}
+
+#[test]
+fn a_token_file_others_can_read_is_refused_at_its_line() {
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    std::fs::set_permissions(
+        d.dir.path().join("token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = nodes(&["create"], &cfg);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("okd.yml:14:24"), "{stderr}");
+    assert!(stderr.contains("(mode 0644)"), "{stderr}");
+    assert!(d.with(|s| s.requests.is_empty()));
+}
