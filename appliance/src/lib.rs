@@ -15,6 +15,7 @@ pub mod http;
 pub mod idle;
 pub mod journal;
 pub mod lb;
+pub mod liveiso;
 pub mod plan;
 pub mod records;
 pub mod render;
