@@ -12,6 +12,7 @@
 pub mod appliance;
 mod cmd;
 pub mod link;
+pub mod liveiso;
 pub mod netns;
 pub mod prereq;
 pub mod process;
