@@ -538,3 +538,142 @@ fn arguments_too_long_for_the_area_fail_that_node_only_and_check_says_so() {
     assert!(String::from_utf8_lossy(&r.body).contains("worker-0's ISO can't be made"));
     assert_eq!(get(addr, "/iso/master-0.iso", &[]).status, 200);
 }
+
+// ----- against coreos-installer itself -----
+
+/// coreos-installer: `OKD_COREOS_INSTALLER`, or the one in PATH.
+fn coreos_installer() -> PathBuf {
+    std::env::var_os("OKD_COREOS_INSTALLER")
+        .map(PathBuf::from)
+        .or_else(|| harness::which("coreos-installer"))
+        .expect(
+            "coreos-installer: `cargo install coreos-installer` (needs libzstd-dev), or \
+             OKD_COREOS_INSTALLER=path; tests/iso/coreos-installer-check.sh does both",
+        )
+}
+
+/// `coreos-installer iso kargs modify -a ARG... -o OUT IN`; the error text when it refuses.
+fn kargs_modify(input: &Path, out: &Path, args: &[String]) -> Result<Vec<u8>, String> {
+    let _ = std::fs::remove_file(out);
+    let mut cmd = Command::new(coreos_installer());
+    cmd.args(["iso", "kargs", "modify"]);
+    for a in args {
+        cmd.arg("-a").arg(a);
+    }
+    let result = cmd.arg("-o").arg(out).arg(input).output().unwrap();
+    if result.status.success() {
+        Ok(std::fs::read(out).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&result.stderr).into_owned())
+    }
+}
+
+fn kargs_show(iso: &Path) -> String {
+    let out = Command::new(coreos_installer())
+        .args(["iso", "kargs", "show"])
+        .arg(iso)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+}
+
+/// The whole image of a node as the appliance composes it, read from the base file.
+fn composed(base: &Path, args: &[String]) -> Result<Vec<u8>, String> {
+    let (_, iso) = BaseIso::load(base).map_err(|e| e.to_string())?;
+    let image = iso.node_image(args).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(base).unwrap();
+    let mut out = Vec::with_capacity(bytes.len());
+    for piece in image.pieces(0, image.len) {
+        match piece {
+            Piece::Base { offset, len } => {
+                out.extend_from_slice(&bytes[offset as usize..(offset + len) as usize]);
+            }
+            Piece::Patch(b) => out.extend_from_slice(&b),
+        }
+    }
+    Ok(out)
+}
+
+/// The served ISO is byte for byte what `coreos-installer iso kargs modify` writes for the
+/// node's arguments, and `iso kargs show` on it prints them. Ignored: it needs coreos-installer
+/// (see tests/iso/coreos-installer-check.sh).
+#[test]
+#[ignore = "needs coreos-installer: run tests/iso/coreos-installer-check.sh"]
+fn coreos_installer_writes_the_same_bytes_as_served() {
+    assert!(tools_present(), "the ISO tools are needed");
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let iso = build(dir.path(), "live.iso", |b| b);
+    std::fs::copy(&iso, artifacts.join("live.iso")).unwrap();
+    assert_eq!(kargs_show(&iso), DEFAULT_KARGS);
+    let cfg = config(dir.path(), ", kernel_args: [ip=dhcp, rd.neednet=1]");
+    let mut serve = Serve::start(&cfg);
+    let addr = http_addr(&mut serve);
+    for (node, _, _) in NODES {
+        let line = node_kargs(&cfg, node);
+        let args: Vec<String> = line.split(' ').map(str::to_owned).collect();
+        let expected = kargs_modify(&iso, &dir.path().join("modified.iso"), &args).unwrap();
+        let served = get(addr, &format!("/iso/{node}.iso"), &[]);
+        assert_eq!(served.status, 200);
+        assert!(
+            served.body == expected,
+            "{node}: the served ISO differs from coreos-installer's"
+        );
+        let path = dir.path().join(format!("{node}.iso"));
+        std::fs::write(&path, &served.body).unwrap();
+        assert_eq!(kargs_show(&path), format!("{DEFAULT_KARGS} {line}"));
+    }
+}
+
+/// The same for every CoreOS-built fixture ISO coreos-installer ships in its crate (legacy
+/// `coreKarg` headers, kargs.json, x86_64 and s390x layouts), read from
+/// `OKD_COREOS_FIXTURES` (a directory of `*.iso.xz`, e.g. the crate's `fixtures/iso` in
+/// `~/.cargo/registry/src`): where coreos-installer modifies an image the appliance makes
+/// the same bytes, and where it refuses one the appliance does too.
+#[test]
+#[ignore = "needs coreos-installer and its fixtures: run tests/iso/coreos-installer-check.sh"]
+fn coreos_installer_fixtures_give_the_same_bytes() {
+    let fixtures = PathBuf::from(
+        std::env::var_os("OKD_COREOS_FIXTURES").expect("OKD_COREOS_FIXTURES=dir of *.iso.xz"),
+    );
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".iso.xz"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no *.iso.xz in {}", fixtures.display());
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![
+        "coreos.inst.install_dev=/dev/sda".to_owned(),
+        "coreos.inst.ignition_url=http://10.0.0.1:8080/ignition/master-0.ign".to_owned(),
+    ];
+    let mut compared = 0;
+    for xz in names {
+        let iso = dir.path().join("fixture.iso");
+        let out = Command::new("xz").args(["-dc"]).arg(&xz).output().unwrap();
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        std::fs::write(&iso, &out.stdout).unwrap();
+        let theirs = kargs_modify(&iso, &dir.path().join("modified.iso"), &args);
+        let ours = composed(&iso, &args);
+        let name = xz.file_name().unwrap().to_string_lossy().into_owned();
+        match (&theirs, &ours) {
+            (Ok(t), Ok(o)) => {
+                assert!(t == o, "{name}: bytes differ from coreos-installer's");
+                compared += 1;
+                eprintln!("{name}: identical");
+            }
+            (Err(t), Err(o)) => eprintln!(
+                "{name}: both refuse it: {o} / {}",
+                t.lines().next().unwrap_or_default()
+            ),
+            (Ok(_), Err(o)) => panic!("{name}: coreos-installer modifies it, the appliance: {o}"),
+            (Err(t), Ok(_)) => {
+                panic!("{name}: coreos-installer refuses it ({t}), the appliance not")
+            }
+        }
+    }
+    assert!(compared > 0, "no fixture was compared");
+}
