@@ -14,6 +14,8 @@ PACKAGES=(
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
+  # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs).
+  xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools
 )
 
 missing=()
