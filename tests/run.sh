@@ -14,6 +14,9 @@ PACKAGES=(
   dnsmasq haproxy
   isc-dhcp-client isc-dhcp-relay dhcpcd-base busybox udhcpc kea-admin
   cmake pkg-config systemd
+  # Boot chain in VMs (tests/e2e/boot.rs): qemu with ipxe-qemu's ROMs, OVMF, iPXE's binaries for
+  # chainloading, Debian's kernel booted with the test initramfs (busybox, libc-bin's ldd).
+  qemu-system-x86 ipxe-qemu ipxe ovmf linux-image-amd64 libc-bin
   # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs).
   xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools
 )

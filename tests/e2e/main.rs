@@ -2,6 +2,8 @@
 //! need root or third-party tools call `harness::require_root()` / `require_tool()` first (loud
 //! skip outside CI, failure with `CI=true`).
 
+mod boot;
+mod boot_support;
 mod dhcp;
 mod dhcp_support;
 mod dns;

@@ -8,15 +8,20 @@
 //!
 //! Privileged tests start with [`require_root`] (and [`require_tool`] for third-party clients):
 //! they skip loudly outside CI and fail when `CI=true`.
+//!
+//! Boot-chain tests build a busybox initramfs for Debian's kernel ([`initramfs`]) and boot it
+//! in qemu VMs on tap devices of a topology ([`vm`]).
 
 pub mod appliance;
 mod cmd;
+pub mod initramfs;
 pub mod link;
 pub mod liveiso;
 pub mod netns;
 pub mod prereq;
 pub mod process;
 pub mod topology;
+pub mod vm;
 pub mod wait;
 
 pub use appliance::{appliance_bin, repo_root, write_install_dir};

@@ -118,6 +118,10 @@ pub async fn serve(
                 .writev(true)
                 .header_read_timeout(HEADER_TIMEOUT)
                 .max_buf_size(MAX_HEAD)
+                // A client may close its sending side once the request is out (busybox `nc`
+                // in a boot environment, HTTP/1.0 scripts) and still wait for the answer;
+                // without this hyper drops the request in flight when it reads that EOF.
+                .half_close(true)
                 .serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
