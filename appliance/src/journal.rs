@@ -32,7 +32,7 @@ pub enum EventKind {
         from: SocketAddr,
         file: &'static str,
     },
-    /// A node's live ISO was read from its first byte (a boot or a download starting).
+    /// A node's live ISO was read (once a minute per reader: BMCs read it in many ranges).
     IsoFetched { from: SocketAddr },
     /// A load-balancer backend changed health.
     BackendHealth {
@@ -76,7 +76,7 @@ impl fmt::Display for Event {
             EventKind::ReinstallRequested => write!(f, "reinstall requested"),
             EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
             EventKind::RoleIgnitionFetched { from, file } => write!(f, "{file} fetched by {from}"),
-            EventKind::IsoFetched { from } => write!(f, "live ISO fetched by {from}"),
+            EventKind::IsoFetched { from } => write!(f, "live ISO read by {from}"),
             EventKind::BackendHealth {
                 frontend,
                 backend,

@@ -356,7 +356,7 @@ fn serve_streams_each_node_its_iso_with_ranges_validators_and_reloads() {
         full.body == master,
         "the served ISO differs from the patched copy"
     );
-    serve.expect_line("master-0: live ISO fetched by 127.0.0.1:");
+    serve.expect_line("master-0: live ISO read by 127.0.0.1:");
 
     // Ranges across every boundary of both areas, and some that span both.
     let offsets = liveiso::area_offsets(&base, DEFAULT_KARGS);

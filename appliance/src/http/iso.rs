@@ -17,11 +17,12 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
@@ -36,10 +37,16 @@ use crate::journal::{EventKind, Journal};
 use crate::liveiso::{BaseIso, FileIdentity, KargsTooLong, NodeImage, Piece};
 use crate::plan::Plan;
 
+/// A reader of a node's ISO is journaled at most this often: a BMC or hypervisor reads the
+/// image in hundreds of ranges, and the journal wants "who read it", not each range.
+const JOURNAL_EVERY: Duration = Duration::from_secs(60);
+
 /// The parsed base ISO and node images, for the plan and file they were made from.
 #[derive(Debug, Default)]
 pub struct IsoCache {
     current: tokio::sync::Mutex<Option<Arc<Loaded>>>,
+    /// When each (node, reader address) was last journaled.
+    journaled: std::sync::Mutex<HashMap<(String, IpAddr), Instant>>,
 }
 
 #[derive(Debug)]
@@ -66,6 +73,21 @@ fn inputs_match(inputs: &[(String, Vec<String>)], plan: &Plan) -> bool {
 }
 
 impl IsoCache {
+    /// Whether a read of `node`'s ISO by `ip` at `now` is journaled.
+    fn journal_due(&self, node: &str, ip: IpAddr, now: Instant) -> bool {
+        let mut seen = self
+            .journaled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.retain(|_, at| now.duration_since(*at) < JOURNAL_EVERY);
+        let key = (node.to_owned(), ip);
+        if seen.contains_key(&key) {
+            return false;
+        }
+        seen.insert(key, now);
+        true
+    }
+
     /// Parses the base ISO at start, so a problem with it is logged before anyone asks.
     pub async fn preload(&self, plan: &Plan) {
         let path = &plan.files.base_iso;
@@ -276,7 +298,7 @@ pub async fn respond(
         Decision::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
     };
     let get = req.method() == Method::GET;
-    if get && len > 0 && start == 0 {
+    if get && len > 0 && cache.journal_due(name, peer.ip(), Instant::now()) {
         journal.publish(Some(name.to_owned()), EventKind::IsoFetched { from: peer });
     }
     let body = if !get || len == 0 {
@@ -387,5 +409,22 @@ impl hyper::body::Body for OverlayBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_of_a_node_iso_is_journaled_once_a_minute() {
+        let cache = IsoCache::default();
+        let (bmc, other) = (IpAddr::from([10, 0, 0, 250]), IpAddr::from([10, 0, 0, 251]));
+        let t = Instant::now();
+        assert!(cache.journal_due("master-0", bmc, t));
+        assert!(!cache.journal_due("master-0", bmc, t + Duration::from_secs(59)));
+        assert!(cache.journal_due("master-1", bmc, t + Duration::from_secs(1)));
+        assert!(cache.journal_due("master-0", other, t + Duration::from_secs(1)));
+        assert!(cache.journal_due("master-0", bmc, t + Duration::from_secs(61)));
     }
 }
