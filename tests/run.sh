@@ -17,8 +17,9 @@ PACKAGES=(
   # Boot chain in VMs (tests/e2e/boot.rs): qemu with ipxe-qemu's ROMs, OVMF, iPXE's binaries for
   # chainloading, Debian's kernel booted with the test initramfs (busybox, libc-bin's ldd).
   qemu-system-x86 ipxe-qemu ipxe ovmf linux-image-amd64 libc-bin
-  # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs).
-  xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools
+  # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs), and
+  # qemu's curl block driver, which boots it from its URL with Range reads (e2e/iso_boot.rs).
+  xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools qemu-block-extra
 )
 
 missing=()
