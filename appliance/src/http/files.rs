@@ -283,6 +283,34 @@ mod tests {
     }
 
     #[test]
+    fn without_a_modification_time_only_the_entity_tag_validates() {
+        let etag = "\"iso-1\"";
+        let date = "Tue, 14 Nov 2023 22:13:20 GMT";
+        let d = |c: &Conditions<'_>| decide_for(c, etag, None, 1000);
+        assert_eq!(d(&with(&[(IF_MODIFIED_SINCE, date)])), Decision::Full);
+        assert_eq!(d(&with(&[(IF_NONE_MATCH, etag)])), Decision::NotModified);
+        assert_eq!(
+            d(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, date)])),
+            Decision::Full
+        );
+        assert_eq!(
+            d(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, etag)])),
+            Decision::Partial { start: 0, end: 9 }
+        );
+        // With the time, the same date validates (the file path's behaviour).
+        let modified = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            decide_for(
+                &with(&[(IF_MODIFIED_SINCE, date)]),
+                etag,
+                Some(modified),
+                1000
+            ),
+            Decision::NotModified
+        );
+    }
+
+    #[test]
     fn traversal_is_refused_however_it_is_spelt() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("artifacts");
