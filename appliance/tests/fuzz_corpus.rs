@@ -46,3 +46,8 @@ fn http_file_request_corpus() {
         okd_appliance::fuzzing::http_file_request,
     );
 }
+
+#[test]
+fn live_iso_corpus() {
+    replay("live_iso", okd_appliance::fuzzing::live_iso);
+}

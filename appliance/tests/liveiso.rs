@@ -461,7 +461,6 @@ fn serve_streams_each_node_its_iso_with_ranges_validators_and_reloads() {
                 1139
             )
     );
-    serve.expect_line("per-node ISOs from ");
     // The master's arguments did not change, nor did the file: same image, same validator.
     let r = get(addr, "/iso/master-0.iso", &[("if-none-match", &etag)]);
     assert_eq!(r.status, 304);
@@ -472,6 +471,8 @@ fn serve_streams_each_node_its_iso_with_ranges_validators_and_reloads() {
     });
     std::fs::copy(&other, artifacts.join("live.iso.new")).unwrap();
     std::fs::rename(artifacts.join("live.iso.new"), artifacts.join("live.iso")).unwrap();
+    // Parsed and logged without waiting for a request (the service looks every 5 s).
+    serve.expect_line("base arguments `console=ttyS0 coreos.liveiso=other`");
     let r = get(addr, "/iso/master-0.iso", &[("if-none-match", &etag)]);
     assert_eq!(r.status, 200);
     let other_bytes = std::fs::read(&other).unwrap();

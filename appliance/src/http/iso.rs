@@ -36,6 +36,11 @@ use super::server::{Body, empty, text};
 use crate::journal::{EventKind, Journal};
 use crate::liveiso::{BaseIso, FileIdentity, KargsTooLong, NodeImage, Piece};
 use crate::plan::Plan;
+use crate::supervisor::PlanHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How often [`IsoCache::watch`] looks for a new plan or base file.
+const WATCH_EVERY: Duration = Duration::from_secs(5);
 
 /// A reader of a node's ISO is journaled at most this often: a BMC or hypervisor reads the
 /// image in hundreds of ranges, and the journal wants "who read it", not each range.
@@ -88,7 +93,31 @@ impl IsoCache {
         true
     }
 
-    /// Parses the base ISO at start, so a problem with it is logged before anyone asks.
+    /// Parses the base ISO at start and again whenever the plan or the file changes, so a
+    /// problem with it is logged when it appears rather than at the first request for an ISO.
+    /// Costs a pointer comparison and a `stat` every few seconds; ends with `token`.
+    pub async fn watch(&self, plan: PlanHandle, token: CancellationToken) {
+        let mut seen: Option<(Arc<Plan>, Option<FileIdentity>)> = None;
+        loop {
+            let current = plan.load_full();
+            let identity = std::fs::metadata(&current.files.base_iso)
+                .ok()
+                .map(|m| FileIdentity::of(&m));
+            let changed = seen
+                .as_ref()
+                .is_none_or(|(p, id)| !Arc::ptr_eq(p, &current) || *id != identity);
+            if changed {
+                self.preload(&current).await;
+                seen = Some((current, identity));
+            }
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(WATCH_EVERY) => {}
+            }
+        }
+    }
+
+    /// Parses the plan's base ISO now (if it is not parsed already), logging the outcome.
     pub async fn preload(&self, plan: &Plan) {
         let path = &plan.files.base_iso;
         match open(path).await {

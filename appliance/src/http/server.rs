@@ -56,8 +56,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let isos = Arc::new(IsoCache::default());
     {
-        let (isos, plan) = (Arc::clone(&isos), plan.load_full());
-        tokio::spawn(async move { isos.preload(&plan).await });
+        let (isos, plan, token) = (Arc::clone(&isos), Arc::clone(&plan), token.clone());
+        tokio::spawn(async move { isos.watch(plan, token).await });
     }
     loop {
         // Past the limit, new clients wait in the listen backlog rather than being cut off; a

@@ -409,7 +409,7 @@ pub fn check_no_ignition(
 
 #[cfg(test)]
 mod tests {
-    use super::super::iso9660::build::{Node, image};
+    use super::super::testimage::{Node, image};
     use super::*;
 
     const SIZE: usize = 64;

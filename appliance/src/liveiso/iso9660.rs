@@ -332,90 +332,9 @@ fn plain_name(raw: &[u8]) -> &[u8] {
     name.strip_suffix(b".").unwrap_or(name)
 }
 
-/// Test images built in memory: a primary volume descriptor and directories, nothing else.
-#[cfg(test)]
-pub(crate) mod build {
-    use super::SECTOR;
-
-    /// A file or directory to place in a test image.
-    pub enum Node {
-        File(&'static str, Vec<u8>),
-        Dir(&'static str, Vec<Node>),
-    }
-
-    fn record(name: &[u8], lba: u32, len: u32, dir: bool) -> Vec<u8> {
-        let mut r = vec![0u8; 33];
-        r[2..6].copy_from_slice(&lba.to_le_bytes());
-        r[6..10].copy_from_slice(&lba.to_be_bytes());
-        r[10..14].copy_from_slice(&len.to_le_bytes());
-        r[14..18].copy_from_slice(&len.to_be_bytes());
-        r[25] = if dir { 2 } else { 0 };
-        r[32] = name.len() as u8;
-        r.extend_from_slice(name);
-        if r.len() % 2 == 1 {
-            r.push(0);
-        }
-        r[0] = r.len() as u8;
-        r
-    }
-
-    /// Lays out `tree` after the descriptors; returns the image. Each directory and file
-    /// starts on its own sector; directories fill one sector, records never cross it.
-    pub fn image(tree: Vec<Node>) -> Vec<u8> {
-        let mut img = vec![0u8; 19 * SECTOR as usize];
-        let root_lba = place_dir(&mut img, tree);
-        let pvd = 16 * SECTOR as usize;
-        img[pvd] = 1;
-        img[pvd + 1..pvd + 6].copy_from_slice(b"CD001");
-        img[pvd + 6] = 1;
-        img[pvd + 128..pvd + 130].copy_from_slice(&2048u16.to_le_bytes());
-        let root = record(&[0], root_lba, SECTOR as u32, true);
-        img[pvd + 156..pvd + 156 + root.len()].copy_from_slice(&root);
-        let term = 17 * SECTOR as usize;
-        img[term] = 255;
-        img[term + 1..term + 6].copy_from_slice(b"CD001");
-        img[term + 6] = 1;
-        let sectors = (img.len() as u64 / SECTOR) as u32;
-        img[pvd + 80..pvd + 84].copy_from_slice(&sectors.to_le_bytes());
-        img
-    }
-
-    fn alloc(img: &mut Vec<u8>, len: usize) -> u32 {
-        let lba = (img.len() / SECTOR as usize) as u32;
-        let sectors = len.div_ceil(SECTOR as usize).max(1);
-        img.resize(img.len() + sectors * SECTOR as usize, 0);
-        lba
-    }
-
-    fn place_dir(img: &mut Vec<u8>, children: Vec<Node>) -> u32 {
-        let lba = alloc(img, SECTOR as usize);
-        let mut records = record(&[0], lba, SECTOR as u32, true);
-        records.extend(record(&[1], lba, SECTOR as u32, true));
-        for child in children {
-            let r = match child {
-                Node::File(name, data) => {
-                    let at = alloc(img, data.len());
-                    let start = at as usize * SECTOR as usize;
-                    img[start..start + data.len()].copy_from_slice(&data);
-                    record(name.as_bytes(), at, data.len() as u32, false)
-                }
-                Node::Dir(name, kids) => {
-                    let at = place_dir(img, kids);
-                    record(name.as_bytes(), at, SECTOR as u32, true)
-                }
-            };
-            records.extend(r);
-        }
-        assert!(records.len() <= SECTOR as usize, "test directory too big");
-        let start = lba as usize * SECTOR as usize;
-        img[start..start + records.len()].copy_from_slice(&records);
-        lba
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::build::{Node, image};
+    use super::super::testimage::{Node, image};
     use super::*;
 
     fn sample() -> Vec<u8> {

@@ -12,6 +12,8 @@
 
 pub mod embed;
 pub mod iso9660;
+#[doc(hidden)]
+pub mod testimage;
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
