@@ -100,7 +100,8 @@ impl IsoCache {
         let mut seen: Option<(Arc<Plan>, Option<FileIdentity>)> = None;
         loop {
             let current = plan.load_full();
-            let identity = std::fs::metadata(&current.files.base_iso)
+            let identity = tokio::fs::metadata(&current.files.base_iso)
+                .await
                 .ok()
                 .map(|m| FileIdentity::of(&m));
             let changed = seen
