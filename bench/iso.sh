@@ -145,7 +145,8 @@ whole() {
 ranges() {
   local url=$1 step=$((RANGE_KB * 1024)) at t0 t1
   for ((at = 0; at < ISO_BYTES; at += step)); do
-    printf 'url = "%s"\noutput = "/dev/null"\nrange = "%d-%d"\nnext\n' "$url" "$at" $((at + step - 1))
+    ((at > 0)) && echo next
+    printf 'url = "%s"\noutput = "/dev/null"\nrange = "%d-%d"\n' "$url" "$at" $((at + step - 1))
   done >"$W/ranges.curl"
   t0=$(date +%s.%N)
   ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -sf -K "$W/ranges.curl" || die "a range read of $url failed"
