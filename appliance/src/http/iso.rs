@@ -50,8 +50,9 @@ const JOURNAL_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 pub struct IsoCache {
     current: tokio::sync::Mutex<Option<Arc<Loaded>>>,
-    /// When each (node, reader address) was last journaled.
-    journaled: std::sync::Mutex<HashMap<(String, IpAddr), Instant>>,
+    /// When each (node, reader address) was last journaled, for the last minute: a handful of
+    /// entries, searched without allocating (every range request looks).
+    journaled: std::sync::Mutex<Vec<(String, IpAddr, Instant)>>,
 }
 
 #[derive(Debug)]
@@ -84,12 +85,15 @@ impl IsoCache {
             .journaled
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        seen.retain(|_, at| now.duration_since(*at) < JOURNAL_EVERY);
-        let key = (node.to_owned(), ip);
-        if seen.contains_key(&key) {
+        let fresh = |at: &Instant| now.duration_since(*at) < JOURNAL_EVERY;
+        if seen
+            .iter()
+            .any(|(n, i, at)| n == node && *i == ip && fresh(at))
+        {
             return false;
         }
-        seen.insert(key, now);
+        seen.retain(|(_, _, at)| fresh(at));
+        seen.push((node.to_owned(), ip, now));
         true
     }
 
