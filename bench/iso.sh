@@ -198,6 +198,8 @@ RESULT=$W/result.md
   echo
   echo "All rounds (MiB/s): whole plain ${WHOLE[plain]}/ node ${WHOLE[node]}; ranges plain ${RANGES[plain]}/ node ${RANGES[node]}."
   echo
+  echo "Throughput on a shared machine varies from round to round (see all rounds, and the warning about other processes when the script prints one); the server's CPU time per round is the steadier figure."
+  echo
   echo "Both paths send the file's pages with sendfile(2); the node's image adds two ${AREA}-byte areas from memory and, per request, an open and fstat of the base ISO (its parse is cached). Checked before timing: the plain download equals the file, the node's image differs from it in $DIFF bytes, all inside the two areas."
 } >"$RESULT"
 cat "$RESULT"
