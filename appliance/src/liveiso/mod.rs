@@ -6,6 +6,7 @@
 //! areas in [`embed`]) and checks it carries no embedded ignition. [`BaseIso::node_image`]
 //! makes a node's [`NodeImage`]: the few hundred bytes that differ, and [`NodeImage::pieces`]
 //! says, for any byte range, which parts come from the base file and which from those bytes.
+//! `testimage` builds small images in memory for the unit tests and the `live_iso` fuzz target.
 //!
 //! Architecture invariant: no network, no plan. The arguments come from the caller (the plan's
 //! `iso_kernel_args`), the bytes from the file; nothing here writes to the base ISO.
