@@ -241,6 +241,89 @@ pub fn http_file_request(data: &[u8]) {
     }
 }
 
+/// A CoreOS-like ISO (`liveiso::testimage::coreos_template`) with bytes changed and possibly
+/// cut short as `data` says (3 bytes a change: a little-endian u16 offset into the first 64 KiB
+/// and the new byte; a first byte with its low bit set also truncates the image to the length
+/// in bytes 1-2, in 32-byte units). Reading it never panics, and whatever it yields is sound:
+/// areas sorted, inside the image and not overlapping; a node image exactly the base's length,
+/// with one patch per area, and pieces that add up to every range asked for.
+pub fn live_iso(data: &[u8]) {
+    use crate::liveiso::Piece;
+    use crate::liveiso::embed::{KargsAreas, check_no_ignition};
+    use crate::liveiso::iso9660::Volume;
+    use crate::liveiso::testimage::coreos_template;
+
+    static TEMPLATE: OnceLock<Vec<u8>> = OnceLock::new();
+    let mut image = TEMPLATE.get_or_init(coreos_template).clone();
+    let mut changes = data;
+    if let [first, lo, hi, rest @ ..] = data
+        && first & 1 == 1
+    {
+        let len = usize::from(u16::from_le_bytes([*lo, *hi])) * 32;
+        image.truncate(len);
+        changes = rest;
+    }
+    for change in changes.chunks_exact(3) {
+        let at = usize::from(u16::from_le_bytes([change[0], change[1]]));
+        if let Some(b) = image.get_mut(at) {
+            *b = change[2];
+        }
+    }
+    let image = image.as_slice();
+    let Ok(vol) = Volume::open(image) else {
+        return;
+    };
+    let _ = check_no_ignition(image, &vol);
+    let Ok(kargs) = KargsAreas::read(image, &vol) else {
+        return;
+    };
+    let len = image.len() as u64;
+    assert!(kargs.size > 0 && kargs.size <= crate::liveiso::embed::MAX_AREA);
+    for pair in kargs.areas.windows(2) {
+        assert!(
+            pair[0].offset + kargs.size as u64 <= pair[1].offset,
+            "areas overlap"
+        );
+    }
+    for area in &kargs.areas {
+        assert!(area.offset + kargs.size as u64 <= len, "area past the end");
+    }
+    let base = crate::liveiso::BaseIso {
+        identity: crate::liveiso::FileIdentity {
+            dev: 0,
+            ino: 0,
+            len,
+            mtime_ns: 0,
+        },
+        kargs,
+        ignition_file: String::new(),
+    };
+    let args = ["coreos.inst.install_dev=/dev/vda".to_owned()];
+    let Ok(node) = base.node_image(&args) else {
+        return;
+    };
+    assert_eq!(node.patches.len(), base.kargs.areas.len());
+    assert!(
+        node.patches
+            .iter()
+            .all(|p| p.bytes.len() == base.kargs.size)
+    );
+    let seed = data
+        .iter()
+        .fold(0u64, |h, &b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    for (start, n) in [(0, len), (seed % (len + 1), seed % 5000), (len, 10)] {
+        let pieces = node.pieces(start, n);
+        let total: u64 = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Base { len, .. } => *len,
+                Piece::Patch(b) => b.len() as u64,
+            })
+            .sum();
+        assert_eq!(total, n.min(len.saturating_sub(start)), "{start}+{n}");
+    }
+}
+
 /// Replays the fuzzers' saved corpora (tests/fuzz/corpus) and any crash they kept
 /// (tests/fuzz/artifacts): every input that once mattered stays a regression test.
 #[cfg(test)]
@@ -285,5 +368,10 @@ mod corpus {
     #[test]
     fn http_file_request_corpus() {
         replay("http_file_request", super::http_file_request);
+    }
+
+    #[test]
+    fn live_iso_corpus() {
+        replay("live_iso", super::live_iso);
     }
 }

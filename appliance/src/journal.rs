@@ -47,6 +47,8 @@ pub enum EventKind {
         what: String,
         why: &'static str,
     },
+    /// A node's live ISO was read (once a minute per reader: BMCs read it in many ranges).
+    IsoFetched { from: SocketAddr },
     /// A load-balancer backend changed health.
     BackendHealth {
         frontend: String,
@@ -107,6 +109,7 @@ impl fmt::Display for Event {
             EventKind::FetchRefused { from, what, why } => {
                 write!(f, "{what} refused to {from} (403): {why}")
             }
+            EventKind::IsoFetched { from } => write!(f, "live ISO read by {from}"),
             EventKind::BackendHealth {
                 frontend,
                 backend,

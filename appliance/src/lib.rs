@@ -18,6 +18,7 @@ pub mod idle;
 pub mod install_state;
 pub mod journal;
 pub mod lb;
+pub mod liveiso;
 pub mod plan;
 pub mod records;
 pub mod render;

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use okd_appliance::artifacts::{self, StreamSource};
 use okd_appliance::config::{self, InstallCheck, RealFiles, RenderStyle};
+use okd_appliance::http::iso::IsoCheck;
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
 use okd_appliance::supervisor::{self, ServeError};
@@ -65,9 +66,9 @@ enum Command {
     },
     /// Put the CoreOS PXE files into `install.artifacts_dir`, verified against the stream.
     ///
-    /// The kernel, initramfs and rootfs (and with --metal the metal disk image) of one
-    /// architecture, as a CoreOS stream metadata JSON lists them; each is checked against the
-    /// stream's SHA-256 before it gets its configured name.
+    /// The kernel, initramfs and rootfs (and with --metal the metal disk image, with --iso the
+    /// live ISO) of one architecture, as a CoreOS stream metadata JSON lists them; each is
+    /// checked against the stream's SHA-256 before it gets its configured name.
     Artifacts {
         #[command(subcommand)]
         action: ArtifactsAction,
@@ -125,6 +126,10 @@ struct ArtifactsArgs {
     /// Also the metal disk image (raw.xz), kept under its name on the mirror.
     #[arg(long)]
     metal: bool,
+    /// Also the live ISO, under `install.artifacts.iso` (default live.iso): the base of the
+    /// per-node ISOs served at /iso/<node>.iso.
+    #[arg(long)]
+    iso: bool,
     /// Also check each file's detached OpenPGP signature against this key file (armored or
     /// binary; Fedora CoreOS: https://fedoraproject.org/fedora.gpg), with gpgv. Signatures come
     /// from the stream's URLs (fetch) or `<name>.sig` beside each file (import), and are kept
@@ -196,6 +201,16 @@ enum NodeAction {
         node: String,
         #[command(flatten)]
         target: Target,
+    },
+    /// Print the kernel arguments to type at NODE's live ISO boot prompt (those that
+    /// /iso/NODE.iso has built in); with --pxe, the whole line of its PXE boot.
+    Kargs {
+        node: String,
+        /// The cluster config (YAML).
+        file: PathBuf,
+        /// The arguments of the live PXE kernel instead (with coreos.live.rootfs_url).
+        #[arg(long)]
+        pxe: bool,
     },
 }
 
@@ -276,6 +291,7 @@ fn main() -> ExitCode {
             NodeAction::Reinstall { node, target } => {
                 admin(&target, &format!("node reinstall {node}"))
             }
+            NodeAction::Kargs { node, file, pxe } => node_kargs(&node, &file, pxe),
         },
     }
 }
@@ -316,19 +332,64 @@ fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
-    match load(file, mode) {
-        Ok(loaded) => {
-            let c = &loaded.config;
-            println!(
-                "{}: ok: cluster {} with {} nodes",
-                file.display(),
-                c.cluster.domain(),
-                c.nodes.len()
-            );
-            ExitCode::SUCCESS
+    let loaded = match load(file, mode) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let c = &loaded.config;
+    // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
+    // optional). Like the ignition files, an unusable ISO never stops a running cluster's
+    // services: a warning, an error only with --install.
+    let iso = match okd_appliance::http::iso::check(&Plan::derive(c, 0)) {
+        IsoCheck::Absent(_) => None,
+        IsoCheck::Ready(summary) => Some(summary),
+        IsoCheck::Problems(problems) => {
+            let severity = if install { "error" } else { "warning" };
+            for p in problems {
+                eprintln!("{severity}: {p}");
+            }
+            if install {
+                return ExitCode::from(1);
+            }
+            None
         }
-        Err(code) => code,
+    };
+    println!(
+        "{}: ok: cluster {} with {} nodes",
+        file.display(),
+        c.cluster.domain(),
+        c.nodes.len()
+    );
+    if let Some(summary) = iso {
+        println!("{summary}");
     }
+    ExitCode::SUCCESS
+}
+
+/// `node kargs NODE FILE`: the node's kernel arguments, one line, exactly as served.
+fn node_kargs(node: &str, file: &Path, pxe: bool) -> ExitCode {
+    // Like the artifacts, this is useful before the ignition configs exist.
+    let loaded = match load(file, InstallCheck::Skip) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let plan = Plan::derive(&loaded.config, 0);
+    let Some(boot) = plan.boot.iter().find(|b| b.node == node) else {
+        let names: Vec<&str> = plan.boot.iter().map(|b| b.node.as_str()).collect();
+        eprintln!(
+            "error: no node `{node}` in {} (nodes: {})",
+            file.display(),
+            names.join(", ")
+        );
+        return ExitCode::from(1);
+    };
+    let args = if pxe {
+        &boot.kernel_args
+    } else {
+        &boot.iso_kernel_args
+    };
+    println!("{}", args.join(" "));
+    ExitCode::SUCCESS
 }
 
 fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
@@ -386,6 +447,7 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
         stream: args.stream,
         arch: args.arch,
         metal: args.metal,
+        iso: args.iso,
         key: args.key,
     };
     // One download at a time: a current-thread runtime is all it needs.

@@ -227,13 +227,15 @@ struct Release {
     initramfs: Vec<u8>,
     rootfs: Vec<u8>,
     metal: Vec<u8>,
+    iso: Vec<u8>,
 }
 
-const UPSTREAM: [(&str, &str); 4] = [
+const UPSTREAM: [(&str, &str); 5] = [
     ("kernel", "fcos-40.1-live-kernel-x86_64"),
     ("initramfs", "fcos-40.1-live-initramfs.x86_64.img"),
     ("rootfs", "fcos-40.1-live-rootfs.x86_64.img"),
     ("metal", "fcos-40.1-metal.x86_64.raw.xz"),
+    ("iso", "fcos-40.1-live.x86_64.iso"),
 ];
 
 impl Release {
@@ -243,11 +245,18 @@ impl Release {
             initramfs: content(2, 150_000),
             rootfs: content(3, 600_000),
             metal: content(4, 90_000),
+            iso: content(5, 120_000),
         }
     }
 
-    fn bodies(&self) -> [&Vec<u8>; 4] {
-        [&self.kernel, &self.initramfs, &self.rootfs, &self.metal]
+    fn bodies(&self) -> [&Vec<u8>; 5] {
+        [
+            &self.kernel,
+            &self.initramfs,
+            &self.rootfs,
+            &self.metal,
+            &self.iso,
+        ]
     }
 
     /// The stream metadata, with locations under `base` (a URL ending in `/`).
@@ -268,6 +277,7 @@ impl Release {
                     "formats": {
                         "pxe": { "kernel": entry(0), "initramfs": entry(1), "rootfs": entry(2) },
                         "raw.xz": { "disk": entry(3) },
+                        "iso": { "disk": entry(4) },
                     },
                 },
                 "qemu": { "release": "40.1", "formats": {} },
@@ -698,6 +708,43 @@ fn metal_also_fetches_the_disk_image_under_its_upstream_name() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     assert!(!text(&out.stdout).contains("insecure"), "{}", show(&out));
     assert!(artifact(dir.path(), &format!("{}.sig", UPSTREAM[3].1)).exists());
+}
+
+#[test]
+fn iso_also_fetches_the_live_iso_under_its_configured_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let stream = server.url("/streams/stable.json");
+
+    let out = fetch(&cfg, &stream, &["--iso"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // The config names no ISO: the default name, which serve's /iso/<node>.iso reads.
+    assert_eq!(read(&artifact(dir.path(), "live.iso")), release.iso);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("4 files"), "{stdout}");
+    assert!(
+        stdout.contains("live ISO: fetched ") && stdout.contains("live.iso"),
+        "{stdout}"
+    );
+    assert!(!artifact(dir.path(), UPSTREAM[4].1).exists());
+
+    // A corrupted ISO is refused like any artifact, and the one in place stays.
+    let mut bad = release.iso.clone();
+    bad[70_000] ^= 0x80;
+    server.route(&format!("/prod/{}", UPSTREAM[4].1), Route::File(bad));
+    std::fs::remove_file(artifact(dir.path(), "live.iso")).unwrap();
+    let out = fetch(&cfg, &stream, &["--iso"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("live ISO: sha256 mismatch for "),
+        "{stderr}"
+    );
+    assert!(!artifact(dir.path(), "live.iso").exists());
+    assert!(!artifact(dir.path(), "live.iso.part").exists());
 }
 
 #[test]

@@ -125,6 +125,11 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
         }
     }
 
+    /// The directory of the config, `install_dir/`, `artifacts/` and `state/`.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// A tap on the services bridge for one VM.
     pub fn tap(&self, name: &str) -> Tap {
         self.topo.add_tap(name).expect("tap")

@@ -12,6 +12,7 @@ mod dns_differential;
 mod dns_support;
 mod harness_selftest;
 mod http;
+mod iso_boot;
 mod lb;
 mod lb_support;
 mod lb_tls;

@@ -19,7 +19,8 @@
 //! What `/init` does (its source is `initramfs/init.sh`, commented step by step): loads the
 //! virtio modules, takes an address by DHCP with busybox `udhcpc` and its own event script (or
 //! a static address, [`InitramfsBuilder::static_address`]), GETs `coreos.inst.ignition_url`,
-//! sends a HEAD to `coreos.live.rootfs_url`, and, when `coreos.inst.install_dev` exists, GETs
+//! sends a HEAD to `coreos.live.rootfs_url` (a live ISO boot has none: its rootfs is on the
+//! ISO), and, when `coreos.inst.install_dev` exists, GETs
 //! the role config the node ignition merges (`ignition.config.merge[].source`, what the
 //! installed system's Ignition fetches on its first boot) and writes to that disk a boot
 //! sector that prints [`DISK_BOOT_BANNER`] on COM1 plus an [`InstallMarker`] in sector 1.

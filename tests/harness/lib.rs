@@ -16,6 +16,7 @@ pub mod appliance;
 mod cmd;
 pub mod initramfs;
 pub mod link;
+pub mod liveiso;
 pub mod netns;
 pub mod prereq;
 pub mod process;

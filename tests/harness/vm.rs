@@ -76,6 +76,9 @@ pub enum UefiNetBoot {
 pub enum BootFrom {
     Network,
     Cdrom,
+    /// The disk, then the CD-ROM (the order for an ISO install: a blank disk is skipped, an
+    /// installed one boots), no network boot.
+    DiskThenCdrom,
 }
 
 /// How to build the qemu command line.
@@ -142,6 +145,13 @@ impl VmSpec {
     pub fn with_cdrom(mut self, iso: &Path) -> VmSpec {
         self.cdrom = Some(iso.to_owned());
         self.boot = BootFrom::Cdrom;
+        self
+    }
+
+    /// Boots from `boot` first.
+    #[must_use]
+    pub fn with_boot(mut self, boot: BootFrom) -> VmSpec {
+        self.boot = boot;
         self
     }
 
@@ -221,6 +231,11 @@ impl VmSpec {
             ),
         ]);
         if self.disk_size.is_some() {
+            let disk_boot = if self.boot == BootFrom::DiskThenCdrom {
+                0
+            } else {
+                2
+            };
             a.extend([
                 "-drive".into(),
                 format!(
@@ -228,14 +243,14 @@ impl VmSpec {
                     dir.join("disk.raw").display()
                 ),
                 "-device".into(),
-                "virtio-blk-pci,drive=disk0,bootindex=2".into(),
+                format!("virtio-blk-pci,drive=disk0,bootindex={disk_boot}"),
             ]);
         }
         if let Some(iso) = &self.cdrom {
-            let cd_boot = if self.boot == BootFrom::Cdrom {
-                ",bootindex=0"
-            } else {
-                ""
+            let cd_boot = match self.boot {
+                BootFrom::Cdrom => ",bootindex=0",
+                BootFrom::DiskThenCdrom => ",bootindex=1",
+                BootFrom::Network => "",
             };
             a.extend([
                 "-drive".into(),

@@ -1,5 +1,5 @@
 //! `okd-appliance artifacts fetch|import`: puts a CoreOS release's live PXE files (and, if asked,
-//! its metal disk image) into `install.artifacts_dir` under the names the config gives them, so
+//! its metal disk image and its live ISO) into `install.artifacts_dir` under the names the config gives them, so
 //! `serve` publishes them, each checked against the SHA-256 in the stream metadata first.
 //!
 //! Pure parts: [`stream`] (the metadata and which files it names), [`rules`] (redirects and
@@ -72,17 +72,21 @@ pub struct Options {
     pub arch: String,
     /// Also the metal disk image.
     pub metal: bool,
+    /// Also the live ISO (the base of the per-node ISOs).
+    pub iso: bool,
     /// The OpenPGP key file to check the detached signatures with.
     pub key: Option<PathBuf>,
 }
 
 /// The name `wanted` has in the artifacts directory: the configured one for the PXE files
-/// (what `serve` publishes), the upstream one for the metal image (the config names none).
+/// and the live ISO (what `serve` publishes), the upstream one for the metal image (the config
+/// names none).
 pub fn dest_name<'a>(install: &'a Install, wanted: &'a Wanted) -> &'a str {
     match wanted.kind {
         Kind::Kernel => &install.artifacts.kernel,
         Kind::Initramfs => &install.artifacts.initramfs,
         Kind::Rootfs => &install.artifacts.rootfs,
+        Kind::Iso => &install.artifacts.iso,
         Kind::Metal => &wanted.upstream_name,
     }
 }
@@ -214,8 +218,11 @@ async fn read_selection(client: &Client, options: &Options) -> anyhow::Result<Se
         ),
     };
     let stream = stream::parse(&text, &name)?;
-    stream::select(&stream, &options.arch, options.metal, base)
-        .with_context(|| format!("in {name}"))
+    let also = stream::Also {
+        metal: options.metal,
+        iso: options.iso,
+    };
+    stream::select(&stream, &options.arch, also, base).with_context(|| format!("in {name}"))
 }
 
 /// The file at `path`, refused when it is larger than `limit` and so can't be `what`.

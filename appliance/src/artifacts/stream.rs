@@ -50,6 +50,15 @@ pub enum Kind {
     Rootfs,
     /// The compressed disk image (`raw.xz`), for installs that do not use the live rootfs.
     Metal,
+    /// The live ISO, the base of the per-node ISOs.
+    Iso,
+}
+
+/// The files fetched besides the PXE kernel, initramfs and rootfs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Also {
+    pub metal: bool,
+    pub iso: bool,
 }
 
 impl Kind {
@@ -59,6 +68,7 @@ impl Kind {
             Kind::Initramfs => "initramfs",
             Kind::Rootfs => "rootfs",
             Kind::Metal => "metal image",
+            Kind::Iso => "live ISO",
         }
     }
 
@@ -69,6 +79,7 @@ impl Kind {
             Kind::Initramfs => ("pxe", "initramfs"),
             Kind::Rootfs => ("pxe", "rootfs"),
             Kind::Metal => ("raw.xz", "disk"),
+            Kind::Iso => ("iso", "disk"),
         }
     }
 }
@@ -101,12 +112,13 @@ pub fn parse(text: &[u8], source: &str) -> anyhow::Result<Stream> {
         .with_context(|| format!("{source} is not CoreOS stream metadata JSON"))
 }
 
-/// The PXE kernel, initramfs and rootfs of `arch`, and the metal image if `metal`. Relative
-/// locations are resolved against `base` (the stream's own URL) when there is one.
+/// The PXE kernel, initramfs and rootfs of `arch`, and the metal image and live ISO as `also`
+/// says. Relative locations are resolved against `base` (the stream's own URL) when there is
+/// one.
 pub fn select(
     stream: &Stream,
     arch: &str,
-    metal: bool,
+    also: Also,
     base: Option<&Url>,
 ) -> anyhow::Result<Selection> {
     let arches = stream.architectures.as_ref().ok_or_else(|| {
@@ -140,8 +152,11 @@ pub fn select(
         .as_ref()
         .ok_or_else(|| missing(&format!("{at}.formats")))?;
     let mut kinds = vec![Kind::Kernel, Kind::Initramfs, Kind::Rootfs];
-    if metal {
+    if also.metal {
         kinds.push(Kind::Metal);
+    }
+    if also.iso {
+        kinds.push(Kind::Iso);
     }
     let files = kinds
         .into_iter()
@@ -268,7 +283,7 @@ mod tests {
 
     fn select_json(v: &serde_json::Value, arch: &str, metal: bool) -> anyhow::Result<Selection> {
         let stream = parse(v.to_string().as_bytes(), "test.json")?;
-        select(&stream, arch, metal, None)
+        select(&stream, arch, Also { metal, iso: false }, None)
     }
 
     fn err(v: &serde_json::Value, arch: &str, metal: bool) -> String {
@@ -292,6 +307,35 @@ mod tests {
         assert_eq!(k.upstream_name, "fcos-40.1-live-kernel-x86_64");
         assert_eq!(k.sha256, Sha256::from_hex(SHA_K).unwrap());
         assert_eq!(s.files[2].upstream_name, "fcos-40.1-live-rootfs.x86_64.img");
+    }
+
+    #[test]
+    fn iso_adds_the_live_iso() {
+        let stream = parse(sample().to_string().as_bytes(), "test.json").unwrap();
+        let also = Also {
+            metal: false,
+            iso: true,
+        };
+        let s = select(&stream, "x86_64", also, None).unwrap();
+        let kinds: Vec<Kind> = s.files.iter().map(|w| w.kind).collect();
+        assert_eq!(
+            kinds,
+            [Kind::Kernel, Kind::Initramfs, Kind::Rootfs, Kind::Iso]
+        );
+        let iso = &s.files[3];
+        assert_eq!(iso.upstream_name, "fcos.iso");
+        assert_eq!(iso.sha256, Sha256::from_hex(&"6".repeat(64)).unwrap());
+        let mut v = sample();
+        v["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]
+            .as_object_mut()
+            .unwrap()
+            .remove("iso");
+        let stream = parse(v.to_string().as_bytes(), "test.json").unwrap();
+        let e = format!("{:#}", select(&stream, "x86_64", also, None).unwrap_err());
+        assert!(
+            e.contains("no `architectures.x86_64.artifacts.metal.formats.iso`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -385,14 +429,14 @@ mod tests {
             "builds/k%20one".into();
         let stream = parse(v.to_string().as_bytes(), "test.json").unwrap();
         let base = Url::parse("http://127.0.0.1:8000/streams/stable.json").unwrap();
-        let s = select(&stream, "x86_64", false, Some(&base)).unwrap();
+        let s = select(&stream, "x86_64", Also::default(), Some(&base)).unwrap();
         assert_eq!(
             s.files[0].location.as_str(),
             "http://127.0.0.1:8000/streams/builds/k%20one"
         );
         assert_eq!(s.files[0].upstream_name, "k one");
         // Without a base (a stream read from a file) a relative location is an error.
-        assert!(select(&stream, "x86_64", false, None).is_err());
+        assert!(select(&stream, "x86_64", Also::default(), None).is_err());
     }
 
     #[test]

@@ -120,6 +120,8 @@ pub struct Artifacts {
     pub kernel: String,
     pub initramfs: String,
     pub rootfs: String,
+    /// The live ISO `/iso/<node>.iso` is made from.
+    pub iso: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -132,6 +132,9 @@ pub struct RawArtifacts {
     pub initramfs: Option<Text>,
     #[serde(default)]
     pub rootfs: Option<Text>,
+    /// The CoreOS live ISO the per-node ISOs are made from.
+    #[serde(default)]
+    pub iso: Option<Text>,
 }
 
 #[derive(Debug, Default, Deserialize)]

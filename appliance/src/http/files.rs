@@ -47,15 +47,27 @@ pub struct Conditions<'a> {
 }
 
 pub fn decide(headers: &Conditions<'_>, meta: FileMeta) -> Decision {
-    let etag = meta.etag();
+    decide_for(headers, &meta.etag(), Some(meta.modified), meta.len)
+}
+
+/// [`decide`] for a representation with entity tag `etag`, `len` bytes long, and a
+/// modification time only when it has one: without, If-Modified-Since is ignored and an
+/// If-Range date never matches (RFC 9110 sections 13.1.3 and 13.1.5).
+pub fn decide_for(
+    headers: &Conditions<'_>,
+    etag: &str,
+    modified: Option<SystemTime>,
+    len: u64,
+) -> Decision {
     // If-None-Match wins over If-Modified-Since (RFC 9110 section 13.2.2).
     if let Some(inm) = headers.if_none_match {
-        if etag_matches(inm, &etag) {
+        if etag_matches(inm, etag) {
             return Decision::NotModified;
         }
     } else if let Some(since) = headers.if_modified_since.and_then(|s| httpdate::parse_http_date(s).ok())
+        && let Some(modified) = modified
         // HTTP dates have whole seconds.
-        && truncate_to_seconds(meta.modified) <= since
+        && truncate_to_seconds(modified) <= since
     {
         return Decision::NotModified;
     }
@@ -67,14 +79,15 @@ pub fn decide(headers: &Conditions<'_>, meta: FileMeta) -> Decision {
         let same = if if_range.starts_with('"') {
             if_range == etag
         } else {
-            httpdate::parse_http_date(if_range)
-                .is_ok_and(|d| d == truncate_to_seconds(meta.modified))
+            modified.is_some_and(|m| {
+                httpdate::parse_http_date(if_range).is_ok_and(|d| d == truncate_to_seconds(m))
+            })
         };
         if !same {
             return Decision::Full;
         }
     }
-    parse_range(range, meta.len)
+    parse_range(range, len)
 }
 
 fn truncate_to_seconds(t: SystemTime) -> SystemTime {
@@ -266,6 +279,34 @@ mod tests {
         assert_eq!(
             decide(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, &m.etag())]), m),
             Decision::Partial { start: 0, end: 9 }
+        );
+    }
+
+    #[test]
+    fn without_a_modification_time_only_the_entity_tag_validates() {
+        let etag = "\"iso-1\"";
+        let date = "Tue, 14 Nov 2023 22:13:20 GMT";
+        let d = |c: &Conditions<'_>| decide_for(c, etag, None, 1000);
+        assert_eq!(d(&with(&[(IF_MODIFIED_SINCE, date)])), Decision::Full);
+        assert_eq!(d(&with(&[(IF_NONE_MATCH, etag)])), Decision::NotModified);
+        assert_eq!(
+            d(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, date)])),
+            Decision::Full
+        );
+        assert_eq!(
+            d(&with(&[(RANGE, "bytes=0-9"), (IF_RANGE, etag)])),
+            Decision::Partial { start: 0, end: 9 }
+        );
+        // With the time, the same date validates (the file path's behaviour).
+        let modified = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(
+            decide_for(
+                &with(&[(IF_MODIFIED_SINCE, date)]),
+                etag,
+                Some(modified),
+                1000
+            ),
+            Decision::NotModified
         );
     }
 

@@ -74,8 +74,13 @@ impl Segments {
 
     /// `len` bytes of `file` from `offset`, as a body for this connection.
     pub fn body(&self, file: File, offset: u64, len: u64) -> FileBody {
+        self.shared_body(Arc::new(file), offset, len)
+    }
+
+    /// Like [`Segments::body`] for a file that several bodies (or pieces of one) share.
+    pub fn shared_body(&self, file: Arc<File>, offset: u64, len: u64) -> FileBody {
         FileBody {
-            file: Arc::new(file),
+            file,
             offset,
             remaining: len,
             segments: self.clone(),

@@ -1,6 +1,6 @@
 //! The HTTP boot server: per-node iPXE scripts, per-node and role ignition configs (each only to
-//! the nodes it belongs to), and the CoreOS artifacts, streamed from disk with Range, HEAD and
-//! conditional requests.
+//! the nodes it belongs to), the CoreOS artifacts, streamed from disk with Range, HEAD and
+//! conditional requests, and the per-node live ISOs (`iso`).
 //!
 //! Hardening: the request head must arrive within 10 s (slowloris) and fit in 16 KiB; at most
 //! 512 connections (more wait in the listen backlog); a connection on which nothing moves for
@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::files::{self, Decision, FileMeta};
+use super::iso::{self, IsoCache};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
@@ -50,6 +51,11 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let isos = Arc::new(IsoCache::default());
+    {
+        let (isos, plan, token) = (Arc::clone(&isos), Arc::clone(&plan), token.clone());
+        tokio::spawn(async move { isos.watch(plan, token).await });
+    }
     loop {
         // Past the limit, new clients wait in the listen backlog rather than being cut off; a
         // held slot is bounded by the header timeout until a request arrives.
@@ -68,7 +74,12 @@ pub async fn serve(
                 }
             },
         };
-        let (plan, journal, token) = (Arc::clone(&plan), journal.clone(), token.clone());
+        let (plan, journal, token, isos) = (
+            Arc::clone(&plan),
+            journal.clone(),
+            token.clone(),
+            Arc::clone(&isos),
+        );
         // A response head and a sendfile body are two writes: with Nagle's algorithm the body
         // of a small file would wait for the client's delayed ACK of the head (~40 ms).
         if let Err(e) = stream.set_nodelay(true) {
@@ -80,11 +91,22 @@ pub async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let (plan, journal, segments) =
-                    (Arc::clone(&plan), journal.clone(), segments.clone());
+                let (plan, journal, segments, isos) = (
+                    Arc::clone(&plan),
+                    journal.clone(),
+                    segments.clone(),
+                    Arc::clone(&isos),
+                );
                 async move {
                     let plan = plan.load_full();
-                    Ok::<_, Infallible>(handle(&req, peer, &plan, &journal, &segments).await)
+                    let context = Context {
+                        peer,
+                        plan: &plan,
+                        journal: &journal,
+                        segments: &segments,
+                        isos: &isos,
+                    };
+                    Ok::<_, Infallible>(handle(&req, &context).await)
                 }
             });
             let conn = http1::Builder::new()
@@ -133,13 +155,23 @@ fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
     ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
 
-async fn handle(
-    req: &Request<Incoming>,
+/// What a request is answered with, besides itself.
+struct Context<'a> {
     peer: SocketAddr,
-    plan: &Plan,
-    journal: &Journal,
-    segments: &Segments,
-) -> Response<Body> {
+    plan: &'a Plan,
+    journal: &'a Journal,
+    segments: &'a Segments,
+    isos: &'a IsoCache,
+}
+
+async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
+    let Context {
+        peer,
+        plan,
+        journal,
+        segments,
+        isos,
+    } = *cx;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         r.headers_mut()
@@ -247,6 +279,13 @@ async fn handle(
         let body = node.documents.ignition.clone();
         return generated(req, body, "application/vnd.coreos.ignition+json");
     }
+    if let Some(name) = path
+        .strip_prefix("/iso/")
+        .and_then(|p| p.strip_suffix(".iso"))
+    {
+        // Served to any address: the image holds no secret (see `iso`).
+        return iso::respond(req, name, peer, plan, isos, journal, segments).await;
+    }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
         return match files::resolve(&files.artifacts_dir, rest) {
             Some(p) => file(req, &p, "application/octet-stream", true, segments).await,
@@ -347,11 +386,11 @@ fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
-fn empty() -> Body {
+pub(super) fn empty() -> Body {
     full(Bytes::new())
 }
 
-fn text(status: StatusCode, body: &str) -> Response<Body> {
+pub(super) fn text(status: StatusCode, body: &str) -> Response<Body> {
     let mut r = Response::new(full(body.to_owned()));
     *r.status_mut() = status;
     r.headers_mut().insert(

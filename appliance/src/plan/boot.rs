@@ -1,5 +1,10 @@
 //! What each node boots: the CoreOS live kernel, its initramfs and rootfs, and the kernel
-//! arguments that install CoreOS to the node's disk with the node's own ignition.
+//! arguments that install CoreOS to the node's disk with the node's own ignition; or, on the
+//! ISO install path, its own copy of the live ISO with those arguments embedded.
+//!
+//! The ISO's arguments are the PXE ones minus `coreos.live.rootfs_url`: the live ISO carries
+//! its root file system (and says so with its own `coreos.liveiso=` argument), and a live
+//! system told to fetch a rootfs as well would fetch one over the network it does not need.
 //!
 //! Architecture invariant: URLs and arguments only; iPXE syntax and file serving live in the
 //! HTTP boot service.
@@ -21,6 +26,8 @@ pub struct BootFiles {
     /// undionly.kpxe and ipxe.efi (TFTP, and HTTP for UEFI HTTP boot); see
     /// [`BootFiles::ipxe_binary`].
     pub ipxe_dir: PathBuf,
+    /// The operator's CoreOS live ISO, the base of every `/iso/<node>.iso`.
+    pub base_iso: PathBuf,
 }
 
 /// The iPXE binary that BIOS PXE firmware chainloads (over TFTP).
@@ -50,6 +57,7 @@ pub fn files(config: &Config) -> BootFiles {
         ignition_dir: i.ignition_dir.clone(),
         artifacts_dir: i.artifacts_dir.clone(),
         ipxe_dir: i.ipxe_dir.clone(),
+        base_iso: i.artifacts_dir.join(&i.artifacts.iso),
     }
 }
 
@@ -69,6 +77,10 @@ pub struct BootParams {
     pub install_dev: String,
     /// Every argument for the live kernel, in order.
     pub kernel_args: Vec<String>,
+    /// The node's own live ISO.
+    pub iso_url: String,
+    /// The arguments added to the live ISO's own: `kernel_args` without the rootfs URL.
+    pub iso_kernel_args: Vec<String>,
     /// The scripts and ignition the boot server sends this node.
     pub documents: Documents,
 }
@@ -81,6 +93,11 @@ pub fn ignition_url(base_url: &str, node: &str) -> String {
 /// The URL of a role's ignition config, which a node's own config merges.
 fn role_ignition_url(base_url: &str, role: Role) -> String {
     format!("{base_url}/ignition/roles/{}", role.ignition_file())
+}
+
+/// The URL of a node's own live ISO.
+pub fn iso_url(base_url: &str, node: &str) -> String {
+    format!("{base_url}/iso/{node}.iso")
 }
 
 /// The URL of a node's iPXE script, keyed by its MAC address.
@@ -102,13 +119,15 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 .install_dev
                 .clone()
                 .unwrap_or_else(|| install.install_dev.clone());
-            let mut kernel_args = vec![
-                format!("coreos.live.rootfs_url={rootfs_url}"),
+            let mut iso_kernel_args = vec![
                 format!("coreos.inst.install_dev={install_dev}"),
                 format!("coreos.inst.ignition_url={ignition_url}"),
             ];
-            kernel_args.extend(install.kernel_args.iter().cloned());
-            kernel_args.extend(node.kernel_args.iter().cloned());
+            iso_kernel_args.extend(install.kernel_args.iter().cloned());
+            iso_kernel_args.extend(node.kernel_args.iter().cloned());
+            let kernel_args = std::iter::once(format!("coreos.live.rootfs_url={rootfs_url}"))
+                .chain(iso_kernel_args.iter().cloned())
+                .collect();
             let mut params = BootParams {
                 node: node.name.clone(),
                 role: node.role,
@@ -121,6 +140,8 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 ignition_url,
                 install_dev,
                 kernel_args,
+                iso_url: iso_url(base, &node.name),
+                iso_kernel_args,
                 documents: Documents::default(),
             };
             params.documents = documents::derive(&params, &role_ignition_url(base, node.role));
@@ -140,6 +161,7 @@ mod tests {
             ignition_dir: "/i".into(),
             artifacts_dir: "/a".into(),
             ipxe_dir: "/usr/lib/ipxe".into(),
+            base_iso: "/a/live.iso".into(),
         };
         assert_eq!(
             files.ipxe_binary("ipxe.efi"),

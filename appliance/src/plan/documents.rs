@@ -159,6 +159,8 @@ mod tests {
             ignition_url: "http://10.0.0.1:8080/ignition/master-0.ign".into(),
             install_dev: "/dev/sda".into(),
             kernel_args: vec!["coreos.inst.install_dev=/dev/sda".into()],
+            iso_url: "http://10.0.0.1:8080/iso/master-0.iso".into(),
+            iso_kernel_args: vec!["coreos.inst.install_dev=/dev/sda".into()],
             documents: Documents::default(),
         }
     }

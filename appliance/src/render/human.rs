@@ -171,6 +171,8 @@ pub(super) fn render(plan: &Plan) -> String {
         let _ = writeln!(o, "    initramfs {}", b.initramfs_url);
         let _ = writeln!(o, "    ignition  {}", b.ignition_url);
         let _ = writeln!(o, "    args      {}", b.kernel_args.join(" "));
+        let _ = writeln!(o, "    iso       {}", b.iso_url);
+        let _ = writeln!(o, "    iso args  {}", b.iso_kernel_args.join(" "));
     }
     o
 }

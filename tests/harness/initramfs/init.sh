@@ -6,7 +6,8 @@
 #   1. an address by DHCP (busybox udhcpc, with its own event script) or the static address the
 #      image was built with;
 #   2. GET coreos.inst.ignition_url, as coreos-installer does;
-#   3. HEAD coreos.live.rootfs_url, which the live initramfs would download;
+#   3. HEAD coreos.live.rootfs_url, which the live initramfs would download (a live ISO boot,
+#      with coreos.liveiso= and no rootfs URL, has its rootfs on the ISO: rootfs=live-iso);
 #   4. when coreos.inst.install_dev does not exist, stop like a failed install (outcome
 #      install-failed): no role config, nothing on any disk;
 #   5. GET the role config the node ignition merges (ignition.config.merge[].source), as
@@ -47,6 +48,7 @@ fail() {
 }
 
 cmdline=$(cat /proc/cmdline)
+say "kernel command line: $cmdline"
 arg() {
     for word in $cmdline; do
         case "$word" in "$1="*) echo "${word#*=}"; return 0 ;; esac
@@ -119,7 +121,9 @@ field hostname "$hostname"
 say "$iface ($mac) has $ip${hostname:+, host name $hostname}"
 
 ignition_url=$(arg coreos.inst.ignition_url) || fail cmdline "no coreos.inst.ignition_url"
-rootfs_url=$(arg coreos.live.rootfs_url) || fail cmdline "no coreos.live.rootfs_url"
+rootfs_url=$(arg coreos.live.rootfs_url) || rootfs_url=""
+[ -n "$rootfs_url" ] || arg coreos.liveiso > /dev/null ||
+    fail cmdline "no coreos.live.rootfs_url (and no coreos.liveiso)"
 install_dev=$(arg coreos.inst.install_dev) || fail cmdline "no coreos.inst.install_dev"
 
 code=$(fetch "$ignition_url" /tmp/node.ign)
@@ -131,10 +135,14 @@ field ignition_sha256 "$ignition_sha"
 ignition_host=$(tr -d '\n' < /tmp/node.ign | sed -n 's/.*"data:,\([A-Za-z0-9.-]*\)%0A".*/\1/p')
 field ignition_host "$ignition_host"
 
-set -- $(head_request "$rootfs_url")
-field rootfs "$1"
-field rootfs_length "$2"
-[ "$1" = 200 ] || { field step rootfs; finish failed poweroff; }
+if [ -n "$rootfs_url" ]; then
+    set -- $(head_request "$rootfs_url")
+    field rootfs "$1"
+    field rootfs_length "$2"
+    [ "$1" = 200 ] || { field step rootfs; finish failed poweroff; }
+else
+    field rootfs live-iso
+fi
 
 # coreos-installer fails on a device that does not exist; the node never reaches its first boot.
 tries=0

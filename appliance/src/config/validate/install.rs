@@ -69,6 +69,7 @@ impl Validator<'_> {
         let kernel = artifact(self, &r.artifacts.kernel, "kernel");
         let initramfs = artifact(self, &r.artifacts.initramfs, "initramfs.img");
         let rootfs = artifact(self, &r.artifacts.rootfs, "rootfs.img");
+        let iso = artifact(self, &r.artifacts.iso, "live.iso");
         Some(Install {
             ignition_dir,
             artifacts_dir,
@@ -80,6 +81,7 @@ impl Validator<'_> {
                 kernel: kernel?,
                 initramfs: initramfs?,
                 rootfs: rootfs?,
+                iso: iso?,
             },
         })
     }
