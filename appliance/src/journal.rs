@@ -47,6 +47,13 @@ pub enum EventKind {
         what: String,
         why: &'static str,
     },
+    /// An ignition file the node needs can't be served: missing from `ignition_dir`, or a
+    /// bootstrap.ign whose certificates expired (`why` says which).
+    IgnitionUnavailable {
+        from: SocketAddr,
+        file: &'static str,
+        why: String,
+    },
     /// A node's live ISO was read (once a minute per reader: BMCs read it in many ranges).
     IsoFetched { from: SocketAddr },
     /// A load-balancer backend changed health.
@@ -110,6 +117,9 @@ impl fmt::Display for Event {
                 write!(f, "{what} refused to {from} (403): {why}")
             }
             EventKind::IsoFetched { from } => write!(f, "live ISO read by {from}"),
+            EventKind::IgnitionUnavailable { from, file, why } => {
+                write!(f, "{file} not served to {from}: {why}")
+            }
             EventKind::BackendHealth {
                 frontend,
                 backend,

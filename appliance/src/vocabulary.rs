@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
@@ -33,7 +34,21 @@ impl Role {
             Role::Worker => "worker.ign",
         }
     }
+
+    /// How long this role's ignition file stays usable after `openshift-install` wrote it:
+    /// bootstrap.ign embeds certificates that expire after 24 hours; master.ign and worker.ign
+    /// only point at the machine config server and stay valid (workers added months later
+    /// still use worker.ign).
+    pub fn ignition_lifetime(self) -> Option<Duration> {
+        match self {
+            Role::Bootstrap => Some(IGNITION_LIFETIME),
+            Role::Master | Role::Worker => None,
+        }
+    }
 }
+
+/// The lifetime of the certificates in bootstrap.ign.
+pub const IGNITION_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

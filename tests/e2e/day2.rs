@@ -142,3 +142,182 @@ fn run_as_nobody_keeps_leases_install_markers_and_the_admin_socket() {
         app.log_tails()
     );
 }
+
+/// A week and a half after the install, the bootstrap node still listed and its bootstrap.ign
+/// long expired: the services host restarts and serves DNS, DHCP and the load balancer; only
+/// the bootstrap ignition is refused (410), journaled, and the master's still served.
+#[test]
+fn a_restart_with_a_ten_day_old_bootstrap_ign_serves_everything_but_that_ignition() {
+    if !require_root() || !require_tools(&["curl", "dig", "python3"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let install = dir.path().join("install_dir");
+    harness::write_install_dir(&install).unwrap();
+    let ten_days = Duration::from_secs(10 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(install.join("bootstrap.ign"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - ten_days)
+        .unwrap();
+    let config = dir.path().join("okd.yml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ interface: br0, subnet: 10.99.0.0/24, appliance_ip: {SERVER} }}
+nodes:
+  - {{ name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.99.0.7 }}
+  - {{ name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.99.0.2 }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+lb: {{ health: {{ interval: 200ms, timeout: 150ms, rise: 1, fall: 2, control_plane_check: tcp }} }}
+state_dir: {state}
+listen:
+  dns: ["{SERVER}:53"]
+  tftp: []
+  http: ["{SERVER}:8080"]
+  api: ["{SERVER}:6443"]
+  machine_config: []
+  ingress_https: []
+  ingress_http: []
+"#,
+            state = dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+
+    // The unit runs `check` before `serve`: it must pass, with the expiry as a warning.
+    let out = appliance(["check".as_ref(), config.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warned.contains("bootstrap.ign was written 240 h ago"),
+        "{warned}"
+    );
+
+    let topo = Topology::new("d2x").expect("topology");
+    let boot = topo
+        .add_node("d2b", "10.99.0.7/24", None)
+        .expect("bootstrap node");
+    let master = topo.add_node("d2m", "10.99.0.2/24", None).expect("master");
+    let web = crate::support::spawn_listening(
+        &master,
+        "kube-apiserver stand-in",
+        [
+            "python3",
+            "-m",
+            "http.server",
+            "6443",
+            "--bind",
+            "10.99.0.2",
+            "--directory",
+            "/",
+        ],
+        "10.99.0.2:6443",
+    );
+    let app = crate::dns_support::start_appliance(topo.services(), &config);
+
+    // DNS.
+    let run = crate::dns_support::dig_in(
+        &boot,
+        "dig",
+        SERVER.into(),
+        &["api.okd.lab.example.com.", "A"],
+    );
+    assert_eq!(
+        run.last().rdata("A"),
+        [SERVER.to_string()],
+        "{}",
+        run.stdout
+    );
+
+    // The load balancer, once its check has seen the master.
+    assert!(
+        wait_until(Duration::from_secs(10), || app
+            .stderr()
+            .contains("api backend 10.99.0.2:6443 is up")),
+        "{}",
+        app.log_tails()
+    );
+    let out = boot
+        .exec([
+            "curl",
+            "-s",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(format!("http://{SERVER}:6443/"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{out:?}\n{}",
+        app.log_tails()
+    );
+
+    // DHCP, from a client of its own (the bootstrap node's MAC).
+    let client = topo.add_bare_node("d2c").expect("dhcp client");
+    client.set_mac("52:54:00:00:00:07").expect("mac");
+    let sock = client_socket(&client, "eth0");
+    assert_eq!(
+        lease(&sock, "52:54:00:00:00:07"),
+        Some(std::net::Ipv4Addr::new(10, 99, 0, 7)),
+        "{}",
+        app.log_tails()
+    );
+    drop(sock);
+
+    // Ignition: the bootstrap's refused with the reason, the master's served.
+    let get = |ns: &harness::Netns, path: &str| -> (String, String) {
+        let out = ns
+            .exec(["curl", "-s", "--max-time", "5", "-w", "\n%{http_code}"])
+            .arg(format!("http://{SERVER}:8080{path}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    let (code, body) = get(&boot, "/ignition/bootstrap.ign");
+    assert_eq!(code, "410", "{body}");
+    assert!(
+        body.contains("bootstrap.ign was written 240 h ago"),
+        "{body}"
+    );
+    let (code, _) = get(&boot, "/ignition/roles/bootstrap.ign");
+    assert_eq!(code, "410");
+    let (code, body) = get(&master, "/ignition/master-0.ign");
+    assert_eq!(code, "200", "{body}");
+    assert!(
+        app.stderr()
+            .contains("bootstrap: bootstrap.ign not served to 10.99.0.7"),
+        "{}",
+        app.log_tails()
+    );
+    // Refused fetches do not move the install along.
+    assert!(!dir.path().join("state/ignition-fetched/bootstrap").exists());
+
+    // The install directory deleted (it holds the kubeadmin secrets): 404, the rest serves on.
+    std::fs::remove_dir_all(&install).unwrap();
+    let (code, body) = get(&master, "/ignition/master-0.ign");
+    assert_eq!(code, "404", "{body}");
+    assert!(
+        body.contains("master.ign is not in the ignition directory"),
+        "{body}"
+    );
+    let run = crate::dns_support::dig_in(
+        &boot,
+        "dig",
+        SERVER.into(),
+        &["master-0.okd.lab.example.com.", "A"],
+    );
+    assert_eq!(run.last().rdata("A"), ["10.99.0.2"], "{}", run.stdout);
+    drop(web);
+}

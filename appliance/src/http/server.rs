@@ -208,6 +208,9 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             );
             return text(StatusCode::FORBIDDEN, "not a node of this role\n");
         };
+        if let Some(refused) = ignition_refusal(files, role, &node.node, peer, journal).await {
+            return refused;
+        }
         if req.method() == Method::GET {
             let file = role.ignition_file();
             journal.publish(
@@ -259,6 +262,11 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
                 "this ignition belongs to another address\n",
             );
         }
+        // The node's ignition merges its role's: refused now rather than by Ignition at the
+        // installed system's first boot, after the disk was written.
+        if let Some(refused) = ignition_refusal(files, node.role, &node.node, peer, journal).await {
+            return refused;
+        }
         if req.method() == Method::GET {
             journal.publish(
                 Some(node.node.clone()),
@@ -305,6 +313,60 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         };
     }
     text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// Why `role`'s ignition can't be served to `node` now, as the response: 404 when the file is
+/// missing from the ignition directory (deleted after the install, or never created), 410 when
+/// it is a bootstrap.ign older than its certificates. Journaled and logged (without content).
+/// The other services never depend on the ignition files: a services host restarted days after
+/// the install only refuses these fetches.
+async fn ignition_refusal(
+    files: &plan::BootFiles,
+    role: Role,
+    node: &str,
+    peer: SocketAddr,
+    journal: &Journal,
+) -> Option<Response<Body>> {
+    let file = role.ignition_file();
+    let (status, why) = match tokio::fs::metadata(files.ignition_dir.join(file)).await {
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "{file} is not in the ignition directory ({}): run `openshift-install create ignition-configs`",
+                match e.kind() {
+                    io::ErrorKind::NotFound => "it does not exist".to_owned(),
+                    _ => e.to_string(),
+                }
+            ),
+        ),
+        Ok(meta) => {
+            let age = meta
+                .modified()
+                .ok()
+                .and_then(|t| SystemTime::now().duration_since(t).ok());
+            match (role.ignition_lifetime(), age) {
+                (Some(lifetime), Some(age)) if age > lifetime => (
+                    StatusCode::GONE,
+                    format!(
+                        "{file} was written {} h ago and its certificates expire after {} h: create the ignition configs again",
+                        age.as_secs() / 3600,
+                        lifetime.as_secs() / 3600
+                    ),
+                ),
+                _ => return None,
+            }
+        }
+    };
+    tracing::warn!("http: {file} for {node} not served to {peer}: {why}");
+    journal.publish(
+        Some(node.to_owned()),
+        EventKind::IgnitionUnavailable {
+            from: peer,
+            file,
+            why: why.clone(),
+        },
+    );
+    Some(text(status, &format!("{why}\n")))
 }
 
 async fn script(

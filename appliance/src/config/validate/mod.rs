@@ -34,7 +34,7 @@ mod network;
 mod nodes;
 
 /// Ignition configs embed certificates that expire 24 hours after `openshift-install` wrote them.
-pub const IGNITION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+pub const IGNITION_MAX_AGE: Duration = crate::vocabulary::IGNITION_LIFETIME;
 /// Past this age an install still works but is running out of time.
 pub const IGNITION_WARN_AGE: Duration = Duration::from_secs(12 * 3600);
 
