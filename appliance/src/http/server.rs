@@ -295,7 +295,12 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         return iso::respond(req, name, peer, plan, isos, journal, segments).await;
     }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
-        return match files::resolve(&files.artifacts_dir, rest) {
+        // `canonicalize` and `stat` can block on the file system: the blocking pool does them.
+        let (root, rest) = (files.artifacts_dir.clone(), rest.to_owned());
+        let resolved = tokio::task::spawn_blocking(move || files::resolve(&root, &rest))
+            .await
+            .unwrap_or(None);
+        return match resolved {
             Some(p) => file(req, &p, "application/octet-stream", true, segments).await,
             None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
         };
