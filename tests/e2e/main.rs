@@ -10,6 +10,8 @@ mod dns_differential;
 mod dns_support;
 mod harness_selftest;
 mod http;
+mod image;
+mod image_support;
 mod lb;
 mod lb_support;
 mod lb_tls;
