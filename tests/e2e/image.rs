@@ -317,16 +317,30 @@ fn the_services_vm_serves_the_cluster_under_systemd() {
         "through the LB on 6443"
     );
 
-    // The boot server: worker-0's ignition, to worker-0's address only; the fetch is recorded
-    // in the state directory (writable under ProtectSystem=strict).
+    // The boot server: worker-0's ignition (its host name, merging the role's file), to
+    // worker-0's address only, and the role's file as openshift-install wrote it, read from
+    // /etc/okd-appliance/install_dir; the fetch is recorded in the state directory (the one
+    // place ProtectSystem=strict leaves writable).
     let ignition = curl(
         &client,
         &format!("http://{APPLIANCE}:8080/ignition/worker-0.ign"),
-    );
+    )
+    .expect("worker-0's ignition");
+    for part in [
+        "data:,worker-0",
+        "\"path\":\"/etc/hostname\"",
+        "/ignition/roles/worker.ign",
+    ] {
+        assert!(ignition.contains(part), "no {part} in {ignition}");
+    }
     assert_eq!(
-        ignition.as_deref(),
+        curl(
+            &client,
+            &format!("http://{APPLIANCE}:8080/ignition/roles/worker.ign")
+        )
+        .as_deref(),
         Some(r#"{"ignition":{"version":"3.2.0"}}"#),
-        "worker-0's ignition"
+        "the worker role's ignition"
     );
     console.ok(
         "test -f /var/lib/okd-appliance/installed/worker-0",
@@ -387,18 +401,36 @@ fn the_services_vm_serves_the_cluster_under_systemd() {
         "root file system of {size} bytes did not grow"
     );
 
-    // Without a config the console and the login banner say where it goes.
-    let banner = console.ok(
+    // A config that is gone is seeded again (the seed's, without the edits above) while the
+    // seed disk is there ...
+    let reseeded = console.ok(
         "mv /etc/okd-appliance/okd.yml /root/; systemctl restart okd-appliance-prepare; \
-         cat /etc/issue.d/okd-appliance.issue",
+         cat /etc/okd-appliance/okd.yml",
         COMMAND_TIMEOUT,
     );
-    assert!(
-        banner.contains("no cluster config yet")
-            && banner.contains("/etc/okd-appliance/okd.yml")
-            && banner.contains("okd-appliance check"),
-        "{banner}"
+    assert_eq!(reseeded, config());
+    // ... and once it is detached too (the guest unbinds its virtio disk), the console and
+    // the login banner say where the config goes and how to check it.
+    let banner = console.ok(
+        "seed=$(readlink -f /dev/disk/by-label/OKDSEED); \
+         virtio=$(basename $(readlink -f /sys/class/block/${seed#/dev/}/device)); \
+         echo $virtio > /sys/bus/virtio/drivers/virtio_blk/unbind; udevadm settle; \
+         rm /etc/okd-appliance/okd.yml; systemctl restart okd-appliance-prepare; \
+         journalctl -u okd-appliance-prepare -n 40 -o cat; cat /etc/issue.d/okd-appliance.issue",
+        COMMAND_TIMEOUT,
     );
+    for part in [
+        "no cluster config yet",
+        "/etc/okd-appliance/okd.yml",
+        "okd-appliance check /etc/okd-appliance/okd.yml",
+        "OKDSEED",
+    ] {
+        // Twice: once from the journal (what the console showed), once from the issue file.
+        assert!(
+            banner.matches(part).count() >= 2,
+            "{part:?} not twice in:\n{banner}"
+        );
+    }
 
     // A clean shutdown: the appliance stops within its TimeoutStopSec, qemu exits.
     console.send("systemctl poweroff\n");

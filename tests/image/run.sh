@@ -40,9 +40,9 @@ if [[ -z $image ]]; then
 fi
 image=$(realpath "$image")
 
-test_started=$SECONDS
 # Built before the clock starts: the figure below is the boot and the checks.
 cargo build -q -p okd-appliance-e2e --tests
+test_started=$SECONDS
 OKD_IMAGE=$image CI=${CI:-true} cargo test -q -p okd-appliance-e2e --test e2e -- \
   --ignored --exact image::the_services_vm_serves_the_cluster_under_systemd --nocapture
 echo "image test passed in $((SECONDS - test_started)) s"
