@@ -116,6 +116,7 @@ MMDEBSTRAP=(
 if [[ -n $APT_CACHE ]]; then
 	mkdir -p "$APT_CACHE"
 	APT_CACHE=$(cd "$APT_CACHE" && pwd)
+	# shellcheck disable=SC2016 # mmdebstrap substitutes "$1" (the chroot) in hooks itself
 	MMDEBSTRAP+=(
 		--skip=download/empty --skip=essential/unlink
 		--setup-hook='mkdir -p "$1"/var/cache/apt/archives/'
