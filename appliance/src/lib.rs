@@ -13,6 +13,7 @@ pub mod dns;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod host_network;
 pub mod http;
 pub mod idle;
 pub mod install_state;

@@ -40,7 +40,8 @@ enum Command {
     /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
     Render {
         file: PathBuf,
-        /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools.
+        /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools;
+        /// `networkd` for the services host's own cluster NIC (a systemd-networkd file).
         #[arg(long, value_enum, default_value_t = FormatArg::Human)]
         format: FormatArg,
         /// Write each output file into this directory instead of printing it.
@@ -241,15 +242,18 @@ enum FormatArg {
     Bind,
     Dnsmasq,
     Haproxy,
+    Networkd,
 }
 
-impl From<FormatArg> for Format {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Human => Format::Human,
-            FormatArg::Bind => Format::Bind,
-            FormatArg::Dnsmasq => Format::Dnsmasq,
-            FormatArg::Haproxy => Format::Haproxy,
+impl FormatArg {
+    /// The plan renderer, or `None` for `networkd` (the host's set-up, not the plan).
+    fn plan_format(self) -> Option<Format> {
+        match self {
+            FormatArg::Human => Some(Format::Human),
+            FormatArg::Bind => Some(Format::Bind),
+            FormatArg::Dnsmasq => Some(Format::Dnsmasq),
+            FormatArg::Haproxy => Some(Format::Haproxy),
+            FormatArg::Networkd => None,
         }
     }
 }
@@ -263,7 +267,7 @@ fn main() -> ExitCode {
             format,
             output,
             serial,
-        } => render(&file, format.into(), output.as_deref(), serial),
+        } => render(&file, format, output.as_deref(), serial),
         Command::Serve { file } => serve(&file),
         Command::Reload { target } => admin(&target, "reload"),
         Command::Lb { action } => {
@@ -392,20 +396,32 @@ fn node_kargs(node: &str, file: &Path, pxe: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn render(file: &Path, format: Format, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
+fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
     // Zones, pools and reservations have nothing to do with the ignition files.
     let loaded = match load(file, InstallCheck::Skip) {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let serial = serial.unwrap_or_else(|| {
-        let secs = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        u32::try_from(secs).unwrap_or(u32::MAX)
-    });
-    let plan = Plan::derive(&loaded.config, serial);
-    let files = render::render(&plan, format);
+    let files = if let Some(format) = format.plan_format() {
+        let serial = serial.unwrap_or_else(|| {
+            let secs = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            u32::try_from(secs).unwrap_or(u32::MAX)
+        });
+        render::render(&Plan::derive(&loaded.config, serial), format)
+    } else {
+        match okd_appliance::host_network::networkd(&loaded.config) {
+            Ok(text) => vec![render::Rendered {
+                file_name: okd_appliance::host_network::FILE_NAME.into(),
+                text,
+            }],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    };
     match output {
         None => {
             for f in &files {

@@ -84,3 +84,39 @@ fn render_ignores_the_ignition_files() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).is_empty());
 }
+
+#[test]
+fn render_networkd_writes_the_cluster_nic_or_says_why_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "render",
+        "--format",
+        "networkd",
+        "-o",
+        dir.path().to_str().unwrap(),
+        &fixture("config/lab.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let file = dir.path().join("10-okd-appliance-cluster.network");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        file.display().to_string()
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("Name=ens19\n"), "{text}");
+    assert!(text.contains("Address=10.0.0.1/24\n"), "{text}");
+
+    // demo.yml serves on loopback ports and names no cluster NIC.
+    let out = run(&[
+        "render",
+        "--format",
+        "networkd",
+        &fixture("config/demo.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("network.interface is not set"),
+        "{out:?}"
+    );
+}

@@ -12,6 +12,8 @@ mod dns_differential;
 mod dns_support;
 mod harness_selftest;
 mod http;
+mod image;
+mod image_support;
 mod iso_boot;
 mod lb;
 mod lb_support;
