@@ -27,4 +27,5 @@ pub mod service;
 pub mod sockets;
 pub mod supervisor;
 pub mod tftp;
+pub mod tls;
 pub mod vocabulary;
