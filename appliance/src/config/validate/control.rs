@@ -733,34 +733,7 @@ impl ControlValidator<'_, '_> {
         let Some(raw) = raw else {
             return Some(default);
         };
-        match humantime::parse_duration(&raw.value) {
-            Ok(d) if d >= min && d <= max => Some(d),
-            Ok(_) => {
-                self.p.error(
-                    "config::duration",
-                    raw.referenced,
-                    format!(
-                        "{what} `{}` is out of range ({} to {})",
-                        raw.value,
-                        humantime::format_duration(min),
-                        humantime::format_duration(max)
-                    ),
-                    "out of range",
-                );
-                None
-            }
-            Err(e) => {
-                self.p
-                    .error(
-                        "config::duration",
-                        raw.referenced,
-                        format!("{what} `{}` is not a duration: {e}", raw.value),
-                        "not a duration",
-                    )
-                    .hint("write a number with a unit, e.g. 30s, 15m");
-                None
-            }
-        }
+        super::duration(self.p, raw, what, min, max)
     }
 
     fn machines(

@@ -253,34 +253,7 @@ impl Validator<'_> {
         min: Duration,
         max: Duration,
     ) -> Option<Duration> {
-        match humantime::parse_duration(&raw.value) {
-            Ok(d) if d >= min && d <= max => Some(d),
-            Ok(_) => {
-                self.p.error(
-                    "config::duration",
-                    raw.referenced,
-                    format!(
-                        "{what} `{}` is out of range ({} to {})",
-                        raw.value,
-                        humantime::format_duration(min),
-                        humantime::format_duration(max)
-                    ),
-                    "out of range",
-                );
-                None
-            }
-            Err(e) => {
-                self.p
-                    .error(
-                        "config::duration",
-                        raw.referenced,
-                        format!("{what} `{}` is not a duration: {e}", raw.value),
-                        "not a duration",
-                    )
-                    .hint("write a number with a unit, e.g. 500ms, 2s, 12h");
-                None
-            }
-        }
+        duration(self.p, raw, what, min, max)
     }
 
     /// `raw` as one of `choices` (the first is the default when absent), or an error at `raw`.
@@ -352,4 +325,41 @@ fn first_use<K: std::hash::Hash + Eq>(
 /// (`./state` next to `./okd.yml` is `./state`, not `././state`).
 fn resolve(dir: &Path, value: &str) -> PathBuf {
     dir.join(value).components().collect()
+}
+
+/// `raw` as a duration (`500ms`, `2s`, `12h`) between `min` and `max`, or an error at `raw`.
+fn duration(
+    p: &mut Problems,
+    raw: &Text,
+    what: &str,
+    min: Duration,
+    max: Duration,
+) -> Option<Duration> {
+    match humantime::parse_duration(&raw.value) {
+        Ok(d) if d >= min && d <= max => Some(d),
+        Ok(_) => {
+            p.error(
+                "config::duration",
+                raw.referenced,
+                format!(
+                    "{what} `{}` is out of range ({} to {})",
+                    raw.value,
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ),
+                "out of range",
+            );
+            None
+        }
+        Err(e) => {
+            p.error(
+                "config::duration",
+                raw.referenced,
+                format!("{what} `{}` is not a duration: {e}", raw.value),
+                "not a duration",
+            )
+            .hint("write a number with a unit, e.g. 500ms, 2s, 15m, 12h");
+            None
+        }
+    }
 }
