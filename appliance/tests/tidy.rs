@@ -1,7 +1,7 @@
 //! The architecture's invariants, checked rather than only stated (in the spirit of
 //! rust-analyzer's `xtask/src/tidy.rs`):
 //!
-//! - the one-way house: a service module (`dns`, `dhcp`, `tftp`, `http`, `lb`) imports neither
+//! - the one-way house: a service module (`dns`, `dhcp`, `tftp`, `http`, `lb`, `control`) imports neither
 //!   the supervisor, nor another service, nor the config (services read the plan); nothing in
 //!   the library imports the supervisor; the top-level modules form no cycle;
 //! - every Rust file starts with a `//!` comment saying what it is;
@@ -13,8 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The services: each reads the plan and the journal, and nothing of its siblings.
-const SERVICES: [&str; 5] = ["dns", "dhcp", "tftp", "http", "lb"];
+/// The services (and the control module, which drives machines from the plan's specs): each
+/// reads the plan and the journal, and nothing of its siblings.
+const SERVICES: [&str; 6] = ["dns", "dhcp", "tftp", "http", "lb", "control"];
 /// What a service must never import, besides its siblings.
 const FORBIDDEN_FOR_SERVICES: [&str; 5] = ["supervisor", "config", "admin", "render", "artifacts"];
 

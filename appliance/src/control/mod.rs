@@ -27,8 +27,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::ControlTimeouts;
 use crate::journal::{EventKind, Journal};
+use crate::plan::machines::ControlTimeouts;
 use crate::plan::machines::{BootDevice, MachineSpec};
 
 /// Everything a provider can be asked to do to one machine.

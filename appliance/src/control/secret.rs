@@ -8,7 +8,7 @@ use std::fmt;
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
 
-use crate::config::SecretSource;
+use crate::plan::machines::SecretSource;
 
 /// Longer than any token or password; a larger file is not a credential file.
 const MAX_SECRET: u64 = 4096;

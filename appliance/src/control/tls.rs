@@ -6,7 +6,7 @@
 
 use rustls::ClientConfig;
 
-use crate::config::TlsTrust;
+use crate::plan::machines::TlsTrust;
 pub use crate::tls::TrustError;
 use crate::tls::{self as trust, Trust};
 

@@ -7,8 +7,13 @@
 
 use std::fmt;
 
-use crate::config::{
-    Bmc, Config, ControlTimeouts, InstallPath, MacAddr, MachineSettings, Provider, Role,
+use crate::config::{Config, InstallPath, MachineSettings};
+use crate::vocabulary::{MacAddr, Role};
+// The provider settings travel in the plan as the config validated them; the control module
+// names them from here, never from the config.
+pub use crate::config::{
+    Bmc, BmcTrust, ControlTimeouts, DomainType, Firmware, Libvirt, LibvirtNet, Provider, Proxmox,
+    SecretSource, TlsTrust,
 };
 
 /// Everything the control module needs: which provider, its limits, and one spec per node.

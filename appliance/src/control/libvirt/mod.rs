@@ -19,8 +19,8 @@ pub mod xml;
 use std::time::Duration;
 
 use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider};
-use crate::config::{ControlTimeouts, Firmware, Libvirt};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::plan::machines::{ControlTimeouts, Firmware, Libvirt};
 
 #[derive(Debug)]
 pub struct LibvirtProvider {

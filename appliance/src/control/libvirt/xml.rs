@@ -5,8 +5,9 @@
 //! Architecture invariant: pure text in, text out; no I/O. The decisions (MAC, sizes, boot
 //! order, ISO URL) come from the plan.
 
-use crate::config::{DomainType, Firmware, Libvirt, LibvirtNet, MacAddr};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::plan::machines::{DomainType, Firmware, Libvirt, LibvirtNet};
+use crate::vocabulary::MacAddr;
 
 /// The CD drive's target: SATA on q35.
 pub const CDROM_TARGET: &str = "sda";
@@ -153,7 +154,7 @@ pub fn cdrom_source(domblklist: &str) -> Option<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Role;
+    use crate::vocabulary::Role;
 
     fn spec(install: InstallMedium, order: Vec<BootDevice>) -> MachineSpec {
         MachineSpec {

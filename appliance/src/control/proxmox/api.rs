@@ -15,10 +15,10 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 use super::spell;
-use crate::config::Proxmox;
 use crate::control::https::{self, HttpsClient};
 use crate::control::secret::{self, Secret};
 use crate::control::{ControlError, tls};
+use crate::plan::machines::Proxmox;
 
 /// Characters a path segment keeps as they are: RFC 3986 unreserved, and `:`, `@` and `!`,
 /// which UPIDs and token names are full of and a path segment may hold. `/` (in volume IDs)

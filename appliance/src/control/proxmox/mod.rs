@@ -21,8 +21,8 @@ use serde_json::{Map, Value};
 
 use self::api::{Api, PveError, TaskEnd, seg};
 use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider};
-use crate::config::{ControlTimeouts, Proxmox};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::plan::machines::{ControlTimeouts, Proxmox};
 
 /// How often tasks are polled and how failed attempts are retried. Tests shorten it.
 #[derive(Debug, Clone, Copy)]

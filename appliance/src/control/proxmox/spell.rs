@@ -4,8 +4,9 @@
 //! Architecture invariant: pure text in, text out; no I/O. The decisions (MAC, sizes, boot
 //! order) were made in the plan; this only writes them the way the API reads them.
 
-use crate::config::{MacAddr, Proxmox};
+use crate::plan::machines::Proxmox;
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::vocabulary::MacAddr;
 
 /// The devices a created VM has; their names in the API.
 pub const NIC: &str = "net0";
@@ -155,7 +156,7 @@ pub fn is_already_exists(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{SecretSource, TlsTrust};
+    use crate::plan::machines::{SecretSource, TlsTrust};
 
     fn px(vlan: Option<u16>) -> Proxmox {
         Proxmox {

@@ -25,8 +25,9 @@ use serde_json::{Value, json};
 use super::https::{self, HttpsClient};
 use super::secret;
 use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
-use crate::config::{Bmc, BmcTrust, ControlTimeouts, MacAddr};
+use crate::plan::machines::{Bmc, BmcTrust, ControlTimeouts};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::vocabulary::MacAddr;
 
 /// How often power state is polled while waiting for it to change.
 #[derive(Debug, Clone, Copy)]
