@@ -25,6 +25,26 @@ pub struct Config {
     pub run_as: Option<RunAs>,
     pub state_dir: PathBuf,
     pub control: super::control::Control,
+    pub orchestration: Orchestration,
+}
+
+/// How `okd-appliance cluster up` drives an install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orchestration {
+    pub kubeconfig: PathBuf,
+    /// `None`: the appliance's own API frontend.
+    pub api_url: Option<String>,
+    pub bootstrap_after_complete: AfterBootstrap,
+    pub poll: Duration,
+    pub settle: Duration,
+}
+
+/// What becomes of the bootstrap machine once bootstrap is complete and it left the pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterBootstrap {
+    Destroy,
+    PowerOff,
+    Keep,
 }
 
 impl Config {

@@ -34,6 +34,29 @@ pub struct RawConfig {
     /// How the cluster's machines are created and powered (`none` when absent).
     #[serde(default)]
     pub control: Option<Spanned<RawControl>>,
+    /// How `okd-appliance cluster up` drives an install.
+    #[serde(default)]
+    pub orchestration: RawOrchestration,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrchestration {
+    /// The admin kubeconfig `openshift-install` wrote (default `<ignition_dir>/auth/kubeconfig`).
+    #[serde(default)]
+    pub kubeconfig: Option<Text>,
+    /// The API server to ask (default: the appliance's own API frontend).
+    #[serde(default)]
+    pub api_url: Option<Text>,
+    /// `destroy`, `poweroff` or `keep`.
+    #[serde(default)]
+    pub bootstrap_after_complete: Option<Text>,
+    /// How often the cluster is asked (bootstrap status, CSRs, nodes, operators).
+    #[serde(default)]
+    pub poll: Option<Text>,
+    /// How long every ClusterOperator must stay settled before the install counts as complete.
+    #[serde(default)]
+    pub settle: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,6 +9,7 @@ pub mod dhcp;
 pub mod documents;
 pub mod lb;
 pub mod machines;
+pub mod orchestration;
 pub mod reverse;
 pub mod zones;
 
@@ -50,6 +51,8 @@ pub struct Plan {
     pub files: BootFiles,
     /// The machines a control provider creates and powers.
     pub control: machines::ControlPlan,
+    /// How `okd-appliance cluster up` reaches the cluster and which nodes it knows.
+    pub orchestration: orchestration::OrchestrationPlan,
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -84,6 +87,7 @@ impl Plan {
             state_dir: config.state_dir.clone(),
             files: boot::files(config),
             control: machines::derive(config),
+            orchestration: orchestration::derive(config),
         }
     }
 }

@@ -15,3 +15,8 @@ pub(super) const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(3600);
 /// Ample for requests in flight to finish; the long-lived ones (API watches, up to an hour) are
 /// cut sooner, which their clients handle by reconnecting, now to another backend.
 pub(super) const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often `cluster up` asks the cluster how far it is.
+pub(super) const DEFAULT_ORCHESTRATION_POLL: Duration = Duration::from_secs(5);
+/// `openshift-install wait-for install-complete` waits for operators to stop progressing; 30 s
+/// without one progressing is what the issue of record asks.
+pub(super) const DEFAULT_OPERATORS_SETTLE: Duration = Duration::from_secs(30);

@@ -57,12 +57,14 @@ impl Validator<'_> {
         let rise = count(self, &h.rise, "rise");
         let fall = count(self, &h.fall, "fall");
         let ingress_check = self.one_of(
+            "config::lb",
             h.ingress_check.as_ref(),
             "ingress check",
             &[("http", IngressCheck::Http), ("tcp", IngressCheck::Tcp)],
             "use http (GET /healthz/ready on port 1936) or tcp",
         );
         let control_plane_check = self.one_of(
+            "config::lb",
             h.control_plane_check.as_ref(),
             "control plane check",
             &[

@@ -32,6 +32,7 @@ mod lb;
 mod listen;
 mod network;
 mod nodes;
+mod orchestration;
 
 /// Ignition configs embed certificates that expire 24 hours after `openshift-install` wrote them.
 pub const IGNITION_MAX_AGE: Duration = crate::vocabulary::IGNITION_LIFETIME;
@@ -214,6 +215,7 @@ impl Validator<'_> {
         }
         let lb = self.lb(&raw.lb, dir);
         let control = control::control(raw, &nodes, dir, files.credentials(), self.p);
+        let orchestration = self.orchestration(&raw.orchestration, dir, &raw.install.value);
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -243,6 +245,7 @@ impl Validator<'_> {
             },
             state_dir,
             control: control?,
+            orchestration: orchestration?,
         })
     }
 
@@ -259,6 +262,7 @@ impl Validator<'_> {
     /// `raw` as one of `choices` (the first is the default when absent), or an error at `raw`.
     fn one_of<T: Copy>(
         &mut self,
+        code: &'static str,
         raw: Option<&Text>,
         what: &str,
         choices: &[(&str, T)],
@@ -272,7 +276,7 @@ impl Validator<'_> {
         }
         self.p
             .error(
-                "config::lb",
+                code,
                 raw.referenced,
                 format!("unknown {what} `{}`", raw.value),
                 "unknown",
