@@ -3,7 +3,7 @@
 //! module) reach a running appliance.
 //!
 //! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
-//! `journal`.
+//! `journal`, `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`, `cluster down`.
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
@@ -27,6 +27,7 @@ use crate::install_state;
 use crate::journal::{EventKind, Journal};
 use crate::lb::SharedPools;
 use crate::lb::pool::Pools;
+use crate::orchestration::Orchestrator;
 use crate::plan::{self, Plan};
 use crate::service::{Context, Running};
 
@@ -73,24 +74,32 @@ pub fn start(
     ctx: &Context,
     pools: SharedPools,
     reloads: mpsc::Sender<ReloadRequest>,
+    orchestration: Result<Orchestrator, String>,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
-    Ok(Box::pin(serve(
-        listener,
-        ctx.plan.clone(),
+    let parts = Parts {
+        plan: ctx.plan.clone(),
         pools,
         reloads,
-        ctx.journal.clone(),
-        ctx.shutdown.clone(),
-    )))
+        journal: ctx.journal.clone(),
+        orchestration: Arc::new(orchestration),
+    };
+    Ok(Box::pin(serve(listener, parts, ctx.shutdown.clone())))
 }
 
-async fn serve(
-    listener: UnixListener,
+/// What a session may reach.
+#[derive(Clone)]
+struct Parts {
     plan: plan::Handle,
     pools: SharedPools,
     reloads: mpsc::Sender<ReloadRequest>,
     journal: Journal,
+    orchestration: Arc<Result<Orchestrator, String>>,
+}
+
+async fn serve(
+    listener: UnixListener,
+    parts: Parts,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     loop {
@@ -105,31 +114,33 @@ async fn serve(
                 }
             },
         };
-        let (plan, pools, journal) = (Arc::clone(&plan), Arc::clone(&pools), journal.clone());
-        let reloads = reloads.clone();
+        let parts = parts.clone();
         tokio::spawn(async move {
-            let session = session(stream, &plan, &pools, &reloads, &journal);
-            if let Err(e) = tokio::time::timeout(Duration::from_secs(5), session).await {
+            // `cluster down` waits for the provider to destroy every machine.
+            let limit = if parts.orchestration.is_ok() {
+                Duration::from_secs(600)
+            } else {
+                Duration::from_secs(5)
+            };
+            if let Err(e) = tokio::time::timeout(limit, session(stream, &parts)).await {
                 tracing::debug!("admin session: {e}");
             }
         });
     }
 }
 
-async fn session(
-    stream: UnixStream,
-    plan: &plan::Handle,
-    pools: &ArcSwap<Pools>,
-    reloads: &mpsc::Sender<ReloadRequest>,
-    journal: &Journal,
-) -> std::io::Result<()> {
+async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
     let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["node", "reinstall", node] => reinstall(node, &plan.load(), journal),
-        ["reload"] => reload(reloads).await,
-        _ => execute(line.trim(), pools, journal),
+        ["node", "reinstall", node] => reinstall(node, &parts.plan.load(), &parts.journal),
+        ["reload"] => reload(&parts.reloads).await,
+        ["cluster", rest @ ..] => match parts.orchestration.as_ref() {
+            Ok(o) => cluster(o, rest).await,
+            Err(why) => format!("error: the install orchestration is unavailable: {why}\n"),
+        },
+        _ => execute(line.trim(), &parts.pools, &parts.journal),
     };
     write.write_all(reply.as_bytes()).await?;
     write.shutdown().await
@@ -181,6 +192,30 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
         }
         _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
               node reinstall NODE | reload | journal)\n"
+            .to_owned(),
+    }
+}
+
+/// `cluster ...`: the install orchestration.
+async fn cluster(o: &Orchestrator, words: &[&str]) -> String {
+    match words {
+        ["up"] => format!("ok: {}\n", o.up()),
+        ["status"] => match serde_json::to_string(&o.status()) {
+            Ok(json) => format!("ok\n{json}\n"),
+            Err(e) => format!("error: {e}\n"),
+        },
+        ["scale", n] => match n.parse::<usize>() {
+            Ok(n) => match o.scale(n) {
+                Ok(line) => format!("ok: {line}\n"),
+                Err(why) => format!("error: {why}\n"),
+            },
+            Err(_) => format!("error: {n} is not a number of workers\n"),
+        },
+        ["down"] => match o.down().await {
+            Ok(line) => format!("ok: {line}\n"),
+            Err(why) => format!("error: {why}\n"),
+        },
+        _ => "error: unknown request (cluster up | cluster status | cluster scale WORKERS | cluster down)\n"
             .to_owned(),
     }
 }
@@ -251,9 +286,14 @@ fn status(pools: &Pools) -> String {
 
 /// The client side, for the CLI: sends `request`, returns the reply.
 pub fn call(state_dir: &Path, request: &str) -> std::io::Result<String> {
+    call_waiting(state_dir, request, Duration::from_secs(10))
+}
+
+/// [`call`] for a request that takes long (`cluster down` waits for every machine).
+pub fn call_waiting(state_dir: &Path, request: &str, limit: Duration) -> std::io::Result<String> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::os::unix::net::UnixStream::connect(socket_path(state_dir))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(limit))?;
     stream.write_all(format!("{request}\n").as_bytes())?;
     stream.shutdown(std::net::Shutdown::Write)?;
     let mut reply = String::new();

@@ -54,6 +54,9 @@ pub enum EventKind {
         file: &'static str,
         why: String,
     },
+    /// A node fetched a CoreOS artifact (the live kernel, initramfs or rootfs) from its start:
+    /// a range past the first byte (a resumed or parallel download) is not a new fetch.
+    ArtifactFetched { from: SocketAddr, file: String },
     /// A node's live ISO was read (once a minute per reader: BMCs read it in many ranges).
     IsoFetched { from: SocketAddr },
     /// A load-balancer backend changed health.
@@ -77,6 +80,22 @@ pub enum EventKind {
     },
     /// A new plan is being served.
     PlanLoaded { serial: u32 },
+    /// The node reached a new install phase (`took`: since its previous one, when known).
+    NodePhase {
+        phase: &'static str,
+        took: Option<std::time::Duration>,
+    },
+    /// The cluster reached a new install phase.
+    ClusterPhase {
+        phase: &'static str,
+        took: Option<std::time::Duration>,
+    },
+    /// A certificate signing request was approved (`kind`: client or serving).
+    CsrApproved { csr: String, kind: &'static str },
+    /// A certificate signing request was left for someone else to decide, and why.
+    CsrRefused { csr: String, why: String },
+    /// The install orchestration stopped short: why, and what it was doing.
+    OrchestrationFailed { why: String },
     /// The control module acted on the node's machine: what it did, or why it could not.
     Machine {
         action: &'static str,
@@ -117,6 +136,30 @@ impl fmt::Display for Event {
                 write!(f, "{what} refused to {from} (403): {why}")
             }
             EventKind::IsoFetched { from } => write!(f, "live ISO read by {from}"),
+            EventKind::ArtifactFetched { from, file } => write!(f, "{file} fetched by {from}"),
+            EventKind::NodePhase { phase, took } | EventKind::ClusterPhase { phase, took } => {
+                if matches!(self.kind, EventKind::ClusterPhase { .. }) {
+                    f.write_str("cluster ")?;
+                }
+                write!(f, "phase {phase}")?;
+                match took {
+                    Some(t) => write!(
+                        f,
+                        " (after {})",
+                        humantime::format_duration(std::time::Duration::from_secs(t.as_secs()))
+                    ),
+                    None => Ok(()),
+                }
+            }
+            EventKind::CsrApproved { csr, kind } => {
+                write!(f, "{kind} certificate request {csr} approved")
+            }
+            EventKind::CsrRefused { csr, why } => {
+                write!(f, "certificate request {csr} not approved: {why}")
+            }
+            EventKind::OrchestrationFailed { why } => {
+                write!(f, "install orchestration stopped: {why}")
+            }
             EventKind::IgnitionUnavailable { from, file, why } => {
                 write!(f, "{file} not served to {from}: {why}")
             }

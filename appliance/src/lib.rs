@@ -20,6 +20,7 @@ pub mod install_state;
 pub mod journal;
 pub mod lb;
 pub mod liveiso;
+pub mod orchestration;
 pub mod plan;
 pub mod records;
 pub mod render;

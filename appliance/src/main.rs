@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 success, 1 invalid config or a failure while serving, 2 usage error.
 
+mod cluster_cmd;
 mod nodes_cmd;
 
 use std::io::IsTerminal;
@@ -87,6 +88,55 @@ enum Command {
     Node {
         #[command(subcommand)]
         action: NodeAction,
+    },
+    /// Drive the install through the running appliance: create and boot the machines, wait for
+    /// bootstrap, drain and remove the bootstrap node, start the workers, approve the known
+    /// nodes' certificate requests, wait for the cluster operators.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterAction {
+    /// Start the install, or resume it where it was (after a crash or a reboot).
+    Up {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Each node's install phase and how long each step took; the cluster's phase.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// The status as JSON, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until the cluster reached a phase (exit 1 when the install stops, 6 on timeout).
+    Wait {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long = "for", value_enum, default_value_t = cluster_cmd::WaitFor::InstallComplete)]
+        phase: cluster_cmd::WaitFor,
+        /// How long to wait at most, e.g. `40m`.
+        #[arg(long, default_value = "2h", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Bring WORKERS of the configured workers (in config order) into the cluster.
+    Scale {
+        #[arg(long)]
+        workers: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Destroy every machine of the cluster through the provider and forget the install.
+    Down {
+        /// Required: the machines and their disks are gone afterwards.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -291,6 +341,7 @@ fn main() -> ExitCode {
             };
             nodes_cmd::run(verb, &targets.args, yes, style())
         }
+        Command::Cluster { action } => cluster(&action),
         Command::Node { action } => match action {
             NodeAction::Reinstall { node, target } => {
                 admin(&target, &format!("node reinstall {node}"))
@@ -482,6 +533,40 @@ fn artifacts(action: ArtifactsAction) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn cluster(action: &ClusterAction) -> ExitCode {
+    use std::time::Duration;
+    let target = match action {
+        ClusterAction::Up { target }
+        | ClusterAction::Status { target, .. }
+        | ClusterAction::Wait { target, .. }
+        | ClusterAction::Scale { target, .. }
+        | ClusterAction::Down { target, .. } => target,
+    };
+    let state_dir = match target.state_dir() {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
+    let dir = state_dir.as_path();
+    let quick = Duration::from_secs(10);
+    match action {
+        ClusterAction::Up { .. } => cluster_cmd::request(dir, "cluster up", quick),
+        ClusterAction::Status { json, .. } => cluster_cmd::status(dir, *json),
+        ClusterAction::Wait { phase, timeout, .. } => cluster_cmd::wait(dir, *phase, *timeout),
+        ClusterAction::Scale { workers, .. } => {
+            cluster_cmd::request(dir, &format!("cluster scale {workers}"), quick)
+        }
+        ClusterAction::Down { yes: false, .. } => {
+            eprintln!(
+                "error: down destroys every machine of the cluster and its disks: run it again with --yes to go ahead"
+            );
+            ExitCode::from(2)
+        }
+        ClusterAction::Down { yes: true, .. } => {
+            cluster_cmd::request(dir, "cluster down", Duration::from_secs(600))
         }
     }
 }

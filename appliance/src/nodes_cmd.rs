@@ -12,10 +12,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use okd_appliance::config::{self, InstallCheck, Provider as ProviderConfig, RealFiles};
-use okd_appliance::control::libvirt::LibvirtProvider;
-use okd_appliance::control::proxmox::ProxmoxProvider;
-use okd_appliance::control::redfish::RedfishProvider;
-use okd_appliance::control::{self, Action, ControlError, NodeReport, Outcome, Provider};
+use okd_appliance::control::{
+    self, Action, AnyProvider, ControlError, NodeReport, Outcome, Provider,
+};
 use okd_appliance::journal::{EventKind, Journal};
 use okd_appliance::plan::Plan;
 use okd_appliance::plan::machines::{ControlPlan, MachineSpec};
@@ -101,23 +100,13 @@ pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -
         }
     };
     runtime.block_on(async {
-        match &plan.provider {
-            ProviderConfig::Proxmox(px) => match ProxmoxProvider::new(px, plan.timeouts) {
-                Ok(p) => act(&Arc::new(p), &plan, &machines, verb).await,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.kind().exit_code())
-                }
-            },
-            ProviderConfig::Libvirt(lv) => {
-                let provider = Arc::new(LibvirtProvider::new(lv, plan.timeouts));
-                act(&provider, &plan, &machines, verb).await
+        match AnyProvider::from_plan(&plan) {
+            Ok(Some(provider)) => act(&Arc::new(provider), &plan, &machines, verb).await,
+            Ok(None) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(e.kind().exit_code())
             }
-            ProviderConfig::Redfish => {
-                let provider = Arc::new(RedfishProvider::new(plan.timeouts));
-                act(&provider, &plan, &machines, verb).await
-            }
-            ProviderConfig::None => ExitCode::SUCCESS,
         }
     })
 }

@@ -243,6 +243,57 @@ pub trait Provider: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, ControlError>> + Send;
 }
 
+/// The configured provider, whichever it is: what `okd-appliance nodes` and the install
+/// orchestration act through.
+pub enum AnyProvider {
+    Proxmox(proxmox::ProxmoxProvider),
+    Libvirt(libvirt::LibvirtProvider),
+    Redfish(redfish::RedfishProvider),
+}
+
+impl AnyProvider {
+    /// The plan's provider; `None` for `provider: none` (machines made by hand).
+    pub fn from_plan(
+        plan: &crate::plan::machines::ControlPlan,
+    ) -> Result<Option<AnyProvider>, ControlError> {
+        use crate::plan::machines::Provider as Settings;
+        Ok(Some(match &plan.provider {
+            Settings::None => return Ok(None),
+            Settings::Proxmox(px) => {
+                AnyProvider::Proxmox(proxmox::ProxmoxProvider::new(px, plan.timeouts)?)
+            }
+            Settings::Libvirt(lv) => {
+                AnyProvider::Libvirt(libvirt::LibvirtProvider::new(lv, plan.timeouts))
+            }
+            Settings::Redfish => AnyProvider::Redfish(redfish::RedfishProvider::new(plan.timeouts)),
+        }))
+    }
+}
+
+impl fmt::Debug for AnyProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Provider for AnyProvider {
+    fn describe(&self) -> String {
+        match self {
+            AnyProvider::Proxmox(p) => p.describe(),
+            AnyProvider::Libvirt(p) => p.describe(),
+            AnyProvider::Redfish(p) => p.describe(),
+        }
+    }
+
+    async fn act(&self, machine: &MachineSpec, action: Action) -> Result<Outcome, ControlError> {
+        match self {
+            AnyProvider::Proxmox(p) => p.act(machine, action).await,
+            AnyProvider::Libvirt(p) => p.act(machine, action).await,
+            AnyProvider::Redfish(p) => p.act(machine, action).await,
+        }
+    }
+}
+
 /// One machine's result.
 #[derive(Debug)]
 pub struct NodeReport {

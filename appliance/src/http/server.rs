@@ -300,6 +300,19 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         let resolved = tokio::task::spawn_blocking(move || files::resolve(&root, &rest))
             .await
             .unwrap_or(None);
+        if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip))
+            && req.method() == Method::GET
+            && resolved.is_some()
+            && from_the_start(req)
+        {
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::ArtifactFetched {
+                    from: peer,
+                    file: path.rsplit('/').next().unwrap_or(path).to_owned(),
+                },
+            );
+        }
         return match resolved {
             Some(p) => file(req, &p, "application/octet-stream", true, segments).await,
             None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
@@ -318,6 +331,21 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         };
     }
     text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// A GET without a Range, or one whose range starts at the first byte: the start of a
+/// download rather than its continuation.
+fn from_the_start(req: &Request<Incoming>) -> bool {
+    match req
+        .headers()
+        .get(header::RANGE)
+        .and_then(|r| r.to_str().ok())
+    {
+        None => true,
+        Some(r) => r
+            .strip_prefix("bytes=")
+            .is_some_and(|spec| spec.trim_start().starts_with("0-")),
+    }
 }
 
 /// Why `role`'s ignition can't be served to `node` now, as the response: 404 when the file is

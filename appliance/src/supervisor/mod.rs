@@ -240,9 +240,21 @@ fn start_services(
             result.map_err(|source| ServeError::Service { service, source })?,
         ));
     }
+    // The install orchestration never keeps the services from starting: without it (an
+    // unreadable phase record) `cluster` requests say why.
+    let orchestration = match crate::orchestration::start(ctx, Arc::clone(&pools)) {
+        Ok((orchestrator, tracker)) => {
+            running.push(("orchestration", tracker));
+            Ok(orchestrator)
+        }
+        Err(e) => {
+            tracing::error!("install orchestration unavailable: {e:#}");
+            Err(format!("{e:#}"))
+        }
+    };
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx, pools, reloads) {
+        match crate::admin::start(listener, ctx, pools, reloads, orchestration) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }

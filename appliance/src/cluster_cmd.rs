@@ -1,0 +1,303 @@
+//! `okd-appliance cluster up|status|wait|scale|down`: the install orchestration of a running
+//! appliance, through its admin socket.
+//!
+//! Exit codes: 0 done, 1 the appliance refused or can't be reached (or the orchestration
+//! stopped short, for `wait`), 2 usage, 6 `wait` timed out.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use okd_appliance::admin;
+use serde::Deserialize;
+
+/// What `cluster status` answers (the admin socket's JSON).
+#[derive(Debug, Deserialize)]
+pub struct Status {
+    pub cluster: Option<String>,
+    pub cluster_steps: Vec<StepView>,
+    pub running: bool,
+    pub up_requested: bool,
+    pub waiting_for: Option<String>,
+    pub failed: Option<String>,
+    pub workers_wanted: Option<usize>,
+    pub nodes: Vec<NodeView>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub role: String,
+    pub phase: String,
+    pub steps: Vec<StepView>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StepView {
+    pub phase: String,
+    pub at: u64,
+}
+
+/// The cluster phases `wait --for` can wait for, in install order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WaitFor {
+    BootstrapComplete,
+    InstallComplete,
+}
+
+const ORDER: [&str; 5] = [
+    "bootstrapping",
+    "bootstrap-complete",
+    "bootstrap-removed",
+    "workers-joining",
+    "installed",
+];
+
+/// One request; prints the reply's text (without its `ok`) or the error.
+pub fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
+    match call(state_dir, request, limit) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn call(state_dir: &Path, request: &str, limit: Duration) -> Result<String, ExitCode> {
+    match admin::call_waiting(state_dir, request, limit) {
+        Ok(reply) => match reply.strip_prefix("ok") {
+            Some(rest) => Ok(rest.trim_start_matches(':').trim_start().to_owned()),
+            None => {
+                eprint!("{reply}");
+                Err(ExitCode::from(1))
+            }
+        },
+        Err(e) => {
+            eprintln!(
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
+                admin::socket_path(state_dir).display()
+            );
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+fn status_of(state_dir: &Path) -> Result<(Status, String), ExitCode> {
+    let json = call(state_dir, "cluster status", Duration::from_secs(10))?;
+    match serde_json::from_str(&json) {
+        Ok(s) => Ok((s, json)),
+        Err(e) => {
+            eprintln!("error: the appliance's status does not read: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+pub fn status(state_dir: &Path, json: bool) -> ExitCode {
+    let (status, raw) = match status_of(state_dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    if json {
+        print!("{raw}");
+    } else {
+        print!("{}", table(&status, SystemTime::now()));
+    }
+    ExitCode::SUCCESS
+}
+
+/// Waits until the cluster reached `target`; bounded by `timeout`.
+pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
+    let want = match target {
+        WaitFor::BootstrapComplete => "bootstrap-complete",
+        WaitFor::InstallComplete => "installed",
+    };
+    let rank = |p: &str| ORDER.iter().position(|o| *o == p);
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let status = match status_of(state_dir) {
+            Ok((s, _)) => s,
+            Err(code) => return code,
+        };
+        let reached = status.cluster.as_deref().and_then(rank);
+        if reached.is_some_and(|r| Some(r) >= rank(want)) {
+            println!("cluster phase {}", status.cluster.unwrap_or_default());
+            return ExitCode::SUCCESS;
+        }
+        if let Some(why) = status.failed.as_ref().filter(|_| !status.running) {
+            eprintln!(
+                "error: the install stopped: {why} (fix it, then `okd-appliance cluster up`)"
+            );
+            return ExitCode::from(1);
+        }
+        if !status.running {
+            eprintln!(
+                "error: no install is running (cluster phase {}): start one with `okd-appliance cluster up`",
+                status.cluster.as_deref().unwrap_or("none")
+            );
+            return ExitCode::from(1);
+        }
+        let line = format!(
+            "cluster phase {}; waiting for {}",
+            status.cluster.as_deref().unwrap_or("none"),
+            status.waiting_for.as_deref().unwrap_or("the next poll")
+        );
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+        if start.elapsed() >= timeout {
+            eprintln!(
+                "error: not {want} after {}",
+                humantime::format_duration(timeout)
+            );
+            return ExitCode::from(6);
+        }
+        std::thread::sleep(Duration::from_secs(2).min(timeout));
+    }
+}
+
+/// The status for people: the cluster's phases, then one line per node with its timeline.
+fn table(s: &Status, now: SystemTime) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let state = if s.running {
+        match &s.waiting_for {
+            Some(w) => format!("running, waiting for {w}"),
+            None => "running".to_owned(),
+        }
+    } else if let Some(why) = &s.failed {
+        format!("stopped: {why}")
+    } else if s.up_requested {
+        "not running (an unfinished `cluster up`)".to_owned()
+    } else {
+        "idle".to_owned()
+    };
+    let _ = writeln!(
+        out,
+        "cluster: {} ({state})",
+        s.cluster.as_deref().unwrap_or("not started")
+    );
+    if !s.cluster_steps.is_empty() {
+        let _ = writeln!(out, "  {}", timeline(&s.cluster_steps));
+    }
+    if let Some(n) = s.workers_wanted {
+        let _ = writeln!(out, "workers wanted: {n}");
+    }
+    let width = s
+        .nodes
+        .iter()
+        .map(|n| n.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:<9}  {:<13}  {:<9}  TIMELINE",
+        "NODE", "ROLE", "PHASE", "SINCE"
+    );
+    for n in &s.nodes {
+        let since = n
+            .steps
+            .last()
+            .map(|st| ago(st.at, now))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<9}  {:<13}  {:<9}  {}",
+            n.name,
+            n.role,
+            n.phase,
+            since,
+            timeline(&n.steps)
+        );
+    }
+    out
+}
+
+/// `created 12:00:01, powered-on +2s, dhcp +19s, ...`: when it started, then how long each
+/// step took.
+fn timeline(steps: &[StepView]) -> String {
+    let mut parts = Vec::with_capacity(steps.len());
+    let mut previous: Option<u64> = None;
+    for st in steps {
+        match previous {
+            None => parts.push(format!(
+                "{} {}",
+                st.phase,
+                humantime::format_rfc3339_seconds(
+                    SystemTime::UNIX_EPOCH + Duration::from_secs(st.at)
+                )
+            )),
+            Some(p) => parts.push(format!(
+                "{} +{}",
+                st.phase,
+                humantime::format_duration(Duration::from_secs(st.at.saturating_sub(p)))
+            )),
+        }
+        previous = Some(st.at);
+    }
+    parts.join(", ")
+}
+
+fn ago(at: u64, now: SystemTime) -> String {
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{} ago",
+        humantime::format_duration(Duration::from_secs(now.saturating_sub(at)))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_each_nodes_timeline() {
+        let s = Status {
+            cluster: Some("bootstrap-complete".into()),
+            cluster_steps: vec![
+                StepView {
+                    phase: "bootstrapping".into(),
+                    at: 1_000,
+                },
+                StepView {
+                    phase: "bootstrap-complete".into(),
+                    at: 2_260,
+                },
+            ],
+            running: true,
+            up_requested: true,
+            waiting_for: Some("2 connections to bootstrap to end".into()),
+            failed: None,
+            workers_wanted: None,
+            nodes: vec![NodeView {
+                name: "master-0".into(),
+                role: "master".into(),
+                phase: "dhcp".into(),
+                steps: vec![
+                    StepView {
+                        phase: "created".into(),
+                        at: 1_000,
+                    },
+                    StepView {
+                        phase: "dhcp".into(),
+                        at: 1_065,
+                    },
+                ],
+            }],
+        };
+        let text = table(&s, SystemTime::UNIX_EPOCH + Duration::from_secs(1_125));
+        assert_eq!(
+            text,
+            "cluster: bootstrap-complete (running, waiting for 2 connections to bootstrap to end)\n  \
+             bootstrapping 1970-01-01T00:16:40Z, bootstrap-complete +21m\n\
+             NODE      ROLE       PHASE          SINCE      TIMELINE\n\
+             master-0  master     dhcp           1m ago     created 1970-01-01T00:16:40Z, dhcp +1m 5s\n"
+        );
+    }
+}

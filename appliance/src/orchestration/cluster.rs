@@ -1,0 +1,306 @@
+//! The cluster's API, as the orchestration reads it: the bootstrap ConfigMap, the etcd
+//! operator's bootstrap condition, certificate signing requests, Nodes, the ClusterVersion and
+//! the ClusterOperators.
+//!
+//! Credentials and the cluster CA come from the admin kubeconfig `openshift-install` wrote; the
+//! address from the plan (the appliance's own API frontend unless configured), with TLS names
+//! checked against `api-int.<domain>` when that address is an IP, as the nodes do.
+//!
+//! Architecture invariant: reads and one write, the `/approval` subresource of a request
+//! [`super::csr`] accepted. Nothing here decides.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+use crate::plan::orchestration::OrchestrationPlan;
+
+/// Bounds every request: an API that stops answering is retried at the next poll.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("can't use the kubeconfig {path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
+    #[error("the cluster API at {url}: {reason}")]
+    Api { url: String, reason: String },
+}
+
+/// A condition's status, by type.
+pub type Conditions = HashMap<String, String>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    pub name: String,
+    pub ready: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorState {
+    pub name: String,
+    pub conditions: Conditions,
+}
+
+pub struct Cluster {
+    client: Client,
+    url: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cluster({})", self.url)
+    }
+}
+
+impl Cluster {
+    pub async fn connect(plan: &OrchestrationPlan) -> Result<Cluster, ClusterError> {
+        let path = plan.kubeconfig.display().to_string();
+        let bad = |reason: String| ClusterError::Kubeconfig {
+            path: path.clone(),
+            reason,
+        };
+        let kubeconfig = Kubeconfig::read_from(&plan.kubeconfig).map_err(|e| bad(e.to_string()))?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))?;
+        if config.accept_invalid_certs {
+            return Err(bad(
+                "insecure-skip-tls-verify is set: the orchestration approves certificates and needs to know whom it talks to".into(),
+            ));
+        }
+        config.cluster_url = plan.api_url.parse().map_err(|e| ClusterError::Api {
+            url: plan.api_url.clone(),
+            reason: format!("not a URL: {e}"),
+        })?;
+        let host = config.cluster_url.host().unwrap_or_default();
+        if host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+        {
+            config.tls_server_name = Some(plan.api_server_name.clone());
+        }
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(REQUEST_TIMEOUT);
+        config.write_timeout = Some(REQUEST_TIMEOUT);
+        let client = Client::try_from(config).map_err(|e| ClusterError::Api {
+            url: plan.api_url.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Cluster {
+            client,
+            url: plan.api_url.clone(),
+        })
+    }
+
+    fn api_error(&self, what: &str, e: &kube::Error) -> ClusterError {
+        ClusterError::Api {
+            url: self.url.clone(),
+            reason: format!("{what}: {}", describe(e)),
+        }
+    }
+
+    /// `kube-system/bootstrap`'s `status` is `complete`, as `openshift-install wait-for
+    /// bootstrap-complete` reads it.
+    pub async fn bootstrap_complete(&self) -> Result<bool, ClusterError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        let cm = api
+            .get_opt("bootstrap")
+            .await
+            .map_err(|e| self.api_error("reading kube-system/bootstrap", &e))?;
+        Ok(cm
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get("status").cloned())
+            .is_some_and(|s| s == "complete"))
+    }
+
+    /// `EtcdBootstrapMemberRemoved` of `etcds.operator.openshift.io/cluster`: `None` where the
+    /// resource or the condition does not exist (OKD before 4.8).
+    pub async fn etcd_bootstrap_member_removed(&self) -> Result<Option<bool>, ClusterError> {
+        let resource = ApiResource {
+            group: "operator.openshift.io".into(),
+            version: "v1".into(),
+            api_version: "operator.openshift.io/v1".into(),
+            kind: "Etcd".into(),
+            plural: "etcds".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let etcd = match api.get_opt("cluster").await {
+            Ok(e) => e,
+            // No such resource type on this version.
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(self.api_error("reading etcds/cluster", &e)),
+        };
+        Ok(etcd.and_then(|e| {
+            conditions(&e.data)
+                .get("EtcdBootstrapMemberRemoved")
+                .map(|s| s == "True")
+        }))
+    }
+
+    pub async fn certificate_requests(
+        &self,
+    ) -> Result<Vec<CertificateSigningRequest>, ClusterError> {
+        let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| self.api_error("listing certificate signing requests", &e))?;
+        Ok(list.items)
+    }
+
+    /// Approves through the `/approval` subresource, as `oc adm certificate approve` does:
+    /// the request as read, with an `Approved` condition added (its resourceVersion makes a
+    /// concurrent change fail instead of being overwritten).
+    pub async fn approve(
+        &self,
+        csr: &CertificateSigningRequest,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        let name = csr.metadata.name.clone().unwrap_or_default();
+        let mut approved = csr.clone();
+        let status = approved.status.get_or_insert_with(Default::default);
+        status
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(CertificateSigningRequestCondition {
+                type_: "Approved".into(),
+                status: "True".into(),
+                reason: Some("OkdApplianceApprove".into()),
+                message: Some(message.into()),
+                last_update_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                )),
+                last_transition_time: None,
+            });
+        let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+        api.replace_subresource("approval", &name, &PostParams::default(), &approved)
+            .await
+            .map_err(|e| self.api_error(&format!("approving {name}"), &e))?;
+        Ok(())
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeState>, ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| self.api_error("listing nodes", &e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|n| {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                Some(NodeState {
+                    name: n.metadata.name?,
+                    ready,
+                })
+            })
+            .collect())
+    }
+
+    /// The conditions of ClusterVersion `version`, if it exists yet.
+    pub async fn cluster_version(&self) -> Result<Option<Conditions>, ClusterError> {
+        let api: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &config_resource("ClusterVersion", "clusterversions"),
+        );
+        let version = api
+            .get_opt("version")
+            .await
+            .map_err(|e| self.api_error("reading clusterversion/version", &e))?;
+        Ok(version.map(|v| conditions(&v.data)))
+    }
+
+    pub async fn operators(&self) -> Result<Vec<OperatorState>, ClusterError> {
+        let api: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &config_resource("ClusterOperator", "clusteroperators"),
+        );
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| self.api_error("listing clusteroperators", &e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|o| OperatorState {
+                name: o.metadata.name.clone().unwrap_or_default(),
+                conditions: conditions(&o.data),
+            })
+            .collect())
+    }
+}
+
+fn config_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "config.openshift.io".into(),
+        version: "v1".into(),
+        api_version: "config.openshift.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// `status.conditions` of an OpenShift resource, type to status.
+fn conditions(data: &serde_json::Value) -> Conditions {
+    data.pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c.get("type")?.as_str()?.to_owned(),
+                c.get("status")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// A kube error in one line: the API's own message where there is one.
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {} ({})", s.code, s.message, s.reason),
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(s) = source {
+                text.push_str(": ");
+                text.push_str(&s.to_string());
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_are_read_by_type() {
+        let data = serde_json::json!({"status": {"conditions": [
+            {"type": "Available", "status": "True"},
+            {"type": "Failing", "status": "False", "message": "ok"},
+            {"status": "True"},
+        ]}});
+        let c = conditions(&data);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c["Available"], "True");
+        assert!(conditions(&serde_json::json!({})).is_empty());
+    }
+}

@@ -1,0 +1,674 @@
+//! The install orchestration: `okd-appliance cluster up` takes the cluster from its config to
+//! installed, doing what people do by hand after starting the VMs.
+//!
+//! Inside `serve`, one task follows the journal into each node's install phase
+//! ([`phases`]). When asked (`cluster up`, through the admin socket) a second task drives the
+//! install, one poll at a time:
+//!
+//! 1. bootstrap and masters: created and powered on through the control provider (nothing to
+//!    do with `provider: none`: someone powers them);
+//! 2. bootstrap complete (the `kube-system/bootstrap` ConfigMap, then the etcd operator's
+//!    `EtcdBootstrapMemberRemoved` where it exists): the bootstrap node is drained from the
+//!    load balancer, and once its connections are gone (or the drain timeout closed them)
+//!    destroyed, powered off or kept (`orchestration.bootstrap_after_complete`);
+//! 3. the workers (`cluster scale` sets how many) are created and powered on;
+//! 4. installed: every master and wanted worker Ready, ClusterVersion Available and neither
+//!    Failing nor Progressing, then no ClusterOperator progressing for `orchestration.settle`.
+//!
+//! Every poll also approves the kubelet certificate requests of known nodes ([`csr`]) and
+//! records which nodes joined and are Ready.
+//!
+//! Architecture invariants:
+//! - Resumable: every step is idempotent and the cluster phase is persisted; an appliance
+//!   that restarts with an unfinished `up` resumes it, and `up` again continues where it was.
+//! - It never blocks a service: it runs on its own tasks and talks to the load balancer only
+//!   through `lb::drain`, like the admin socket.
+//! - An unreachable API is waited for (it is, for the first minutes of every install); a
+//!   machine that can't be created or powered stops the run with the provider's reason.
+
+pub mod cluster;
+pub mod csr;
+pub mod phases;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AfterBootstrap;
+use crate::control::{self, Action, AnyProvider, Provider as _};
+use crate::journal::{EventKind, Journal};
+use crate::lb::SharedPools;
+use crate::plan::machines::MachineSpec;
+use crate::plan::{self, Plan};
+use crate::service::{Context, Running};
+use crate::vocabulary::Role;
+use cluster::{Cluster, ClusterError};
+use phases::{ClusterPhase, NodePhase, Phases, Progress, Step};
+
+/// The orchestration as the admin socket sees it.
+#[derive(Clone)]
+pub struct Orchestrator {
+    phases: Phases,
+    plan: plan::Handle,
+    journal: Journal,
+    pools: SharedPools,
+    shutdown: CancellationToken,
+    run: Arc<Mutex<RunState>>,
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    /// The running `up`, cancelled by `down`.
+    cancel: Option<CancellationToken>,
+    /// What it waits for now (the API, bootstrap, nodes).
+    waiting_for: Option<String>,
+    /// Why the last run stopped short.
+    failed: Option<String>,
+}
+
+/// Reads the phase record and starts the phase tracker; resumes an unfinished `up`.
+pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator, Running)> {
+    let plan = ctx.plan.load();
+    let names: Vec<String> = plan
+        .orchestration
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .collect();
+    let phases = Phases::load(&plan.state_dir, &names, ctx.journal.clone())?;
+    let orchestrator = Orchestrator {
+        phases,
+        plan: Arc::clone(&ctx.plan),
+        journal: ctx.journal.clone(),
+        pools,
+        shutdown: ctx.shutdown.clone(),
+        run: Arc::default(),
+    };
+    let tracker = orchestrator.clone();
+    let running: Running = Box::pin(async move {
+        let mut events = tracker.journal.subscribe();
+        if tracker.phases.snapshot().up_requested {
+            tracing::info!("resuming the unfinished `cluster up`");
+            tracker.up();
+        }
+        loop {
+            tokio::select! {
+                () = tracker.shutdown.cancelled() => return Ok(()),
+                event = events.recv() => match event {
+                    Ok(e) => tracker.phases.observe(&e),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("install phases missed {n} journal events");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    });
+    Ok((orchestrator, running))
+}
+
+/// `cluster status`, for the CLI and scripts.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub cluster: Option<&'static str>,
+    pub cluster_steps: Vec<StepView>,
+    /// An `up` is running.
+    pub running: bool,
+    pub up_requested: bool,
+    pub waiting_for: Option<String>,
+    pub failed: Option<String>,
+    pub workers_wanted: Option<usize>,
+    pub nodes: Vec<NodeView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeView {
+    pub name: String,
+    pub role: &'static str,
+    pub phase: &'static str,
+    pub steps: Vec<StepView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepView {
+    pub phase: &'static str,
+    /// Seconds since the epoch.
+    pub at: u64,
+}
+
+impl std::fmt::Debug for Orchestrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orchestrator")
+            .field("run", &*self.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Orchestrator {
+    pub fn status(&self) -> Status {
+        let progress = self.phases.snapshot();
+        let plan = self.plan.load();
+        let run = self.lock();
+        Status {
+            cluster: progress.cluster_phase().map(ClusterPhase::name),
+            cluster_steps: progress
+                .cluster
+                .iter()
+                .map(|s| StepView {
+                    phase: s.phase.name(),
+                    at: s.at,
+                })
+                .collect(),
+            running: run.cancel.is_some(),
+            up_requested: progress.up_requested,
+            waiting_for: run.waiting_for.clone(),
+            failed: run.failed.clone(),
+            workers_wanted: progress.workers_wanted,
+            nodes: plan
+                .orchestration
+                .nodes
+                .iter()
+                .map(|n| NodeView {
+                    name: n.name.clone(),
+                    role: n.role.as_str(),
+                    phase: progress.node_phase(&n.name).name(),
+                    steps: progress
+                        .nodes
+                        .get(&n.name)
+                        .map(|s| steps(s))
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
+        self.run.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts (or resumes) the install; a running one is left alone.
+    pub fn up(&self) -> String {
+        let mut run = self.lock();
+        if run.cancel.is_some() {
+            return format!("already running: {}", self.describe_phase());
+        }
+        let cancel = self.shutdown.child_token();
+        run.cancel = Some(cancel.clone());
+        run.failed = None;
+        drop(run);
+        self.phases.update(|p| p.up_requested = true);
+        if self.phases.snapshot().cluster_phase().is_none() {
+            self.phases.advance_cluster(ClusterPhase::Bootstrapping);
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let outcome = this.drive(&cancel).await;
+            let mut run = this.lock();
+            run.cancel = None;
+            run.waiting_for = None;
+            match outcome {
+                Ok(Finish::Installed) => {
+                    drop(run);
+                    this.phases.update(|p| p.up_requested = false);
+                }
+                Ok(Finish::Cancelled) => {}
+                Err(why) => {
+                    run.failed = Some(why.clone());
+                    drop(run);
+                    this.journal
+                        .publish(None, EventKind::OrchestrationFailed { why });
+                }
+            }
+        });
+        format!("started: {}", self.describe_phase())
+    }
+
+    fn describe_phase(&self) -> String {
+        match self.phases.snapshot().cluster_phase() {
+            Some(p) => format!("cluster phase {}", p.name()),
+            None => "cluster phase none".into(),
+        }
+    }
+
+    /// Brings `workers` of the configured workers (in config order) into the cluster.
+    pub fn scale(&self, workers: usize) -> Result<String, String> {
+        let configured = self.workers(&self.plan.load()).len();
+        if workers > configured {
+            return Err(format!(
+                "the config has {configured} worker{}: add nodes with role worker to scale to {workers}",
+                if configured == 1 { "" } else { "s" }
+            ));
+        }
+        self.phases.update(|p| p.workers_wanted = Some(workers));
+        let started = self.up();
+        Ok(format!(
+            "{workers} of {configured} workers wanted; {started}"
+        ))
+    }
+
+    /// Stops a running `up`, destroys every machine through the provider and forgets the
+    /// install's phases.
+    pub async fn down(&self) -> Result<String, String> {
+        if let Some(cancel) = self.lock().cancel.take() {
+            cancel.cancel();
+        }
+        let plan = self.plan.load_full();
+        let provider = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?;
+        let Some(provider) = provider else {
+            return Err(
+                "control.provider is none: okd-appliance made no machines, so it destroys none"
+                    .into(),
+            );
+        };
+        let reports = control::run(
+            &Arc::new(provider),
+            &plan.control.machines,
+            Action::Destroy,
+            &plan.control.timeouts,
+            &self.journal,
+        )
+        .await;
+        let failed: Vec<String> = reports
+            .iter()
+            .filter_map(|r| r.result.as_ref().err().map(|e| format!("{}: {e}", r.node)))
+            .collect();
+        self.phases.update(|p| *p = Progress::default());
+        if failed.is_empty() {
+            Ok(format!("{} machines destroyed", reports.len()))
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+
+    fn workers(&self, plan: &Plan) -> Vec<String> {
+        plan.orchestration
+            .nodes
+            .iter()
+            .filter(|n| n.role == Role::Worker)
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    fn waiting(&self, what: impl Into<String>) {
+        self.lock().waiting_for = Some(what.into());
+    }
+
+    /// The install, poll after poll, until installed, cancelled, or a machine action fails.
+    async fn drive(&self, cancel: &CancellationToken) -> Result<Finish, String> {
+        let mut run = Drive::default();
+        loop {
+            let plan = self.plan.load_full();
+            let poll = plan.orchestration.poll;
+            if let Some(done) = self.step(&plan, &mut run).await? {
+                return Ok(done);
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(Finish::Cancelled),
+                () = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+
+    async fn step(&self, plan: &Plan, run: &mut Drive) -> Result<Option<Finish>, String> {
+        let progress = self.phases.snapshot();
+        let phase = progress
+            .cluster_phase()
+            .unwrap_or(ClusterPhase::Bootstrapping);
+        let bootstrap = plan.orchestration.bootstrap().map(|b| b.name.clone());
+        let masters: Vec<String> = plan
+            .orchestration
+            .nodes
+            .iter()
+            .filter(|n| n.role == Role::Master)
+            .map(|n| n.name.clone())
+            .collect();
+        let workers: Vec<String> = {
+            let all = self.workers(plan);
+            let wanted = progress.workers_wanted.unwrap_or(all.len()).min(all.len());
+            all.into_iter().take(wanted).collect()
+        };
+
+        if !run.machines_started {
+            let mut first: Vec<String> = masters.clone();
+            if phase < ClusterPhase::BootstrapComplete {
+                first.extend(bootstrap.clone());
+            }
+            self.power_on(plan, &first).await?;
+            if phase >= ClusterPhase::BootstrapComplete
+                && let Some(b) = &bootstrap
+            {
+                // A drain lives in memory: after a restart, the bootstrap leaves the pools again.
+                crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
+                run.drain_started = Some(Instant::now());
+            }
+            run.machines_started = true;
+        }
+        if phase >= ClusterPhase::BootstrapRemoved && run.workers_started != Some(workers.len()) {
+            self.power_on(plan, &workers).await?;
+            run.workers_started = Some(workers.len());
+        }
+
+        if run.cluster.is_none() {
+            match Cluster::connect(&plan.orchestration).await {
+                Ok(c) => run.cluster = Some(c),
+                Err(e) => {
+                    self.waiting(format!("the cluster API: {e}"));
+                    return Ok(None);
+                }
+            }
+        }
+        let cluster = run.cluster.as_ref().expect("connected above");
+        match self.observe(plan, cluster, &mut run.refused).await {
+            Ok(()) => {}
+            Err(e @ ClusterError::Api { .. }) => {
+                self.waiting(format!("the cluster API: {e}"));
+                return Ok(None);
+            }
+            Err(e) => {
+                // A kubeconfig that changed under us: read it again next time.
+                run.cluster = None;
+                self.waiting(e.to_string());
+                return Ok(None);
+            }
+        }
+
+        match phase {
+            ClusterPhase::Bootstrapping => {
+                self.waiting("bootstrap complete (kube-system/bootstrap)");
+                let complete = cluster
+                    .bootstrap_complete()
+                    .await
+                    .map_err(|e| e.to_string());
+                if complete != Ok(true) {
+                    return Ok(None);
+                }
+                match cluster.etcd_bootstrap_member_removed().await {
+                    Ok(Some(false)) => {
+                        self.waiting(
+                            "etcd to remove its bootstrap member (EtcdBootstrapMemberRemoved)",
+                        );
+                        return Ok(None);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.waiting(format!("the cluster API: {e}"));
+                        return Ok(None);
+                    }
+                }
+                self.phases.advance_cluster(ClusterPhase::BootstrapComplete);
+                if let Some(b) = &bootstrap {
+                    crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
+                    run.drain_started = Some(Instant::now());
+                }
+                Ok(None)
+            }
+            ClusterPhase::BootstrapComplete => {
+                let Some(b) = &bootstrap else {
+                    self.phases.advance_cluster(ClusterPhase::BootstrapRemoved);
+                    return Ok(None);
+                };
+                let pools = self.pools.load();
+                let started = *run.drain_started.get_or_insert_with(Instant::now);
+                let open: usize = pools
+                    .frontends
+                    .iter()
+                    .filter(|p| p.served)
+                    .flat_map(|p| p.backends.iter().filter(|be| &be.name == b))
+                    .map(|be| be.active())
+                    .sum();
+                // The drain closes what is left at its timeout; a moment more for that.
+                let limit = pools.drain_timeout + Duration::from_secs(2);
+                if open > 0 && started.elapsed() < limit {
+                    self.waiting(format!("{open} connections to {b} to end"));
+                    return Ok(None);
+                }
+                self.retire_bootstrap(plan, b).await?;
+                self.phases.advance_cluster(ClusterPhase::BootstrapRemoved);
+                Ok(None)
+            }
+            ClusterPhase::BootstrapRemoved => {
+                self.phases.advance_cluster(ClusterPhase::WorkersJoining);
+                Ok(None)
+            }
+            ClusterPhase::WorkersJoining => {
+                let progress = self.phases.snapshot();
+                let not_ready: Vec<&String> = masters
+                    .iter()
+                    .chain(&workers)
+                    .filter(|n| progress.node_phase(n) < NodePhase::Ready)
+                    .collect();
+                if !not_ready.is_empty() {
+                    self.waiting(format!(
+                        "nodes to be Ready: {}",
+                        not_ready
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    run.settled_since = None;
+                    return Ok(None);
+                }
+                let version = cluster.cluster_version().await.unwrap_or(None);
+                let done = version.as_ref().is_some_and(|c| {
+                    c.get("Available").map(String::as_str) == Some("True")
+                        && c.get("Failing").map(String::as_str) == Some("False")
+                        && c.get("Progressing").map(String::as_str) == Some("False")
+                });
+                if !done {
+                    self.waiting("ClusterVersion version: Available, not Failing, not Progressing");
+                    run.settled_since = None;
+                    return Ok(None);
+                }
+                let operators = cluster.operators().await.map_err(|e| e.to_string());
+                let busy: Vec<String> = match &operators {
+                    Ok(ops) => ops
+                        .iter()
+                        .filter(|o| {
+                            o.conditions.get("Progressing").map(String::as_str) != Some("False")
+                        })
+                        .map(|o| o.name.clone())
+                        .collect(),
+                    Err(e) => vec![e.clone()],
+                };
+                if !busy.is_empty() {
+                    self.waiting(format!("cluster operators to settle: {}", busy.join(", ")));
+                    run.settled_since = None;
+                    return Ok(None);
+                }
+                let since = *run.settled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < plan.orchestration.settle {
+                    self.waiting(format!(
+                        "cluster operators settled for {} of {}",
+                        humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                        humantime::format_duration(plan.orchestration.settle)
+                    ));
+                    return Ok(None);
+                }
+                self.phases.advance_cluster(ClusterPhase::Installed);
+                Ok(Some(Finish::Installed))
+            }
+            ClusterPhase::Installed => Ok(Some(Finish::Installed)),
+        }
+    }
+
+    /// Approves the known kubelets' certificate requests and records joined and Ready nodes.
+    async fn observe(
+        &self,
+        plan: &Plan,
+        cluster: &Cluster,
+        refused: &mut HashSet<String>,
+    ) -> Result<(), ClusterError> {
+        let nodes = cluster.nodes().await?;
+        let known: HashSet<&str> = plan
+            .orchestration
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        for n in nodes.iter().filter(|n| known.contains(n.name.as_str())) {
+            self.phases.reach(&n.name, NodePhase::Joined);
+            if n.ready {
+                self.phases.reach(&n.name, NodePhase::Ready);
+            }
+        }
+        let registered: HashSet<String> = nodes.into_iter().map(|n| n.name).collect();
+        let domain = plan
+            .orchestration
+            .api_server_name
+            .strip_prefix("api-int.")
+            .unwrap_or_default()
+            .to_owned();
+        let facts = csr::Facts {
+            nodes: &plan.orchestration.nodes,
+            domain: &domain,
+            registered: &registered,
+        };
+        for request in cluster.certificate_requests().await? {
+            let decided = request
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| !c.is_empty());
+            let Some(name) = request.metadata.name.clone() else {
+                continue;
+            };
+            if decided || refused.contains(&name) {
+                continue;
+            }
+            let spec = &request.spec;
+            let verdict = csr::decide(
+                &csr::Request {
+                    signer: &spec.signer_name,
+                    username: spec.username.as_deref().unwrap_or_default(),
+                    groups: spec.groups.as_deref().unwrap_or_default(),
+                    usages: spec.usages.as_deref().unwrap_or_default(),
+                    pem: &spec.request.0,
+                },
+                &facts,
+            );
+            match verdict {
+                Ok(approval) => {
+                    let message = format!(
+                        "okd-appliance: {} certificate of configured node {}",
+                        approval.kind.name(),
+                        approval.node
+                    );
+                    cluster.approve(&request, &message).await?;
+                    self.journal.publish(
+                        Some(approval.node),
+                        EventKind::CsrApproved {
+                            csr: name,
+                            kind: approval.kind.name(),
+                        },
+                    );
+                }
+                Err(why) => {
+                    refused.insert(name.clone());
+                    self.journal
+                        .publish(None, EventKind::CsrRefused { csr: name, why });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn power_on(&self, plan: &Plan, nodes: &[String]) -> Result<(), String> {
+        let machines: Vec<MachineSpec> = nodes
+            .iter()
+            .filter_map(|n| plan.control.machine(n).cloned())
+            .collect();
+        if machines.is_empty() {
+            return Ok(());
+        }
+        let Some(provider) = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?
+        else {
+            // `provider: none`: the machines are someone else's to power.
+            return Ok(());
+        };
+        let provider = Arc::new(provider);
+        self.waiting(format!("{} to create and start", nodes.join(", ")));
+        for action in [Action::Ensure, Action::PowerOn] {
+            let reports = control::run(
+                &provider,
+                &machines,
+                action,
+                &plan.control.timeouts,
+                &self.journal,
+            )
+            .await;
+            if let Some(failed) = reports.iter().find(|r| r.result.is_err()) {
+                let e = failed.result.as_ref().expect_err("found failed");
+                return Err(format!(
+                    "{} of {} through {}: {e}",
+                    action.name(),
+                    failed.node,
+                    provider.describe()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn retire_bootstrap(&self, plan: &Plan, bootstrap: &str) -> Result<(), String> {
+        let action = match plan.orchestration.after_bootstrap {
+            AfterBootstrap::Keep => return Ok(()),
+            AfterBootstrap::PowerOff => Action::PowerOff,
+            AfterBootstrap::Destroy => Action::Destroy,
+        };
+        let Some(machine) = plan.control.machine(bootstrap).cloned() else {
+            return Ok(());
+        };
+        let Some(provider) = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?
+        else {
+            tracing::info!(
+                "bootstrap complete: {bootstrap} is out of the load balancer; with provider none, power it off yourself"
+            );
+            return Ok(());
+        };
+        self.waiting(format!("{bootstrap}: {}", action.name()));
+        let reports = control::run(
+            &Arc::new(provider),
+            &[machine],
+            action,
+            &plan.control.timeouts,
+            &self.journal,
+        )
+        .await;
+        match reports.into_iter().next().map(|r| r.result) {
+            Some(Err(e)) => Err(format!("{} of {bootstrap}: {e}", action.name())),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn steps(s: &[Step<NodePhase>]) -> Vec<StepView> {
+    s.iter()
+        .map(|s| StepView {
+            phase: s.phase.name(),
+            at: s.at,
+        })
+        .collect()
+}
+
+enum Finish {
+    Installed,
+    Cancelled,
+}
+
+/// What one run of `up` remembers between polls (and forgets with the process, by design:
+/// each of these is redone, idempotently, after a restart).
+#[derive(Debug, Default)]
+struct Drive {
+    cluster: Option<Cluster>,
+    machines_started: bool,
+    workers_started: Option<usize>,
+    drain_started: Option<Instant>,
+    settled_since: Option<Instant>,
+    /// Requests refused and journaled once already.
+    refused: HashSet<String>,
+}

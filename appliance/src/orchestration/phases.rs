@@ -1,0 +1,532 @@
+//! Where each node and the cluster are in the install, with the time each phase was reached.
+//!
+//! A node's phase follows the journal: the control module created and powered its machine,
+//! DHCP acknowledged it, it fetched its script, the live kernel and initramfs, its ignition
+//! (the installer), its role config (the installed system: installed), then the cluster's API
+//! shows its Node object (joined) and reports it Ready. A phase only moves forward, except
+//! where the install really starts over: a reinstall request, an install retried after a
+//! failed one, a destroyed machine.
+//!
+//! The whole record is kept in `<state_dir>/install-phases.json` (written to a temporary file
+//! and renamed, so a crash leaves the old or the new record, never half of one) and read back
+//! at start, reconciled with the install markers (`install_state`), which the HTTP service keeps
+//! whether or not this record was written.
+//!
+//! Architecture invariant: [`Progress`] is plain data with pure transitions ([`Progress::apply`]
+//! and [`Progress::advance_cluster`]); the file and the journal are handled by [`Phases`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::install_state::{self, InstallPhase};
+use crate::journal::{Event, EventKind, Journal};
+
+pub const FILE_NAME: &str = "install-phases.json";
+
+/// A node's install phase, in the order an install goes through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodePhase {
+    Defined,
+    Created,
+    PoweredOn,
+    Dhcp,
+    Script,
+    KernelInitrd,
+    Ignition,
+    Installed,
+    Joined,
+    Ready,
+}
+
+impl NodePhase {
+    pub const ALL: [NodePhase; 10] = [
+        NodePhase::Defined,
+        NodePhase::Created,
+        NodePhase::PoweredOn,
+        NodePhase::Dhcp,
+        NodePhase::Script,
+        NodePhase::KernelInitrd,
+        NodePhase::Ignition,
+        NodePhase::Installed,
+        NodePhase::Joined,
+        NodePhase::Ready,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NodePhase::Defined => "defined",
+            NodePhase::Created => "created",
+            NodePhase::PoweredOn => "powered-on",
+            NodePhase::Dhcp => "dhcp",
+            NodePhase::Script => "script",
+            NodePhase::KernelInitrd => "kernel-initrd",
+            NodePhase::Ignition => "ignition",
+            NodePhase::Installed => "installed",
+            NodePhase::Joined => "joined",
+            NodePhase::Ready => "ready",
+        }
+    }
+}
+
+/// The cluster's install phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterPhase {
+    Bootstrapping,
+    BootstrapComplete,
+    BootstrapRemoved,
+    WorkersJoining,
+    Installed,
+}
+
+impl ClusterPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterPhase::Bootstrapping => "bootstrapping",
+            ClusterPhase::BootstrapComplete => "bootstrap-complete",
+            ClusterPhase::BootstrapRemoved => "bootstrap-removed",
+            ClusterPhase::WorkersJoining => "workers-joining",
+            ClusterPhase::Installed => "installed",
+        }
+    }
+}
+
+/// A phase and when it was reached (seconds since the epoch, as JSON carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step<P> {
+    pub phase: P,
+    pub at: u64,
+}
+
+/// What a journal event does to a node's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transition {
+    /// Forward to this phase, if it is past the current one.
+    Reach(NodePhase),
+    /// The install starts over from this phase (kept if reached, else reached now).
+    Back(NodePhase),
+}
+
+fn transition(kind: &EventKind) -> Option<Transition> {
+    use Transition::{Back, Reach};
+    Some(match kind {
+        EventKind::Machine {
+            action: "create",
+            result: Ok(_),
+        } => Reach(NodePhase::Created),
+        EventKind::Machine {
+            action: "start",
+            result: Ok(_),
+        } => Reach(NodePhase::PoweredOn),
+        EventKind::Machine {
+            action: "destroy",
+            result: Ok(_),
+        } => Back(NodePhase::Defined),
+        EventKind::DhcpAck { .. } => Reach(NodePhase::Dhcp),
+        EventKind::ScriptFetched { .. } => Reach(NodePhase::Script),
+        EventKind::ArtifactFetched { .. } | EventKind::IsoFetched { .. } => {
+            Reach(NodePhase::KernelInitrd)
+        }
+        EventKind::IgnitionFetched { .. } => Reach(NodePhase::Ignition),
+        EventKind::InstallRetried => Back(NodePhase::Ignition),
+        EventKind::Installed { .. } | EventKind::RoleIgnitionFetched { .. } => {
+            Reach(NodePhase::Installed)
+        }
+        EventKind::ReinstallRequested => Back(NodePhase::PoweredOn),
+        _ => return None,
+    })
+}
+
+/// The record: every node's phases and the cluster's, each with the time it was reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// `cluster up` was asked for and has not finished: an appliance that restarts resumes it.
+    #[serde(default)]
+    pub up_requested: bool,
+    /// How many of the configured workers `up` brings (`cluster scale`); all when unset.
+    #[serde(default)]
+    pub workers_wanted: Option<usize>,
+    #[serde(default)]
+    pub cluster: Vec<Step<ClusterPhase>>,
+    #[serde(default)]
+    pub nodes: BTreeMap<String, Vec<Step<NodePhase>>>,
+}
+
+/// A phase change to announce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub node: Option<String>,
+    pub phase: &'static str,
+    pub took: Option<Duration>,
+}
+
+impl Progress {
+    pub fn node_phase(&self, node: &str) -> NodePhase {
+        self.nodes
+            .get(node)
+            .and_then(|s| s.last())
+            .map_or(NodePhase::Defined, |s| s.phase)
+    }
+
+    pub fn cluster_phase(&self) -> Option<ClusterPhase> {
+        self.cluster.last().map(|s| s.phase)
+    }
+
+    /// Applies one journal event for `node`; returns the phase change, if any.
+    pub fn apply(&mut self, node: &str, kind: &EventKind, at: u64) -> Option<Change> {
+        match transition(kind)? {
+            Transition::Reach(phase) => self.reach(node, phase, at),
+            Transition::Back(phase) => {
+                let steps = self.nodes.entry(node.to_owned()).or_default();
+                let before = steps.last().map(|s| s.phase);
+                steps.retain(|s| s.phase < phase);
+                if phase != NodePhase::Defined {
+                    steps.push(Step { phase, at });
+                }
+                let after = steps.last().map_or(NodePhase::Defined, |s| s.phase);
+                (before != Some(after) || phase != NodePhase::Defined).then(|| Change {
+                    node: Some(node.to_owned()),
+                    phase: after.name(),
+                    took: None,
+                })
+            }
+        }
+    }
+
+    /// Moves `node` forward to `phase` (nothing if it is there or past it already).
+    pub fn reach(&mut self, node: &str, phase: NodePhase, at: u64) -> Option<Change> {
+        let steps = self.nodes.entry(node.to_owned()).or_default();
+        let current = steps.last().map_or(NodePhase::Defined, |s| s.phase);
+        if phase <= current {
+            return None;
+        }
+        let took = steps
+            .last()
+            .map(|s| Duration::from_secs(at.saturating_sub(s.at)));
+        steps.push(Step { phase, at });
+        Some(Change {
+            node: Some(node.to_owned()),
+            phase: phase.name(),
+            took,
+        })
+    }
+
+    /// Moves the cluster forward to `phase` (nothing if it is there or past it already).
+    pub fn advance_cluster(&mut self, phase: ClusterPhase, at: u64) -> Option<Change> {
+        if self.cluster_phase().is_some_and(|c| c >= phase) {
+            return None;
+        }
+        let took = self
+            .cluster
+            .last()
+            .map(|s| Duration::from_secs(at.saturating_sub(s.at)));
+        self.cluster.push(Step { phase, at });
+        Some(Change {
+            node: None,
+            phase: phase.name(),
+            took,
+        })
+    }
+
+    /// What the install markers say and this record missed (written while the record could
+    /// not be, or by an older appliance).
+    fn reconcile(&mut self, node: &str, marker: InstallPhase, at: u64) {
+        let phase = match marker {
+            InstallPhase::NotInstalled => return,
+            InstallPhase::IgnitionFetched { .. } => NodePhase::Ignition,
+            InstallPhase::Installed => NodePhase::Installed,
+        };
+        self.reach(node, phase, at);
+    }
+}
+
+pub fn unix_seconds(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The shared record, its file and the journal its changes go to.
+#[derive(Debug, Clone)]
+pub struct Phases {
+    inner: Arc<Mutex<Progress>>,
+    path: PathBuf,
+    journal: Journal,
+}
+
+impl Phases {
+    /// Reads the record of `state_dir` (an absent file is an empty record; an unreadable one is
+    /// an error, never silently replaced) and reconciles it with the install markers of
+    /// `nodes`.
+    pub fn load(state_dir: &Path, nodes: &[String], journal: Journal) -> io::Result<Phases> {
+        let path = state_dir.join(FILE_NAME);
+        let mut progress = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} is not an install-phase record: {e} (move it away to start over)",
+                        path.display()
+                    ),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Progress::default(),
+            Err(e) => return Err(e),
+        };
+        let now = unix_seconds(SystemTime::now());
+        for node in nodes {
+            progress.reconcile(node, install_state::phase(state_dir, node), now);
+        }
+        Ok(Phases {
+            inner: Arc::new(Mutex::new(progress)),
+            path,
+            journal,
+        })
+    }
+
+    pub fn snapshot(&self) -> Progress {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies a journal event; a change is saved and announced.
+    pub fn observe(&self, event: &Event) {
+        let Some(node) = &event.node else { return };
+        let change = self.lock().apply(node, &event.kind, unix_seconds(event.at));
+        self.commit(change);
+    }
+
+    pub fn reach(&self, node: &str, phase: NodePhase) {
+        let change = self
+            .lock()
+            .reach(node, phase, unix_seconds(SystemTime::now()));
+        self.commit(change);
+    }
+
+    pub fn advance_cluster(&self, phase: ClusterPhase) {
+        let change = self
+            .lock()
+            .advance_cluster(phase, unix_seconds(SystemTime::now()));
+        self.commit(change);
+    }
+
+    /// Changes the record with `f` and saves it.
+    pub fn update(&self, f: impl FnOnce(&mut Progress)) {
+        f(&mut self.lock());
+        self.save();
+    }
+
+    fn commit(&self, change: Option<Change>) {
+        let Some(change) = change else { return };
+        self.save();
+        let kind = if change.node.is_some() {
+            EventKind::NodePhase {
+                phase: change.phase,
+                took: change.took,
+            }
+        } else {
+            EventKind::ClusterPhase {
+                phase: change.phase,
+                took: change.took,
+            }
+        };
+        self.journal.publish(change.node, kind);
+    }
+
+    /// Writes the record atomically. A failure is logged: the phases are a record of what
+    /// happened, and the install markers keep what the services need.
+    fn save(&self) {
+        let bytes = match serde_json::to_vec_pretty(&*self.lock()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!("can't encode the install phases: {e}");
+                return;
+            }
+        };
+        let tmp = self.path.with_extension("json.tmp");
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = written {
+            tracing::error!("can't save {}: {e}", self.path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocabulary::MacAddr;
+
+    fn from() -> std::net::SocketAddr {
+        "10.0.0.2:40000".parse().unwrap()
+    }
+
+    /// Applies each event at seconds 1, 2, 3, ... and returns the phase names announced.
+    fn run(progress: &mut Progress, events: &[EventKind]) -> Vec<String> {
+        let mut announced = Vec::new();
+        for (i, kind) in events.iter().enumerate() {
+            if let Some(c) = progress.apply("master-0", kind, 100 + i as u64) {
+                announced.push(format!(
+                    "{}{}",
+                    c.phase,
+                    c.took
+                        .map(|t| format!("+{}", t.as_secs()))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        announced
+    }
+
+    fn machine(action: &'static str, ok: bool) -> EventKind {
+        EventKind::Machine {
+            action,
+            result: if ok {
+                Ok("done".into())
+            } else {
+                Err("no".into())
+            },
+        }
+    }
+
+    #[test]
+    fn an_install_goes_forward_one_phase_at_a_time() {
+        let mut p = Progress::default();
+        let announced = run(
+            &mut p,
+            &[
+                machine("create", true),
+                machine("start", false),
+                machine("start", true),
+                EventKind::DhcpAck {
+                    mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
+                    ip: "10.0.0.2".parse().unwrap(),
+                },
+                EventKind::ScriptFetched { from: from() },
+                EventKind::ArtifactFetched {
+                    from: from(),
+                    file: "kernel".into(),
+                },
+                EventKind::ArtifactFetched {
+                    from: from(),
+                    file: "initramfs.img".into(),
+                },
+                EventKind::IgnitionFetched { from: from() },
+                // The installed system renews its lease and boots through its script again:
+                // no step back.
+                EventKind::DhcpAck {
+                    mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
+                    ip: "10.0.0.2".parse().unwrap(),
+                },
+                EventKind::Installed {
+                    from: from(),
+                    file: "master.ign",
+                },
+                EventKind::PlanLoaded { serial: 3 },
+            ],
+        );
+        assert_eq!(
+            announced,
+            [
+                "created",
+                "powered-on+2",
+                "dhcp+1",
+                "script+1",
+                "kernel-initrd+1",
+                "ignition+2",
+                "installed+2"
+            ]
+        );
+        assert_eq!(p.node_phase("master-0"), NodePhase::Installed);
+        assert_eq!(p.node_phase("worker-9"), NodePhase::Defined);
+        assert!(p.reach("master-0", NodePhase::Joined, 200).is_some());
+        assert!(p.reach("master-0", NodePhase::Joined, 201).is_none());
+        assert_eq!(p.nodes["master-0"].len(), 8);
+    }
+
+    #[test]
+    fn starting_over_keeps_what_still_holds() {
+        let mut p = Progress::default();
+        run(
+            &mut p,
+            &[
+                machine("create", true),
+                machine("start", true),
+                EventKind::ScriptFetched { from: from() },
+                EventKind::IgnitionFetched { from: from() },
+                // The install failed; the installer runs again.
+                EventKind::InstallRetried,
+            ],
+        );
+        let phases: Vec<_> = p.nodes["master-0"].iter().map(|s| s.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                NodePhase::Created,
+                NodePhase::PoweredOn,
+                NodePhase::Script,
+                NodePhase::Ignition
+            ]
+        );
+        assert_eq!(p.nodes["master-0"][3].at, 104, "the retry's time");
+        run(&mut p, &[EventKind::ReinstallRequested]);
+        assert_eq!(p.node_phase("master-0"), NodePhase::PoweredOn);
+        run(&mut p, &[machine("destroy", true)]);
+        assert_eq!(p.node_phase("master-0"), NodePhase::Defined);
+        assert!(p.nodes["master-0"].is_empty());
+    }
+
+    #[test]
+    fn the_cluster_only_moves_forward() {
+        let mut p = Progress::default();
+        assert!(p.advance_cluster(ClusterPhase::Bootstrapping, 10).is_some());
+        let c = p
+            .advance_cluster(ClusterPhase::BootstrapComplete, 70)
+            .unwrap();
+        assert_eq!(
+            (c.phase, c.took),
+            ("bootstrap-complete", Some(Duration::from_secs(60)))
+        );
+        assert!(p.advance_cluster(ClusterPhase::Bootstrapping, 80).is_none());
+        assert_eq!(p.cluster_phase(), Some(ClusterPhase::BootstrapComplete));
+    }
+
+    #[test]
+    fn the_record_survives_a_restart_and_catches_up_with_the_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::new();
+        let nodes = vec!["master-0".to_owned(), "worker-0".to_owned()];
+        let phases = Phases::load(dir.path(), &nodes, journal.clone()).unwrap();
+        phases.advance_cluster(ClusterPhase::Bootstrapping);
+        phases.update(|p| p.up_requested = true);
+        phases.observe(&Event {
+            at: SystemTime::now(),
+            node: Some("master-0".into()),
+            kind: EventKind::ScriptFetched { from: from() },
+        });
+        assert!(
+            journal
+                .recent()
+                .iter()
+                .any(|e| e.to_string() == "master-0: phase script")
+        );
+        // Written by the HTTP service while no record was kept.
+        install_state::record_role_config_fetched(dir.path(), "worker-0", "now").unwrap();
+        let again = Phases::load(dir.path(), &nodes, Journal::new()).unwrap();
+        let p = again.snapshot();
+        assert!(p.up_requested);
+        assert_eq!(p.cluster_phase(), Some(ClusterPhase::Bootstrapping));
+        assert_eq!(p.node_phase("master-0"), NodePhase::Script);
+        assert_eq!(p.node_phase("worker-0"), NodePhase::Installed);
+        std::fs::write(dir.path().join(FILE_NAME), b"{ not json").unwrap();
+        let e = Phases::load(dir.path(), &nodes, Journal::new()).unwrap_err();
+        assert!(e.to_string().contains("not an install-phase record"), "{e}");
+    }
+}
