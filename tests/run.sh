@@ -23,6 +23,9 @@ PACKAGES=(
   # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs), and
   # qemu's curl block driver, which boots it from its URL with Range reads (e2e/iso_boot.rs).
   xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools qemu-block-extra
+  # The Kubernetes API double of the install orchestration's test (tests/e2e/kube_double.py)
+  # makes its PKI and the kubelets' certificate requests with python3-cryptography.
+  python3-cryptography
 )
 
 missing=()

@@ -602,7 +602,10 @@ fn serve(file: &Path) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // kube's client logs every failed connection as an error; an API that is not
+                // up yet is normal for the first minutes of an install, and `cluster status`
+                // says what the orchestration waits for.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())

@@ -19,6 +19,7 @@ mod lb;
 mod lb_support;
 mod lb_tls;
 mod libvirt;
+mod orchestration;
 mod redfish;
 mod reload;
 mod render_peers;

@@ -30,7 +30,7 @@ pub mod cluster;
 pub mod csr;
 pub mod phases;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -501,7 +501,7 @@ impl Orchestrator {
         &self,
         plan: &Plan,
         cluster: &Cluster,
-        refused: &mut HashSet<String>,
+        refused: &mut HashMap<String, String>,
     ) -> Result<(), ClusterError> {
         let nodes = cluster.nodes().await?;
         let known: HashSet<&str> = plan
@@ -537,7 +537,7 @@ impl Orchestrator {
             let Some(name) = request.metadata.name.clone() else {
                 continue;
             };
-            if decided || refused.contains(&name) {
+            if decided {
                 continue;
             }
             let spec = &request.spec;
@@ -567,10 +567,14 @@ impl Orchestrator {
                         },
                     );
                 }
+                // Judged again at every poll (a serving request waits for its Node); told once
+                // per reason.
                 Err(why) => {
-                    refused.insert(name.clone());
-                    self.journal
-                        .publish(None, EventKind::CsrRefused { csr: name, why });
+                    if refused.get(&name) != Some(&why) {
+                        refused.insert(name.clone(), why.clone());
+                        self.journal
+                            .publish(None, EventKind::CsrRefused { csr: name, why });
+                    }
                 }
             }
         }
@@ -669,6 +673,6 @@ struct Drive {
     workers_started: Option<usize>,
     drain_started: Option<Instant>,
     settled_since: Option<Instant>,
-    /// Requests refused and journaled once already.
-    refused: HashSet<String>,
+    /// Requests not approved, with the reason last journaled.
+    refused: HashMap<String, String>,
 }

@@ -1,0 +1,287 @@
+//! `okd-appliance cluster up` against a Kubernetes API double (kube_double.py: the real JSON
+//! shapes over HTTPS, a client-certificate kubeconfig, kubelets that file real PEM certificate
+//! requests), reached the way the nodes reach the API: through the appliance's own API
+//! frontend, whose health check asks the double's /readyz.
+//!
+//! The master fetches its ignition from the appliance (its phase moves to ignition); the
+//! appliance is killed with SIGKILL mid-install and started again, and resumes the unfinished
+//! `up` by itself; the double then reports bootstrap complete; the appliance drains the
+//! bootstrap node from the load balancer, brings the worker in by approving its client and then
+//! its serving certificate request (and nothing else: an unknown name, an extra SAN, the wrong
+//! user and the wrong usages are refused and journaled), waits for Ready nodes, the
+//! ClusterVersion and settled operators, and reports the cluster installed. `provider: none`:
+//! the machines are someone else's to power (the control providers have their own tests).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use harness::{Process, Topology, appliance_bin, require_root, require_tools, wait_until};
+
+use crate::dns_support::{start_appliance, write_config};
+
+const DOMAIN: &str = "okd.lab.example.com";
+
+fn config(dir: &Path) -> PathBuf {
+    write_config(
+        dir,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }
+nodes:
+  - { name: bst,  role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.99.0.7 }
+  - { name: mst0, role: master,    mac: "52:54:00:00:00:11", ip: 10.99.0.11 }
+  - { name: wrk0, role: worker,    mac: "52:54:00:00:00:21", ip: 10.99.0.21 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+lb:
+  health: { interval: 200ms, timeout: 200ms, rise: 1, fall: 2 }
+  drain_timeout: 2s
+orchestration: { poll: 200ms, settle: 1s }
+listen:
+  dns: []
+  dhcp: []
+  tftp: []
+  http: ["10.99.0.1:8080"]
+  api: ["10.99.0.1:6443"]
+  machine_config: []
+  ingress_https: []
+  ingress_http: []
+"#,
+    )
+}
+
+fn cli(state: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(appliance_bin().unwrap())
+        .arg("cluster")
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn status(state: &Path) -> serde_json::Value {
+    let out = cli(state, &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+}
+
+fn node_phase(status: &serde_json::Value, node: &str) -> String {
+    status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == node)
+        .map(|n| n["phase"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+fn kill9(p: &mut Process) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(p.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_timeout(Duration::from_secs(5)).unwrap().is_some());
+}
+
+#[test]
+fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_crash() {
+    if !require_root() || !require_tools(&["python3", "curl"]) {
+        return;
+    }
+    let topo = Topology::new("orc").unwrap();
+    let master = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let state = dir.path().join("state");
+    // The double writes its PKI and the admin kubeconfig where openshift-install puts it.
+    let auth = dir.path().join("install_dir/auth");
+    std::fs::create_dir_all(&auth).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/kube_double.py");
+    let mut double = master
+        .spawn(
+            "kube-double",
+            [
+                "python3",
+                script.to_str().unwrap(),
+                auth.to_str().unwrap(),
+                "10.99.0.11",
+                "6443",
+                DOMAIN,
+                "mst0",
+                "wrk0=10.99.0.21",
+            ],
+        )
+        .unwrap();
+    master
+        .wait_tcp("10.99.0.11:6443".parse().unwrap(), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", double.log_tails()));
+    assert!(auth.join("kubeconfig").exists());
+
+    let mut appliance = start_appliance(topo.services(), &config);
+    let before = status(&state);
+    assert!(before["cluster"].is_null(), "{before}");
+    assert_eq!(node_phase(&before, "mst0"), "defined");
+
+    // The master's installer fetches its ignition.
+    let fetched = master
+        .netns()
+        .exec([
+            "curl",
+            "-sf",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+            "http://10.99.0.1:8080/ignition/mst0.ign",
+        ])
+        .status()
+        .unwrap();
+    assert!(fetched.success());
+
+    let out = cli(&state, &["up"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("started: cluster phase bootstrapping"),
+        "{}",
+        text(&out)
+    );
+    // The API answers through the appliance's frontend; bootstrap is not complete yet.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let s = status(&state);
+            node_phase(&s, "mst0") == "ready"
+                && s["waiting_for"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("bootstrap complete"))
+        }),
+        "{}\n{}\n{}",
+        status(&state),
+        appliance.log_tails(),
+        double.log_tails()
+    );
+    let s = status(&state);
+    let mst0 = s["nodes"][1]["steps"].as_array().unwrap();
+    let phases: Vec<&str> = mst0.iter().map(|p| p["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["ignition", "joined", "ready"], "{s}");
+
+    // A crash in the middle of the install: the record survives, `up` resumes by itself.
+    let first_log = appliance.stderr();
+    kill9(&mut appliance);
+    let mut appliance = start_appliance(topo.services(), &config);
+    assert!(
+        wait_until(Duration::from_secs(5), || status(&state)["running"] == true),
+        "{}",
+        status(&state)
+    );
+    let s = status(&state);
+    assert_eq!(s["cluster"], "bootstrapping", "{s}");
+    assert_eq!(node_phase(&s, "mst0"), "ready");
+    let again = cli(&state, &["up"]);
+    assert!(
+        text(&again).contains("already running: cluster phase bootstrapping"),
+        "{}",
+        text(&again)
+    );
+
+    std::fs::write(auth.join("bootstrap-complete"), b"").unwrap();
+    let waited = cli(
+        &state,
+        &["wait", "--for", "install-complete", "--timeout", "60s"],
+    );
+    assert!(
+        waited.status.success(),
+        "{}\n{}\n{}",
+        text(&waited),
+        appliance.log_tails(),
+        double.log_tails()
+    );
+
+    let s = status(&state);
+    assert_eq!(s["cluster"], "installed", "{s}");
+    assert_eq!(s["running"], false, "{s}");
+    assert_eq!(s["up_requested"], false, "{s}");
+    let cluster: Vec<&str> = s["cluster_steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cluster,
+        [
+            "bootstrapping",
+            "bootstrap-complete",
+            "bootstrap-removed",
+            "workers-joining",
+            "installed"
+        ]
+    );
+    assert_eq!(node_phase(&s, "wrk0"), "ready", "{s}");
+    assert_eq!(node_phase(&s, "mst0"), "ready", "{s}");
+    assert_eq!(node_phase(&s, "bst"), "defined", "{s}");
+
+    // The bootstrap node left the load balancer.
+    let lb = std::process::Command::new(appliance_bin().unwrap())
+        .args(["lb", "status", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let lb = text(&lb);
+    assert!(lb.contains("api bst 10.99.0.7:6443 draining"), "{lb}");
+    assert!(lb.contains("api mst0 10.99.0.11:6443 up"), "{lb}");
+
+    // Exactly the worker's two requests were approved, each through /approval.
+    let approvals = std::fs::read_to_string(auth.join("approvals")).unwrap();
+    assert_eq!(
+        approvals,
+        "csr-client-wrk0 kubernetes.io/kube-apiserver-client-kubelet\n\
+         csr-serving-wrk0 kubernetes.io/kubelet-serving\n"
+    );
+    assert!(
+        !auth.join("violations").exists(),
+        "{}",
+        std::fs::read_to_string(auth.join("violations")).unwrap()
+    );
+    let log = first_log + &appliance.stderr();
+    for refused in [
+        "certificate request csr-intruder not approved: intruder is not a node of the config",
+        "certificate request csr-extra-san not approved: name api.okd.lab.example.com is not wrk0's",
+        "certificate request csr-wrong-user not approved: a client certificate asked for by system:serviceaccount:default:builder",
+        "certificate request csr-wrong-usages not approved: usages [digital signature, client auth, server auth]",
+        "wrk0: client certificate request csr-client-wrk0 approved",
+        "wrk0: serving certificate request csr-serving-wrk0 approved",
+        "cluster phase installed",
+    ] {
+        assert!(log.contains(refused), "no {refused:?} in\n{log}");
+    }
+
+    // The table for people.
+    let table = text(&cli(&state, &["status"]));
+    assert!(table.starts_with("cluster: installed (idle)\n"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("wrk0") && l.contains("joined 20") && l.contains("ready +")),
+        "{table}"
+    );
+
+    // Nothing to destroy with provider none, and it says so.
+    let down = cli(&state, &["down"]);
+    assert_eq!(down.status.code(), Some(2), "{}", text(&down));
+    let down = cli(&state, &["down", "--yes"]);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        text(&down).contains("control.provider is none"),
+        "{}",
+        text(&down)
+    );
+    double.assert_running().unwrap();
+    appliance.assert_running().unwrap();
+}
