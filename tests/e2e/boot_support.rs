@@ -9,7 +9,7 @@ use harness::initramfs::{BootResult, InitramfsBuilder, Kernel, Outcome, TestInit
 use harness::vm::{Vm, VmSpec};
 use harness::{Process, Tap, Topology, require_path, require_root, require_tools, wait_until};
 
-use crate::dns_support::{start_appliance, write_config};
+use crate::dns_support::{start_appliance_env, write_config};
 
 /// A master that installs to /dev/vda (the VM's virtio disk).
 pub const MST0_MAC: &str = "52:54:00:00:00:11";
@@ -82,9 +82,19 @@ pub struct BootLab {
 
 impl BootLab {
     /// Starts the appliance in a fresh services namespace (`prefix`) with the test initramfs
-    /// built by `builder` as the CoreOS initramfs. `extra_nodes` are more node lines for the
-    /// config (`  - { ... }`).
+    /// built by `builder` as the CoreOS initramfs, and the lab's config (a master and a worker).
     pub fn start(prefix: &str, builder: &InitramfsBuilder) -> BootLab {
+        BootLab::start_with(prefix, builder, |_| (Self::default_config(), Vec::new()))
+    }
+
+    /// [`BootLab::start`] with the config text and the appliance's extra environment that
+    /// `setup` returns; it runs once the namespace exists, before the appliance starts (to start
+    /// what the appliance will talk to).
+    pub fn start_with(
+        prefix: &str,
+        builder: &InitramfsBuilder,
+        setup: impl FnOnce(&Topology) -> (String, Vec<(String, std::ffi::OsString)>),
+    ) -> BootLab {
         let topo = Topology::new(prefix).expect("topology");
         let dir = tempfile::tempdir().expect("tempdir");
         let image = builder.build().expect("test initramfs");
@@ -93,10 +103,20 @@ impl BootLab {
             .install_as(&artifacts, "kernel", "initramfs.img")
             .expect("artifacts");
         std::fs::write(artifacts.join("rootfs.img"), vec![0x5a; 1 << 20]).expect("rootfs");
-        let config = write_config(
-            dir.path(),
-            &format!(
-                r#"version: 1
+        let (text, env) = setup(&topo);
+        let config = write_config(dir.path(), &text);
+        let app = start_appliance_env(topo.services(), &config, &env);
+        BootLab {
+            topo,
+            app,
+            dir,
+            _image: image,
+        }
+    }
+
+    fn default_config() -> String {
+        format!(
+            r#"version: 1
 cluster: {{ name: okd, base_domain: lab.example.com }}
 network:
   interface: br0
@@ -114,15 +134,7 @@ install:
   kernel_args: ["console=ttyS0"]
 listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }}
 "#
-            ),
-        );
-        let app = start_appliance(topo.services(), &config);
-        BootLab {
-            topo,
-            app,
-            dir,
-            _image: image,
-        }
+        )
     }
 
     /// The directory of the config, `install_dir/`, `artifacts/` and `state/`.

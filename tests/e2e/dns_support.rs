@@ -23,9 +23,21 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts `okd-appliance serve CONFIG` inside `ns` and waits until it logs `ready`.
 pub fn start_appliance(ns: &Netns, config: &Path) -> Process {
+    start_appliance_env(ns, config, &[])
+}
+
+/// [`start_appliance`] with more environment variables (`OKD_VIRSH` for a test's libvirtd).
+pub fn start_appliance_env(
+    ns: &Netns,
+    config: &Path,
+    env: &[(String, std::ffi::OsString)],
+) -> Process {
     let bin = appliance_bin().expect("okd-appliance binary");
     let mut cmd = ns.exec([bin.as_os_str(), "serve".as_ref(), config.as_os_str()]);
     cmd.env("RUST_LOG", "info").env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     if let Some(dir) = config.parent() {
         cmd.current_dir(dir);
     }

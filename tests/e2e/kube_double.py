@@ -8,9 +8,9 @@ kube-apiserver's does, so the load balancer's health check works).
 It plays a cluster in the middle of its install:
 - kube-system/bootstrap reports "complete" once the file <dir>/bootstrap-complete exists;
 - etcds.operator.openshift.io/cluster reports EtcdBootstrapMemberRemoved=True;
-- the master's Node is there and Ready from the start;
-- each configured worker's kubelet files a client CSR (from the node-bootstrapper service
-  account); when it is approved, the worker's Node appears (NotReady) and its kubelet files a
+- the master's Node is there and Ready once the file <dir>/masters-joined exists;
+- once <dir>/kubelets exists, each configured worker's kubelet files a client CSR (from the
+  node-bootstrapper service account); when it is approved, the worker's Node appears (NotReady) and its kubelet files a
   serving CSR; when that one is approved, the Node turns Ready;
 - hostile CSRs (an unknown name, an extra SAN, the wrong user, the wrong usages) are filed too;
 - ClusterVersion is Available, not Failing, not Progressing; two ClusterOperators settled.
@@ -136,11 +136,25 @@ def file_csr(csr_name, cn, org, sans, user, groups, usages, signer):
 
 CLIENT = "kubernetes.io/kube-apiserver-client-kubelet"
 SERVING = "kubernetes.io/kubelet-serving"
-node(MASTER, True)
-for w in WORKERS:
-    file_csr("csr-client-" + w, "system:node:" + w, "system:nodes", None, BOOTSTRAPPER,
-             BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
 w0, ip0 = next(iter(WORKERS.items()))
+filed = set()
+
+
+def flag(name):
+    return os.path.exists(os.path.join(DIR, name))
+
+
+def cluster_moves():
+    """What the cluster does by itself, as the test's flag files tell it to."""
+    if flag("masters-joined") and MASTER not in nodes:
+        node(MASTER, True)
+    if flag("kubelets") and "workers" not in filed:
+        filed.add("workers")
+        for w in WORKERS:
+            file_csr("csr-client-" + w, "system:node:" + w, "system:nodes", None, BOOTSTRAPPER,
+                     BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
+
+
 file_csr("csr-intruder", "system:node:intruder", "system:nodes", None, BOOTSTRAPPER,
          BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
 file_csr("csr-extra-san", "system:node:" + w0, "system:nodes",
@@ -197,6 +211,7 @@ CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 
 def get(path):
     with lock:
+        cluster_moves()
         if path == "/api/v1/namespaces/kube-system/configmaps/bootstrap":
             done = os.path.exists(os.path.join(DIR, "bootstrap-complete"))
             return 200, {"apiVersion": "v1", "kind": "ConfigMap",

@@ -172,6 +172,11 @@ impl Libvirtd {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// The `virsh` wrapper that reaches this daemon (for `OKD_VIRSH`).
+    pub fn virsh_path(&self) -> &Path {
+        &self.virsh
+    }
 }
 
 /// The lifecycle lab: its own namespace with a bridge, the daemon, and an ISO server.
@@ -252,7 +257,7 @@ control:
 /// Both VM slots of the boot tests (each test here runs two TCG guests). The lock makes the two
 /// tests here take their pairs one after the other: each holding one slot while waiting for a
 /// second would wait forever.
-fn two_vm_slots() -> (
+pub fn two_vm_slots() -> (
     std::sync::MutexGuard<'static, ()>,
     crate::boot_support::VmSlot,
     crate::boot_support::VmSlot,

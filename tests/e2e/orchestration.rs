@@ -103,6 +103,9 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     // The double writes its PKI and the admin kubeconfig where openshift-install puts it.
     let auth = dir.path().join("install_dir/auth");
     std::fs::create_dir_all(&auth).unwrap();
+    // The master joined during bootstrap; the worker's kubelet is up.
+    std::fs::write(auth.join("masters-joined"), b"").unwrap();
+    std::fs::write(auth.join("kubelets"), b"").unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/kube_double.py");
     let mut double = master
         .spawn(
@@ -272,6 +275,33 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         "{table}"
     );
 
+    // Scaling: to more workers than the config has is refused; to the one it has changes
+    // nothing (it is Ready); to none leaves it running and says so.
+    let scale = cli(&state, &["scale", "--workers", "5"]);
+    assert_eq!(scale.status.code(), Some(1));
+    assert!(
+        text(&scale).contains("the config has 1 worker:"),
+        "{}",
+        text(&scale)
+    );
+    let scale = cli(&state, &["scale", "--workers", "0"]);
+    assert!(scale.status.success(), "{}", text(&scale));
+    assert!(text(&scale).contains("left running"), "{}", text(&scale));
+    let scale = cli(&state, &["scale", "--workers", "1"]);
+    assert!(scale.status.success(), "{}", text(&scale));
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&state)["running"]
+            == false),
+        "{}",
+        status(&state)
+    );
+    let s = status(&state);
+    assert_eq!(
+        (&s["cluster"], &s["workers_wanted"]),
+        (&"installed".into(), &1.into()),
+        "{s}"
+    );
+
     // Nothing to destroy with provider none, and it says so.
     let down = cli(&state, &["down"]);
     assert_eq!(down.status.code(), Some(2), "{}", text(&down));
@@ -284,4 +314,181 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     );
     double.assert_running().unwrap();
     appliance.assert_running().unwrap();
+}
+
+/// The whole install with machines: libvirt domains that `cluster up` creates and starts boot
+/// from the appliance (DHCP, iPXE script, Debian's kernel with the test initramfs, ignition);
+/// once the master installed and the API double reports bootstrap complete, the bootstrap
+/// domain and its disk are destroyed, the worker's domain is created and boots, its kubelet's
+/// requests are approved, and the cluster is installed. `cluster down` removes the rest.
+#[test]
+fn cluster_up_drives_libvirt_machines_through_a_whole_install() {
+    use crate::boot_support::{BOOT_TIMEOUT, BootLab, MST0_IP, MST0_MAC, WRK0_IP, WRK0_MAC};
+    use crate::libvirt::{Libvirtd, two_vm_slots};
+    use harness::initramfs::{InitramfsBuilder, Kernel};
+    use harness::vm::{Firmware, VmSpec};
+
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "unused");
+    if !crate::boot_support::prerequisites(&[&spec])
+        || !require_tools(&[
+            "libvirtd", "virtlogd", "virsh", "nsenter", "unshare", "curl",
+        ])
+    {
+        return;
+    }
+    let _slots = two_vm_slots();
+    let kube = tempfile::tempdir().unwrap();
+    let mut libvirtd = None;
+    let mut api = None;
+    let lab = BootLab::start_with(
+        "orvm",
+        &InitramfsBuilder::new(&Kernel::find().unwrap()),
+        |topo| {
+            let node = topo.add_node("api", "10.99.0.50/24", None).unwrap();
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/kube_double.py");
+            let double = node
+                .spawn(
+                    "kube-double",
+                    [
+                        "python3",
+                        script.to_str().unwrap(),
+                        kube.path().to_str().unwrap(),
+                        "10.99.0.50",
+                        "6443",
+                        DOMAIN,
+                        "mst0",
+                        &format!("wrk0={WRK0_IP}"),
+                    ],
+                )
+                .unwrap();
+            node.wait_tcp("10.99.0.50:6443".parse().unwrap(), Duration::from_secs(20))
+                .unwrap_or_else(|e| panic!("{e:#}\n{}", double.log_tails()));
+            api = Some((node, double));
+            let lv = Libvirtd::start(topo.services());
+            let env = vec![("OKD_VIRSH".to_owned(), lv.virsh_path().into())];
+            libvirtd = Some(lv);
+            let machine = "machine: { cores: 1, memory: 1GiB, disk: 10GiB }";
+            let config = format!(
+                r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ interface: br0, subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: bst,  role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.99.0.7, {machine} }}
+  - {{ name: mst0, role: master,    mac: "{MST0_MAC}", ip: {MST0_IP}, {machine} }}
+  - {{ name: wrk0, role: worker,    mac: "{WRK0_MAC}", ip: {WRK0_IP}, {machine} }}
+install:
+  ignition_dir: ./install_dir
+  artifacts_dir: ./artifacts
+  install_dev: /dev/vda
+  kernel_args: ["console=ttyS0"]
+control:
+  provider: libvirt
+  libvirt: {{ uri: "qemu:///system", bridge: br0, pool: okd, domain_type: qemu }}
+  timeouts: {{ request: 60s, task: 60s, shutdown: 5s }}
+orchestration:
+  kubeconfig: {}
+  api_url: "https://10.99.0.50:6443"
+  poll: 500ms
+  settle: 1s
+listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }}
+"#,
+                kube.path().join("kubeconfig").display()
+            );
+            (config, env)
+        },
+    );
+    // Dropped before the lab's namespaces go.
+    let lv = libvirtd.take().unwrap();
+    let (_api_node, double) = api.take().unwrap();
+    let state = lab.state_dir();
+    let domains = || lv.virsh(&["list", "--all", "--name"]);
+
+    let up = cli(&state, &["up"]);
+    assert!(up.status.success(), "{}", text(&up));
+    for line in ["bst: ignition fetched by 10.99.0.7:", "mst0: installed"] {
+        assert!(
+            lab.wait_log(line, BOOT_TIMEOUT),
+            "no {line:?}\n{}\n{}\n{}",
+            status(&state),
+            lab.app.log_tails(),
+            domains()
+        );
+    }
+    let s = status(&state);
+    assert_eq!(s["cluster"], "bootstrapping", "{s}");
+    assert_eq!(
+        node_phase(&s, "wrk0"),
+        "defined",
+        "the worker waits for bootstrap: {s}"
+    );
+    assert!(domains().contains("bst"), "{}", domains());
+
+    // Bootstrap is complete: the masters joined, etcd let go of the bootstrap member.
+    std::fs::write(kube.path().join("masters-joined"), b"").unwrap();
+    std::fs::write(kube.path().join("bootstrap-complete"), b"").unwrap();
+    assert!(
+        lab.wait_log(
+            &format!("wrk0: ignition fetched by {WRK0_IP}:"),
+            BOOT_TIMEOUT
+        ),
+        "the worker never booted\n{}\n{}\n{}",
+        status(&state),
+        lab.app.log_tails(),
+        domains()
+    );
+    assert!(
+        !domains().contains("bst"),
+        "bootstrap not destroyed: {}",
+        domains()
+    );
+    lab.assert_log("bst: destroy: ");
+
+    // The worker's kubelet starts and asks for its certificates.
+    std::fs::write(kube.path().join("kubelets"), b"").unwrap();
+    let waited = cli(
+        &state,
+        &["wait", "--for", "install-complete", "--timeout", "120s"],
+    );
+    assert!(
+        waited.status.success(),
+        "{}\n{}\n{}",
+        text(&waited),
+        lab.app.log_tails(),
+        double.log_tails()
+    );
+    let s = status(&state);
+    assert_eq!(s["cluster"], "installed", "{s}");
+    assert_eq!(node_phase(&s, "bst"), "defined", "destroyed: {s}");
+    let wrk0: Vec<&str> = s["nodes"][2]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        wrk0[..6],
+        [
+            "created",
+            "powered-on",
+            "dhcp",
+            "script",
+            "kernel-initrd",
+            "ignition"
+        ],
+        "{s}"
+    );
+    assert_eq!(wrk0.last(), Some(&"ready"), "{s}");
+    let approvals = std::fs::read_to_string(kube.path().join("approvals")).unwrap();
+    assert_eq!(
+        approvals,
+        "csr-client-wrk0 kubernetes.io/kube-apiserver-client-kubelet\n\
+         csr-serving-wrk0 kubernetes.io/kubelet-serving\n"
+    );
+
+    let down = cli(&state, &["down", "--yes"]);
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(domains().trim().is_empty(), "{}", domains());
+    let s = status(&state);
+    assert!(s["cluster"].is_null(), "{s}");
+    drop(lv);
 }

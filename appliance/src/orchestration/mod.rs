@@ -243,10 +243,18 @@ impl Orchestrator {
                 if configured == 1 { "" } else { "s" }
             ));
         }
+        let before = self.phases.snapshot().workers_wanted.unwrap_or(configured);
         self.phases.update(|p| p.workers_wanted = Some(workers));
         let started = self.up();
+        let shrink = if workers < before {
+            // Taking a node out of a cluster is a drain and a delete of its Node first: a
+            // person's decision, not a side effect of a number.
+            "; workers beyond that are left running (drain them, then `okd-appliance nodes destroy NAME`)"
+        } else {
+            ""
+        };
         Ok(format!(
-            "{workers} of {configured} workers wanted; {started}"
+            "{workers} of {configured} workers wanted{shrink}; {started}"
         ))
     }
 
@@ -434,7 +442,8 @@ impl Orchestrator {
                 self.phases.advance_cluster(ClusterPhase::WorkersJoining);
                 Ok(None)
             }
-            ClusterPhase::WorkersJoining => {
+            // Installed too: `cluster scale` after the install brings workers in the same way.
+            ClusterPhase::WorkersJoining | ClusterPhase::Installed => {
                 let progress = self.phases.snapshot();
                 let not_ready: Vec<&String> = masters
                     .iter()
@@ -492,7 +501,6 @@ impl Orchestrator {
                 self.phases.advance_cluster(ClusterPhase::Installed);
                 Ok(Some(Finish::Installed))
             }
-            ClusterPhase::Installed => Ok(Some(Finish::Installed)),
         }
     }
 
