@@ -57,6 +57,7 @@ struct Bmc {
     url: String,
     fingerprint: String,
     iso_base: String,
+    port: u16,
     _sushy: Process,
     _iso: Process,
 }
@@ -193,6 +194,7 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [
         set_mode(&secret, 0o600);
         Bmc {
             url: format!("https://127.0.0.1:{port}"),
+            port,
             fingerprint,
             iso_base: format!("http://127.0.0.1:{iso_port}"),
             dir,
@@ -406,4 +408,73 @@ fn redfish_error_paths_exit_with_what_failed() {
     assert_eq!(code, Some(6), "{stderr}");
     assert!(stderr.contains("within 2s"), "{stderr}");
     drop(silent);
+}
+
+/// A BMC that offers sessions (redfish_sessions.py in front of sushy): every action opens one
+/// (Basic is refused there), uses its `X-Auth-Token`, and closes it, so none is left open; a
+/// full BMC (no session slot free) refuses the session and the client stays with Basic, which
+/// that BMC refuses: exit 4 with what the BMC said; a wrong password is refused at the login.
+#[test]
+fn redfish_uses_a_session_where_the_bmc_offers_one_and_closes_it() {
+    let Some(emulator) = sushy() else { return };
+    let bmc = Bmc::start(&emulator);
+    let d = |f: &str| bmc.dir.path().join(f).to_str().unwrap().to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/redfish_sessions.py");
+    let front = |max: &str, state: &str| {
+        let port = free_port();
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            script.to_str().unwrap(),
+            &port.to_string(),
+            &d("bmc.pem"),
+            &d("bmc.key"),
+            &format!("https://127.0.0.1:{}", bmc.port),
+            "admin",
+            PASSWORD,
+            &d(state),
+            max,
+        ]);
+        let p = Process::spawn("redfish sessions", cmd).unwrap();
+        wait_tcp(SocketAddr::from(([127, 0, 0, 1], port)), &p);
+        (p, format!("https://127.0.0.1:{port}"))
+    };
+    let counts = |state: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d(state)).unwrap()).unwrap()
+    };
+
+    let (_front, url) = front("4", "sessions.json");
+    let cfg = bmc.config(&format!("{{ url: \"{url}\" }}"), TIMEOUTS);
+    let (code, stdout, stderr) = nodes(&["start", "master-0"], &cfg);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("master-0: start: powered on"), "{stdout}");
+    let (code, stdout, stderr) = nodes(&["list", "master-0"], &cfg);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("running"), "{stdout}");
+    let c = counts("sessions.json");
+    assert_eq!((&c["opened"], &c["open"]), (&2.into(), &0.into()), "{c}");
+    assert_eq!(c["refused_basic"], 0, "{c}");
+
+    // Wrong password: refused at the login, exit 4, the password never shown.
+    let wrong = bmc.dir.path().join("wrong-password");
+    std::fs::write(&wrong, "not-the-password\n").unwrap();
+    set_mode(&wrong, 0o600);
+    let cfg = bmc.config(
+        &format!("{{ url: \"{url}\", password_file: wrong-password }}"),
+        TIMEOUTS,
+    );
+    let (code, stdout, stderr) = nodes(&["start", "master-0"], &cfg);
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("refused a session for the user admin (401)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password") && !stdout.contains("not-the-password"));
+
+    // No session slot free: Basic instead, which this BMC refuses.
+    let (_full, url) = front("0", "full.json");
+    let cfg = bmc.config(&format!("{{ url: \"{url}\" }}"), TIMEOUTS);
+    let (code, stdout, stderr) = nodes(&["start", "master-0"], &cfg);
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(stderr.contains("a session token is required"), "{stderr}");
+    assert!(counts("full.json")["refused_basic"].as_u64().unwrap() >= 1);
 }

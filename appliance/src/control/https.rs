@@ -41,6 +41,7 @@ pub fn client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClie
 pub struct Answer {
     pub status: StatusCode,
     pub reason: Option<String>,
+    pub headers: hyper::HeaderMap,
     pub body: Bytes,
 }
 
@@ -59,6 +60,7 @@ pub async fn exchange(
             .await
             .map_err(|e| transport(&e, endpoint))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let reason = response
             .extensions()
             .get::<hyper::ext::ReasonPhrase>()
@@ -71,6 +73,7 @@ pub async fn exchange(
         Ok(Answer {
             status,
             reason,
+            headers,
             body,
         })
     };

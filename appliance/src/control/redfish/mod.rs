@@ -1,5 +1,10 @@
 //! The Redfish provider: bare metal (or anything with a BMC) driven through each node's
-//! Redfish service with HTTP Basic authentication.
+//! Redfish service.
+//!
+//! Authentication: a session (`POST` to the service root's `Links.Sessions` with the
+//! credentials, then `X-Auth-Token` on every request, and the session deleted when the action is
+//! done, since BMCs hold only a few) when the service offers a `SessionService`; HTTP Basic
+//! otherwise, or when the BMC offers sessions but can't open one now (all its slots taken).
 //!
 //! The node's system is found by following the service's links (service root -> `Systems` ->
 //! each system's `EthernetInterfaces`) to the one with the node's MAC; a BMC URL that names a
@@ -62,19 +67,25 @@ impl RedfishProvider {
         self
     }
 
-    /// A session with the machine's BMC: its client, then its system.
+    /// A session with the machine's BMC: its client (logged in), then its system. The
+    /// caller logs out ([`System::done`]); a failure here logs out itself.
     async fn system(&self, m: &MachineSpec) -> Result<System, ControlError> {
         let bmc = m
             .bmc
             .as_ref()
             .ok_or_else(|| ControlError::Failed(format!("{} has no BMC in the config", m.node)))?;
-        let client = BmcClient::new(bmc, self.timeouts.request)?;
-        let path = client.find_system(m.mac).await?;
-        Ok(System { client, path })
+        let mut client = BmcClient::new(bmc, self.timeouts.request)?;
+        client.login().await?;
+        match client.find_system(m.mac).await {
+            Ok(path) => Ok(System { client, path }),
+            Err(e) => {
+                client.logout().await;
+                Err(e)
+            }
+        }
     }
 
-    async fn ensure(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = self.system(m).await?;
+    async fn ensure(&self, m: &MachineSpec, sys: &System) -> Result<Outcome, ControlError> {
         let mut done = Vec::new();
         let device = match &m.install {
             InstallMedium::Iso { url, .. } => {
@@ -96,8 +107,7 @@ impl RedfishProvider {
         })
     }
 
-    async fn power_on(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = self.system(m).await?;
+    async fn power_on(&self, sys: &System) -> Result<Outcome, ControlError> {
         if sys.power().await? == Power::On {
             return Ok(Outcome::Unchanged(format!("{} is on", sys.path)));
         }
@@ -107,8 +117,7 @@ impl RedfishProvider {
         Ok(Outcome::Changed(format!("powered on {}", sys.path)))
     }
 
-    async fn power_off(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = self.system(m).await?;
+    async fn power_off(&self, sys: &System) -> Result<Outcome, ControlError> {
         if sys.power().await? == Power::Off {
             return Ok(Outcome::Unchanged(format!("{} is off", sys.path)));
         }
@@ -129,8 +138,7 @@ impl RedfishProvider {
         )))
     }
 
-    async fn reset(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = self.system(m).await?;
+    async fn reset(&self, sys: &System) -> Result<Outcome, ControlError> {
         if sys.power().await? != Power::On {
             return Err(ControlError::Failed(format!(
                 "{} is not on: start it instead of resetting it",
@@ -141,19 +149,7 @@ impl RedfishProvider {
         Ok(Outcome::Changed(format!("reset {}", sys.path)))
     }
 
-    async fn status(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = match self.system(m).await {
-            Ok(sys) => sys,
-            Err(ControlError::Conflict(why)) => {
-                return Ok(Outcome::Status(MachineStatus::Present {
-                    id: m.bmc.as_ref().map_or_else(String::new, |b| b.url.clone()),
-                    power: Power::Other("unknown".into()),
-                    media: None,
-                    drift: vec![why],
-                }));
-            }
-            Err(e) => return Err(e),
-        };
+    async fn status(&self, sys: &System) -> Result<Outcome, ControlError> {
         let media = sys.media().await.ok().and_then(|(_, vm)| {
             (vm.get("Inserted").and_then(Value::as_bool) == Some(true))
                 .then(|| vm.get("Image").and_then(Value::as_str).map(str::to_owned))
@@ -168,8 +164,7 @@ impl RedfishProvider {
     }
 
     /// Bare metal is not destroyed: it is powered off and its virtual media ejected.
-    async fn destroy(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let sys = self.system(m).await?;
+    async fn destroy(&self, sys: &System) -> Result<Outcome, ControlError> {
         let mut done = Vec::new();
         if sys.power().await? != Power::Off {
             sys.reset("ForceOff").await?;
@@ -201,23 +196,40 @@ impl Provider for RedfishProvider {
     }
 
     async fn act(&self, m: &MachineSpec, action: Action) -> Result<Outcome, ControlError> {
-        match action {
-            Action::Ensure => self.ensure(m).await,
-            Action::PowerOn => self.power_on(m).await,
-            Action::PowerOff => self.power_off(m).await,
-            Action::Reset => self.reset(m).await,
-            Action::BootOnce(device) => self.system(m).await?.boot_once(device).await,
-            Action::InsertMedia => match &m.install {
-                InstallMedium::Iso { url, .. } => self.system(m).await?.insert(url).await,
-                InstallMedium::Network => Err(ControlError::Failed(format!(
-                    "{} installs over the network (install: pxe): it has no ISO",
-                    m.node
-                ))),
-            },
-            Action::EjectMedia => self.system(m).await?.eject().await,
-            Action::Status => self.status(m).await,
-            Action::Destroy => self.destroy(m).await,
+        if let (Action::InsertMedia, InstallMedium::Network) = (action, &m.install) {
+            return Err(ControlError::Failed(format!(
+                "{} installs over the network (install: pxe): it has no ISO",
+                m.node
+            )));
         }
+        let sys = match self.system(m).await {
+            Ok(sys) => sys,
+            Err(ControlError::Conflict(why)) if action == Action::Status => {
+                return Ok(Outcome::Status(MachineStatus::Present {
+                    id: m.bmc.as_ref().map_or_else(String::new, |b| b.url.clone()),
+                    power: Power::Other("unknown".into()),
+                    media: None,
+                    drift: vec![why],
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        let result = match action {
+            Action::Ensure => self.ensure(m, &sys).await,
+            Action::PowerOn => self.power_on(&sys).await,
+            Action::PowerOff => self.power_off(&sys).await,
+            Action::Reset => self.reset(&sys).await,
+            Action::BootOnce(device) => sys.boot_once(device).await,
+            Action::InsertMedia => match &m.install {
+                InstallMedium::Iso { url, .. } => sys.insert(url).await,
+                InstallMedium::Network => unreachable!("refused above"),
+            },
+            Action::EjectMedia => sys.eject().await,
+            Action::Status => self.status(&sys).await,
+            Action::Destroy => self.destroy(&sys).await,
+        };
+        sys.done().await;
+        result
     }
 }
 
@@ -229,6 +241,11 @@ struct System {
 }
 
 impl System {
+    /// Ends the session, if there is one.
+    async fn done(mut self) {
+        self.client.logout().await;
+    }
+
     async fn power(&self) -> Result<Power, ControlError> {
         let sys = self.client.get(&self.path).await?;
         Ok(match sys.get("PowerState").and_then(Value::as_str) {
@@ -468,14 +485,27 @@ struct BmcClient {
     system: Option<String>,
     username: String,
     password_source: String,
-    auth: HeaderValue,
+    /// HTTP Basic, until a session is open.
+    basic: HeaderValue,
+    /// What a session is opened with (`UserName`, `Password`).
+    login: Value,
+    session: Option<Session>,
     timeout: Duration,
 }
+
+/// An open Redfish session: its token, and where to delete it.
+struct Session {
+    token: HeaderValue,
+    location: Option<String>,
+}
+
+const X_AUTH_TOKEN: &str = "x-auth-token";
 
 impl BmcClient {
     fn new(bmc: &Bmc, timeout: Duration) -> Result<BmcClient, ControlError> {
         let password =
             secret::read(&bmc.password).map_err(|e| ControlError::Credentials(e.to_string()))?;
+        let login = json!({ "UserName": bmc.username, "Password": password.expose() });
         let mut auth = HeaderValue::from_str(&format!(
             "Basic {}",
             BASE64.encode(format!("{}:{}", bmc.username, password.expose()).as_bytes())
@@ -500,7 +530,9 @@ impl BmcClient {
             system,
             username: bmc.username.clone(),
             password_source: bmc.password.to_string(),
-            auth,
+            basic: auth,
+            login,
+            session: None,
             timeout,
         })
     }
@@ -514,8 +546,11 @@ impl BmcClient {
         let mut request = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.endpoint))
-            .header(AUTHORIZATION, self.auth.clone())
             .header(ACCEPT, "application/json");
+        request = match &self.session {
+            Some(session) => request.header(X_AUTH_TOKEN, session.token.clone()),
+            None => request.header(AUTHORIZATION, self.basic.clone()),
+        };
         let body = match body {
             Some(b) => {
                 request = request.header(CONTENT_TYPE, "application/json");
@@ -552,6 +587,80 @@ impl BmcClient {
                 status.as_u16()
             )),
         })
+    }
+
+    /// Opens a session when the service offers them; stays with Basic otherwise.
+    async fn login(&mut self) -> Result<(), ControlError> {
+        let root = self.get("/redfish/v1/").await?;
+        let sessions = root
+            .pointer("/Links/Sessions/@odata.id")
+            .and_then(Value::as_str);
+        let (Some(sessions), Some(_)) = (sessions, root.get("SessionService")) else {
+            return Ok(());
+        };
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}{sessions}", self.endpoint))
+            .header(ACCEPT, "application/json")
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(self.login.to_string())))
+            .map_err(|e| ControlError::Failed(format!("can't build the session request: {e}")))?;
+        let what = format!("POST {sessions}");
+        let answer =
+            https::exchange(&self.client, request, self.timeout, &self.endpoint, &what).await?;
+        if answer.status == StatusCode::UNAUTHORIZED {
+            return Err(ControlError::Credentials(format!(
+                "the BMC at {} refused a session for the user {} (401): check the username and the password in {}",
+                self.endpoint, self.username, self.password_source
+            )));
+        }
+        let token = answer
+            .headers
+            .get(X_AUTH_TOKEN)
+            .filter(|_| answer.status.is_success());
+        let Some(token) = token else {
+            tracing::warn!(
+                "the BMC at {} offers sessions but did not open one ({}{}): using Basic authentication",
+                self.endpoint,
+                answer.status.as_u16(),
+                redfish_message(&answer.body)
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            );
+            return Ok(());
+        };
+        let mut token = token.clone();
+        token.set_sensitive(true);
+        // An absolute URL or a path; deleted on the same service.
+        let location = answer
+            .headers
+            .get(hyper::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(|l| match url::Url::parse(l) {
+                Ok(u) => u.path().to_owned(),
+                Err(_) => l.to_owned(),
+            });
+        self.session = Some(Session { token, location });
+        Ok(())
+    }
+
+    /// Deletes the session (BMCs hold only a few); a failure is only logged, as the BMC
+    /// expires it anyway.
+    async fn logout(&mut self) {
+        let Some(session) = self.session.as_ref() else {
+            return;
+        };
+        let Some(location) = session.location.clone() else {
+            self.session = None;
+            return;
+        };
+        if let Err(e) = self.call(Method::DELETE, &location, None).await {
+            tracing::warn!(
+                "can't close the session {location} at {}: {e}",
+                self.endpoint
+            );
+        }
+        self.session = None;
     }
 
     async fn get(&self, path: &str) -> Result<Value, ControlError> {
