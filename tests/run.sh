@@ -20,6 +20,8 @@ PACKAGES=(
   # The control module's tests: sushy-emulator's venv, virsh and libvirtd (tests/e2e/libvirt.rs,
   # with QEMU's curl driver for ISOs over HTTP), virt-xml-validate's xmllint.
   python3-venv libvirt-clients libvirt-daemon-system qemu-block-extra libxml2-utils
+  # libvirtd makes the domains' qcow2 volumes with qemu-img.
+  qemu-utils
   # The CoreOS-structured live ISO the per-node ISO tests build (harness/liveiso.rs), and
   # qemu's curl block driver, which boots it from its URL with Range reads (e2e/iso_boot.rs).
   xorriso isolinux syslinux-common grub-efi-amd64-bin mtools dosfstools qemu-block-extra
