@@ -28,6 +28,8 @@ PACKAGES=(
   # The Kubernetes API double of the install orchestration's test (tests/e2e/kube_double.py)
   # makes its PKI and the kubelets' certificate requests with python3-cryptography.
   python3-cryptography
+  # The pair of appliances' test (tests/e2e/ha.rs) runs Debian's keepalived.
+  keepalived
 )
 
 missing=()

@@ -75,6 +75,7 @@ pub fn start(
     pools: SharedPools,
     reloads: mpsc::Sender<ReloadRequest>,
     orchestration: Result<Orchestrator, String>,
+    ha_host: Option<std::net::Ipv4Addr>,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
     let parts = Parts {
@@ -83,6 +84,8 @@ pub fn start(
         reloads,
         journal: ctx.journal.clone(),
         orchestration: Arc::new(orchestration),
+        active: ctx.active.clone(),
+        ha_host,
     };
     Ok(Box::pin(serve(listener, parts, ctx.shutdown.clone())))
 }
@@ -95,6 +98,9 @@ struct Parts {
     reloads: mpsc::Sender<ReloadRequest>,
     journal: Journal,
     orchestration: Arc<Result<Orchestrator, String>>,
+    active: crate::ha::Activity,
+    /// This host's own address, in a pair.
+    ha_host: Option<std::net::Ipv4Addr>,
 }
 
 async fn serve(
@@ -136,6 +142,7 @@ async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
     let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
         ["node", "reinstall", node] => reinstall(node, &parts.plan.load(), &parts.journal),
         ["reload"] => reload(&parts.reloads).await,
+        ["ha", rest @ ..] => ha(parts, rest).await,
         ["cluster", rest @ ..] => match parts.orchestration.as_ref() {
             Ok(o) => cluster(o, rest).await,
             Err(why) => format!("error: the install orchestration is unavailable: {why}\n"),
@@ -193,6 +200,38 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
         _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
               node reinstall NODE | reload | journal)\n"
             .to_owned(),
+    }
+}
+
+/// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.
+async fn ha(parts: &Parts, words: &[&str]) -> String {
+    let Some(host) = parts.ha_host else {
+        return "error: this appliance is not one of a pair (no ha section)\n".to_owned();
+    };
+    let role = |active: bool| if active { "active" } else { "standby" };
+    match words {
+        ["status"] => format!("ok: {} (host {host})\n", role(parts.active.is_active())),
+        ["set", state @ ("active" | "standby")] => {
+            let active = *state == "active";
+            if parts.active.set(active) {
+                tracing::info!("high availability: this host is now {}", role(active));
+                parts.journal.publish(None, EventKind::HaRole { active });
+            }
+            format!("ok: {}\n", role(active))
+        }
+        ["health"] => {
+            let (plan, active) = (parts.plan.load_full(), parts.active.is_active());
+            // Blocking probes, bounded by their timeouts.
+            let probed =
+                tokio::task::spawn_blocking(move || crate::health::check(&plan, host, active))
+                    .await;
+            match probed {
+                Ok(Ok(line)) => format!("ok: {} host {host}: {line}\n", role(active)),
+                Ok(Err(why)) => format!("error: {why}\n"),
+                Err(e) => format!("error: the health check failed: {e}\n"),
+            }
+        }
+        _ => "error: unknown request (ha status | ha set active|standby | ha health)\n".to_owned(),
     }
 }
 

@@ -94,6 +94,8 @@ pub enum EventKind {
     CsrApproved { csr: String, kind: &'static str },
     /// A certificate signing request was left for someone else to decide, and why.
     CsrRefused { csr: String, why: String },
+    /// keepalived made this host the active one of its pair, or the standby.
+    HaRole { active: bool },
     /// The install orchestration stopped short: why, and what it was doing.
     OrchestrationFailed { why: String },
     /// The control module acted on the node's machine: what it did, or why it could not.
@@ -156,6 +158,12 @@ impl fmt::Display for Event {
             }
             EventKind::CsrRefused { csr, why } => {
                 write!(f, "certificate request {csr} not approved: {why}")
+            }
+            EventKind::HaRole { active: true } => {
+                f.write_str("this host is now the active one of the pair")
+            }
+            EventKind::HaRole { active: false } => {
+                f.write_str("this host is now the standby of the pair")
             }
             EventKind::OrchestrationFailed { why } => {
                 write!(f, "install orchestration stopped: {why}")

@@ -13,6 +13,8 @@ pub mod dns;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ha;
+pub mod health;
 pub mod host_network;
 pub mod http;
 pub mod idle;

@@ -89,6 +89,11 @@ enum Command {
         #[command(subcommand)]
         action: NodeAction,
     },
+    /// One of a pair of appliances: keepalived's check and notify hooks, and its state.
+    Ha {
+        #[command(subcommand)]
+        action: HaAction,
+    },
     /// Drive the install through the running appliance: create and boot the machines, wait for
     /// bootstrap, drain and remove the bootstrap node, start the workers, approve the known
     /// nodes' certificate requests, wait for the cluster operators.
@@ -96,6 +101,35 @@ enum Command {
         #[command(subcommand)]
         action: ClusterAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum HaAction {
+    /// keepalived's check: exit 0 when DNS answers at this host's own address and, on the
+    /// active host, every load-balancer and boot-server listener accepts connections.
+    Check {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// keepalived's notify hook: this host became the active one, or the standby (DHCP and
+    /// ignition answer only on the active host).
+    Notify {
+        #[arg(value_enum)]
+        state: HaState,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Whether this host is the active one.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum HaState {
+    Active,
+    Standby,
 }
 
 #[derive(Debug, Subcommand)]
@@ -293,6 +327,7 @@ enum FormatArg {
     Dnsmasq,
     Haproxy,
     Networkd,
+    Keepalived,
 }
 
 impl FormatArg {
@@ -303,7 +338,7 @@ impl FormatArg {
             FormatArg::Bind => Some(Format::Bind),
             FormatArg::Dnsmasq => Some(Format::Dnsmasq),
             FormatArg::Haproxy => Some(Format::Haproxy),
-            FormatArg::Networkd => None,
+            FormatArg::Networkd | FormatArg::Keepalived => None,
         }
     }
 }
@@ -342,6 +377,17 @@ fn main() -> ExitCode {
             nodes_cmd::run(verb, &targets.args, yes, style())
         }
         Command::Cluster { action } => cluster(&action),
+        Command::Ha { action } => match &action {
+            HaAction::Check { target } => admin(target, "ha health"),
+            HaAction::Notify { state, target } => admin(
+                target,
+                match state {
+                    HaState::Active => "ha set active",
+                    HaState::Standby => "ha set standby",
+                },
+            ),
+            HaAction::Status { target } => admin(target, "ha status"),
+        },
         Command::Node { action } => match action {
             NodeAction::Reinstall { node, target } => {
                 admin(&target, &format!("node reinstall {node}"))
@@ -453,7 +499,15 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
         Ok(l) => l,
         Err(code) => return code,
     };
-    let files = if let Some(format) = format.plan_format() {
+    let files = if let FormatArg::Keepalived = format {
+        match keepalived(&loaded.config) {
+            Ok(files) => files,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else if let Some(format) = format.plan_format() {
         let serial = serial.unwrap_or_else(|| {
             let secs = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -495,6 +549,28 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
         }
     }
     ExitCode::SUCCESS
+}
+
+/// keepalived's config for both hosts of the pair, naming this binary and the state directory
+/// by their absolute paths, with the VRRP password from the pair's secret file.
+fn keepalived(config: &config::Config) -> Result<Vec<render::Rendered>, String> {
+    let ha = config
+        .ha
+        .as_ref()
+        .ok_or("the config has no ha section: keepalived is for a pair of appliances")?;
+    let secret = std::fs::read_to_string(&ha.secret_file)
+        .map_err(|e| format!("can't read {}: {e}", ha.secret_file.display()))?;
+    let secret = secret.trim();
+    if secret.len() < 8 {
+        return Err(format!(
+            "the secret in {} is shorter than 8 characters",
+            ha.secret_file.display()
+        ));
+    }
+    let binary = std::env::current_exe().map_err(|e| format!("can't find this binary: {e}"))?;
+    let state_dir = std::path::absolute(&config.state_dir)
+        .map_err(|e| format!("{}: {e}", config.state_dir.display()))?;
+    render::keepalived::render(&Plan::derive(config, 0), &binary, &state_dir, secret)
 }
 
 /// `artifacts fetch` and `artifacts import`.

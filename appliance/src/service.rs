@@ -27,6 +27,9 @@ pub struct Context {
     pub journal: Journal,
     /// Cancelled when the appliance stops.
     pub shutdown: CancellationToken,
+    /// Whether this host is the active one of a pair (always, outside a pair): DHCP and
+    /// ignition answer only then.
+    pub active: crate::ha::Activity,
 }
 
 /// A started service: serves until the shutdown token is cancelled, or fails.

@@ -62,6 +62,9 @@ pub struct ListenerSpec {
     pub addr: SocketAddr,
     /// Bind to this interface only (SO_BINDTODEVICE), as DHCP must.
     pub device: Option<String>,
+    /// Bind even when the address is not (yet) on this host (IP_FREEBIND): a pair's standby
+    /// holds its listeners on the virtual address ready for the moment it arrives.
+    pub freebind: bool,
 }
 
 /// A bound socket and the address it really got (port 0 resolved).
@@ -132,6 +135,13 @@ fn bind(spec: &ListenerSpec) -> io::Result<BoundSocket> {
     if let Some(device) = &spec.device {
         socket.bind_device(Some(device.as_bytes()))?;
     }
+    if spec.freebind {
+        if spec.addr.is_ipv6() {
+            socket.set_freebind_v6(true)?;
+        } else {
+            socket.set_freebind_v4(true)?;
+        }
+    }
     socket.set_nonblocking(true)?;
     socket.bind(&spec.addr.into())?;
     if spec.proto == Proto::Tcp {
@@ -171,6 +181,7 @@ mod tests {
 
     fn spec(proto: Proto, addr: &str) -> ListenerSpec {
         ListenerSpec {
+            freebind: false,
             service: Service::Dns,
             proto,
             addr: addr.parse().unwrap(),

@@ -120,3 +120,80 @@ fn render_networkd_writes_the_cluster_nic_or_says_why_it_cannot() {
         "{out:?}"
     );
 }
+
+/// `render --format keepalived`: one file per host of the pair, the preferred host with the
+/// higher priority, unicast to the other, the virtual addresses, the check and notify hooks
+/// naming this binary and the absolute state directory; a config without `ha` is refused.
+#[test]
+fn keepalived_is_rendered_for_each_host_of_a_pair() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("ha-secret");
+    std::fs::write(&secret, "s3cret-of-the-pair\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("okd.yml");
+    std::fs::write(
+        &config,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network:
+  interface: ens19
+  subnet: 10.0.0.0/24
+  appliance_ip: 10.0.0.10
+  ipv6: { subnet: "fd00::/64", appliance_ip: "fd00::10" }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+state_dir: ./state
+ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let rendered = run(&[
+        "render",
+        "--format",
+        "keepalived",
+        "-o",
+        out.to_str().unwrap(),
+        config.to_str().unwrap(),
+    ]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let state = std::path::absolute(dir.path().join("state")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_okd-appliance");
+    for (host, peer, priority) in [("10.0.0.3", "10.0.0.4", 150), ("10.0.0.4", "10.0.0.3", 100)] {
+        let text = std::fs::read_to_string(out.join(format!("keepalived-{host}.conf"))).unwrap();
+        for line in [
+            "    interface ens19\n".to_owned(),
+            "    virtual_router_id 51\n".to_owned(),
+            format!("    priority {priority}\n"),
+            format!("    unicast_src_ip {host}\n"),
+            format!("    unicast_peer {{\n        {peer}\n    }}\n"),
+            "        auth_pass s3cret-o\n".to_owned(),
+            "        10.0.0.10/24 dev ens19\n".to_owned(),
+            "        fd00::10/64 dev ens19\n".to_owned(),
+            format!(
+                "    script \"{bin} ha check --state-dir {}\"\n",
+                state.display()
+            ),
+            format!(
+                "    notify_master \"{bin} ha notify active --state-dir {}\"\n",
+                state.display()
+            ),
+            format!(
+                "    notify_fault \"{bin} ha notify standby --state-dir {}\"\n",
+                state.display()
+            ),
+        ] {
+            assert!(text.contains(&line), "no {line:?} in\n{text}");
+        }
+    }
+    let plain = run(&[
+        "render",
+        "--format",
+        "keepalived",
+        &fixture("config/lab.yml"),
+    ]);
+    assert_eq!(plain.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("no ha section"));
+}

@@ -10,6 +10,7 @@ mod dhcp_support;
 mod dns;
 mod dns_differential;
 mod dns_support;
+mod ha;
 mod harness_selftest;
 mod http;
 mod image;

@@ -26,6 +26,16 @@ pub struct Config {
     pub state_dir: PathBuf,
     pub control: super::control::Control,
     pub orchestration: Orchestration,
+    pub ha: Option<Ha>,
+}
+
+/// Two appliances, one virtual address (`network.appliance_ip`, and the IPv6 one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ha {
+    /// The hosts' own addresses; the first has the higher VRRP priority.
+    pub hosts: [Ipv4Addr; 2],
+    pub router_id: u8,
+    pub secret_file: PathBuf,
 }
 
 /// How `okd-appliance cluster up` drives an install.

@@ -37,6 +37,21 @@ pub struct RawConfig {
     /// How `okd-appliance cluster up` drives an install.
     #[serde(default)]
     pub orchestration: RawOrchestration,
+    /// Two appliances sharing `network.appliance_ip` as a virtual address (keepalived).
+    #[serde(default)]
+    pub ha: Option<Spanned<RawHa>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHa {
+    /// The two services hosts' own addresses on the cluster network; the first is preferred.
+    pub hosts: Spanned<Vec<Text>>,
+    /// The VRRP virtual router ID (1-255), unique on the segment.
+    #[serde(default)]
+    pub router_id: Option<Spanned<u32>>,
+    /// An owner-only file with the pair's shared secret (VRRP authentication).
+    pub secret_file: Text,
 }
 
 #[derive(Debug, Default, Deserialize)]

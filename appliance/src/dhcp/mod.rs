@@ -52,6 +52,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
         leases,
         ctx.plan.clone(),
         ctx.journal.clone(),
+        ctx.active.clone(),
         ctx.shutdown.clone(),
     ))]))
 }

@@ -46,6 +46,7 @@ pub async fn serve(
     leases: Leases,
     plan: plan::Handle,
     journal: Journal,
+    active: crate::ha::Activity,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut state = State::new(leases);
@@ -70,6 +71,10 @@ pub async fn serve(
                 Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
                 Err(_) => break,
             }
+        }
+        // The standby of a pair stays silent: one DHCP server answers a node.
+        if !active.is_active() {
+            continue;
         }
         let current = plan.load();
         let now = unix_now();

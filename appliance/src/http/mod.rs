@@ -38,6 +38,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
             listener,
             ctx.plan.clone(),
             ctx.journal.clone(),
+            ctx.active.clone(),
             ctx.shutdown.clone(),
         )));
     }

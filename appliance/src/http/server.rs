@@ -48,6 +48,7 @@ pub async fn serve(
     listener: TcpListener,
     plan: plan::Handle,
     journal: Journal,
+    active: crate::ha::Activity,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -74,11 +75,12 @@ pub async fn serve(
                 }
             },
         };
-        let (plan, journal, token, isos) = (
+        let (plan, journal, token, isos, active) = (
             Arc::clone(&plan),
             journal.clone(),
             token.clone(),
             Arc::clone(&isos),
+            active.clone(),
         );
         // A response head and a sendfile body are two writes: with Nagle's algorithm the body
         // of a small file would wait for the client's delayed ACK of the head (~40 ms).
@@ -91,11 +93,12 @@ pub async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let (plan, journal, segments, isos) = (
+                let (plan, journal, segments, isos, active) = (
                     Arc::clone(&plan),
                     journal.clone(),
                     segments.clone(),
                     Arc::clone(&isos),
+                    active.is_active(),
                 );
                 async move {
                     let plan = plan.load_full();
@@ -105,6 +108,7 @@ pub async fn serve(
                         journal: &journal,
                         segments: &segments,
                         isos: &isos,
+                        active,
                     };
                     Ok::<_, Infallible>(handle(&req, &context).await)
                 }
@@ -162,6 +166,8 @@ struct Context<'a> {
     journal: &'a Journal,
     segments: &'a Segments,
     isos: &'a IsoCache,
+    /// This host is the active one of its pair (always, outside a pair).
+    active: bool,
 }
 
 async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
@@ -171,6 +177,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         journal,
         segments,
         isos,
+        active,
     } = *cx;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -189,6 +196,17 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         .and_then(|p| p.strip_suffix(".ipxe"))
     {
         return script(req, name, peer, plan, journal).await;
+    }
+    if path.starts_with("/ignition/") && !active {
+        // Only the active host of a pair hands out ignition (and records installs): a node
+        // never gets two answers. The standby has the virtual address only after a failover.
+        let mut r = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this appliance is the standby of its pair\n",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return r;
     }
     if let Some(role) = path.strip_prefix("/ignition/roles/") {
         let role = Role::ALL.into_iter().find(|r| r.ignition_file() == role);

@@ -57,6 +57,8 @@ pub struct Orchestrator {
     journal: Journal,
     pools: SharedPools,
     shutdown: CancellationToken,
+    /// Only the active host of a pair drives the install.
+    active: crate::ha::Activity,
     run: Arc<Mutex<RunState>>,
 }
 
@@ -86,6 +88,7 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
         journal: ctx.journal.clone(),
         pools,
         shutdown: ctx.shutdown.clone(),
+        active: ctx.active.clone(),
         run: Arc::default(),
     };
     let tracker = orchestrator.clone();
@@ -311,7 +314,9 @@ impl Orchestrator {
         loop {
             let plan = self.plan.load_full();
             let poll = plan.orchestration.poll;
-            if let Some(done) = self.step(&plan, &mut run).await? {
+            if !self.active.is_active() {
+                self.waiting("this host to become the active one of its pair");
+            } else if let Some(done) = self.step(&plan, &mut run).await? {
                 return Ok(done);
             }
             tokio::select! {

@@ -7,6 +7,7 @@
 pub mod boot;
 pub mod dhcp;
 pub mod documents;
+pub mod ha;
 pub mod lb;
 pub mod machines;
 pub mod orchestration;
@@ -53,6 +54,33 @@ pub struct Plan {
     pub control: machines::ControlPlan,
     /// How `okd-appliance cluster up` reaches the cluster and which nodes it knows.
     pub orchestration: orchestration::OrchestrationPlan,
+    /// The pair sharing the virtual address, when there is one.
+    pub ha: Option<ha::HaPlan>,
+}
+
+/// The listeners as configured; with a pair, DNS also on each host's own address (the
+/// standby answers there too, and the health check asks there), bound with IP_FREEBIND like
+/// every listener of a pair, since only the active host has the virtual address.
+fn listen(config: &Config) -> Listen {
+    let mut listen = config.listen.clone();
+    if let Some(ha) = &config.ha {
+        let vip = std::net::IpAddr::V4(config.network.v4.appliance);
+        let ports: Vec<u16> = listen
+            .dns
+            .iter()
+            .filter(|a| a.ip() == vip)
+            .map(|a| a.port())
+            .collect();
+        for port in ports {
+            for host in ha.hosts {
+                let addr = std::net::SocketAddr::new(host.into(), port);
+                if !listen.dns.contains(&addr) {
+                    listen.dns.push(addr);
+                }
+            }
+        }
+    }
+    listen
 }
 
 /// Who may use the forwarder and where it forwards to.
@@ -82,12 +110,13 @@ impl Plan {
             lb: lb::derive(config),
             boot: boot::derive(config),
             unknown_script: documents::unknown_script(),
-            listen: config.listen.clone(),
+            listen: listen(config),
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),
             files: boot::files(config),
             control: machines::derive(config),
             orchestration: orchestration::derive(config),
+            ha: ha::derive(config),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Text views of a plan: for people, and as the configs of the tools okd-appliance replaces
-//! (zone files for NSD/Knot/BIND, dnsmasq, HAProxy), for migration and side-by-side tests.
+//! (zone files for NSD/Knot/BIND, dnsmasq, HAProxy), for migration and side-by-side tests, and
+//! keepalived's for a pair of appliances.
 //!
 //! Architecture invariant: renderers read the plan only; they never re-derive anything from the
 //! config, so what they print is exactly what the services serve.
@@ -8,6 +9,7 @@ mod bind;
 mod dnsmasq;
 mod haproxy;
 mod human;
+pub mod keepalived;
 
 use crate::plan::Plan;
 

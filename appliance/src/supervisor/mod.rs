@@ -44,6 +44,8 @@ pub enum ServeError {
     },
     #[error("can't install the signal handlers")]
     Signals(#[source] std::io::Error),
+    #[error("high availability: {0}")]
+    Ha(String),
     #[error("can't create the state directory {}", path.display())]
     StateDir {
         path: PathBuf,
@@ -55,6 +57,7 @@ pub enum ServeError {
 /// Every socket the plan asks for, in a stable order.
 pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     let l = &plan.listen;
+    let freebind = plan.ha.is_some();
     let mut specs = Vec::new();
     let mut add = |service, proto, addrs: &[std::net::SocketAddr], device: Option<&String>| {
         for addr in addrs {
@@ -63,6 +66,7 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
                 proto,
                 addr: *addr,
                 device: device.cloned(),
+                freebind,
             });
         }
     };
@@ -102,6 +106,20 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         source,
     })?;
 
+    // In a pair: which host this is, before anything is bound.
+    let ha_host = match &plan.ha {
+        Some(ha) => {
+            let i = crate::ha::this_host(ha).map_err(ServeError::Ha)?;
+            tracing::info!(
+                "high availability: this is host {} of the pair ({}, VRRP priority {}); standby until keepalived says otherwise",
+                ha.hosts[i],
+                if i == 0 { "preferred" } else { "second" },
+                ha.priority(i)
+            );
+            Some(ha.hosts[i])
+        }
+        None => None,
+    };
     let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
     for s in &sockets {
         tracing::info!(
@@ -131,6 +149,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
 
     let journal = Journal::new();
+    let active = crate::ha::Activity::for_plan(&plan);
     let serial = first_serial(&plan);
     let handle: plan::Handle = Arc::new(ArcSwap::from_pointee(plan));
     let token = CancellationToken::new();
@@ -138,11 +157,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         plan: Arc::clone(&handle),
         journal: journal.clone(),
         shutdown: token.clone(),
+        active,
     };
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
-    let started = start_services(sockets, admin_socket, reload_requests, &ctx)?;
+    let started = start_services(sockets, admin_socket, reload_requests, ha_host, &ctx)?;
     let running_as = loaded.config.run_as.as_ref();
 
     if let Some(account) = account {
@@ -198,6 +218,7 @@ fn start_services(
     sockets: Vec<BoundSocket>,
     admin_socket: Option<std::os::unix::net::UnixListener>,
     reloads: tokio::sync::mpsc::Sender<crate::admin::ReloadRequest>,
+    ha_host: Option<std::net::Ipv4Addr>,
     ctx: &service::Context,
 ) -> Result<Vec<(&'static str, Running)>, ServeError> {
     let mut sockets = sockets;
@@ -254,7 +275,7 @@ fn start_services(
     };
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx, pools, reloads, orchestration) {
+        match crate::admin::start(listener, ctx, pools, reloads, orchestration, ha_host) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }

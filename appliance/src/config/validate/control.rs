@@ -38,6 +38,16 @@ pub(super) fn control(
     v.control(raw, nodes)
 }
 
+/// An owner-only secret file, checked as the control credentials are (the HA secret too).
+pub(super) fn secret_file(
+    raw: &Text,
+    dir: &Path,
+    files: Option<(&dyn InstallFiles, Severity)>,
+    p: &mut Problems,
+) -> Option<std::path::PathBuf> {
+    ControlValidator { p, dir, files }.secret_file(raw)
+}
+
 struct ControlValidator<'a, 'p> {
     p: &'p mut Problems,
     dir: &'a Path,

@@ -20,3 +20,6 @@ pub(super) const DEFAULT_ORCHESTRATION_POLL: Duration = Duration::from_secs(5);
 /// `openshift-install wait-for install-complete` waits for operators to stop progressing; 30 s
 /// without one progressing is what the issue of record asks.
 pub(super) const DEFAULT_OPERATORS_SETTLE: Duration = Duration::from_secs(30);
+
+/// keepalived's own default virtual router ID in its sample configs.
+pub const DEFAULT_VRRP_ROUTER_ID: u8 = 51;

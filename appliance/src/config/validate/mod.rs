@@ -27,6 +27,7 @@ mod cluster;
 mod control;
 mod defaults;
 mod dns;
+mod ha;
 mod install;
 mod lb;
 mod listen;
@@ -216,6 +217,12 @@ impl Validator<'_> {
         let lb = self.lb(&raw.lb, dir);
         let control = control::control(raw, &nodes, dir, files.credentials(), self.p);
         let orchestration = self.orchestration(&raw.orchestration, dir, &raw.install.value);
+        let ha = match &raw.ha {
+            None => Some(None),
+            Some(h) => self
+                .ha(h, network.as_ref(), &nodes, dir, files.credentials())
+                .map(Some),
+        };
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -246,6 +253,7 @@ impl Validator<'_> {
             state_dir,
             control: control?,
             orchestration: orchestration?,
+            ha: ha?,
         })
     }
 
