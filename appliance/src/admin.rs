@@ -182,7 +182,7 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
                 }
             }
         }
-        ["lb", "undrain", node] => match crate::lb::drain::undrain(&pools.load(), node) {
+        ["lb", "undrain", node] => match crate::lb::drain::undrain(&pools.load(), node, journal) {
             0 => format!("error: no backend is named {node} in a pool that has a listener\n"),
             n => {
                 tracing::info!("admin: undrain {node} ({n} backends)");
@@ -210,7 +210,40 @@ async fn ha(parts: &Parts, words: &[&str]) -> String {
     };
     let role = |active: bool| if active { "active" } else { "standby" };
     match words {
-        ["status"] => format!("ok: {} (host {host})\n", role(parts.active.is_active())),
+        ["status"] => {
+            let r = parts.active.replication();
+            let direction = if parts.active.is_active() {
+                "sending to the peer"
+            } else {
+                "receiving from the peer"
+            };
+            let link = if r.connected {
+                "connected"
+            } else {
+                "not connected"
+            };
+            let last = r.last_update.map_or_else(
+                || "no update yet".to_owned(),
+                |t| {
+                    let ago = t.elapsed().unwrap_or_default();
+                    format!(
+                        "last update {} ago",
+                        humantime::format_duration(Duration::from_millis(
+                            u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)
+                        ))
+                    )
+                },
+            );
+            let mut out = format!(
+                "ok: {} (host {host})\nreplication: {direction}, {link}, {} updates, {last}\n",
+                role(parts.active.is_active()),
+                r.updates
+            );
+            if let Some(e) = r.last_error.filter(|_| !r.connected) {
+                let _ = writeln!(out, "replication error: {e}");
+            }
+            out
+        }
         ["set", state @ ("active" | "standby")] => {
             let active = *state == "active";
             if parts.active.set(active) {

@@ -17,19 +17,57 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::plan::Plan;
 use crate::plan::ha::HaPlan;
 
-/// Whether this host is the active one of its pair.
+/// Whether this host is the active one of its pair, and how its replication goes.
 #[derive(Debug, Clone)]
-pub struct Activity(Arc<AtomicBool>);
+pub struct Activity {
+    active: Arc<AtomicBool>,
+    paired: bool,
+    replication: Arc<std::sync::Mutex<Replication>>,
+}
+
+/// The replication link as `ha status` reports it.
+#[derive(Debug, Clone, Default)]
+pub struct Replication {
+    /// Sending to the peer (active) or receiving from it (standby).
+    pub connected: bool,
+    pub last_update: Option<std::time::SystemTime>,
+    pub updates: u64,
+    pub last_error: Option<String>,
+}
 
 impl Activity {
     /// Outside a pair: always active.
     pub fn always() -> Activity {
-        Activity(Arc::new(AtomicBool::new(true)))
+        Activity {
+            active: Arc::new(AtomicBool::new(true)),
+            paired: false,
+            replication: Arc::default(),
+        }
     }
 
     /// In a pair, until keepalived says otherwise.
     pub fn standby() -> Activity {
-        Activity(Arc::new(AtomicBool::new(false)))
+        Activity {
+            active: Arc::new(AtomicBool::new(false)),
+            paired: true,
+            replication: Arc::default(),
+        }
+    }
+
+    /// One of a pair (whose state is replicated).
+    pub fn paired(&self) -> bool {
+        self.paired
+    }
+
+    pub fn replication(&self) -> Replication {
+        self.replication
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn update_replication(&self, f: impl FnOnce(&mut Replication)) {
+        f(&mut self.replication.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     pub fn for_plan(plan: &Plan) -> Activity {
@@ -41,12 +79,12 @@ impl Activity {
     }
 
     pub fn is_active(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.active.load(Ordering::Relaxed)
     }
 
     /// Returns whether it changed.
     pub fn set(&self, active: bool) -> bool {
-        self.0.swap(active, Ordering::Relaxed) != active
+        self.active.swap(active, Ordering::Relaxed) != active
     }
 }
 

@@ -124,6 +124,45 @@ pub fn record_role_config_fetched(
     Ok(before)
 }
 
+/// A node's three markers as they are, each with its text (the time it was written): what a
+/// pair's active host replicates to the standby.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Markers {
+    pub ignition_fetched: Option<String>,
+    pub disk_boot_offered: Option<String>,
+    pub installed: Option<String>,
+}
+
+pub fn read_markers(state_dir: &Path, node: &str) -> io::Result<Markers> {
+    let read = |kind| match std::fs::read_to_string(marker(state_dir, kind, node)) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    };
+    Ok(Markers {
+        ignition_fetched: read(IGNITION_FETCHED)?,
+        disk_boot_offered: read(DISK_BOOT_OFFERED)?,
+        installed: read(INSTALLED)?,
+    })
+}
+
+/// Makes the node's markers exactly `markers`.
+pub fn write_markers(state_dir: &Path, node: &str, markers: &Markers) -> io::Result<()> {
+    for (kind, text) in [
+        (IGNITION_FETCHED, &markers.ignition_fetched),
+        (DISK_BOOT_OFFERED, &markers.disk_boot_offered),
+        (INSTALLED, &markers.installed),
+    ] {
+        match text {
+            Some(text) => write(state_dir, kind, node, text)?,
+            None => {
+                remove(state_dir, kind, node)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Forgets everything about the node's install. Returns whether it was marked installed.
 pub fn reset(state_dir: &Path, node: &str) -> io::Result<bool> {
     remove(state_dir, IGNITION_FETCHED, node)?;

@@ -94,6 +94,22 @@ pub enum EventKind {
     CsrApproved { csr: String, kind: &'static str },
     /// A certificate signing request was left for someone else to decide, and why.
     CsrRefused { csr: String, why: String },
+    /// The DHCP server recorded a dynamic lease (or its end, `expires` 0), in a pair: what the
+    /// active host replicates.
+    LeaseRecorded {
+        mac: MacAddr,
+        ip: std::net::Ipv4Addr,
+        expires: u64,
+    },
+    /// A lease received from the pair's active host, for this host's DHCP server to record.
+    LeaseReplicated {
+        mac: MacAddr,
+        ip: std::net::Ipv4Addr,
+        expires: u64,
+    },
+    /// An operator (or the orchestration) drained the node from the load balancer, or put it
+    /// back.
+    DrainRequested { draining: bool },
     /// keepalived made this host the active one of its pair, or the standby.
     HaRole { active: bool },
     /// The install orchestration stopped short: why, and what it was doing.
@@ -159,6 +175,17 @@ impl fmt::Display for Event {
             EventKind::CsrRefused { csr, why } => {
                 write!(f, "certificate request {csr} not approved: {why}")
             }
+            EventKind::LeaseRecorded { mac, ip, expires } => {
+                write!(f, "lease {ip} to {mac} recorded (expires {expires})")
+            }
+            EventKind::LeaseReplicated { mac, ip, expires } => {
+                write!(
+                    f,
+                    "lease {ip} to {mac} replicated from the active host (expires {expires})"
+                )
+            }
+            EventKind::DrainRequested { draining: true } => f.write_str("drain requested"),
+            EventKind::DrainRequested { draining: false } => f.write_str("undrain requested"),
             EventKind::HaRole { active: true } => {
                 f.write_str("this host is now the active one of the pair")
             }

@@ -26,6 +26,7 @@ pub mod orchestration;
 pub mod plan;
 pub mod records;
 pub mod render;
+pub mod replication;
 pub mod service;
 pub mod sockets;
 pub mod supervisor;

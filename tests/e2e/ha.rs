@@ -7,6 +7,12 @@
 //! appliance fails keepalived's check, the address moves to the other host within 3 s, and DNS
 //! and ignition answer there. DNS queries sent every 100 ms across the switch are counted:
 //! none may fail once the address has moved.
+//!
+//! Replication: the node's install marker (it fetched its ignition from the active host) and
+//! a drain made on the active host reach the standby, and hold there after the failover (the
+//! node's next script boots its disk instead of installing again); a peer without the secret
+//! is refused. A DHCP client (busybox udhcpc) with a pool address from the active host renews
+//! it at the other one after the failover: the lease was replicated.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use harness::{Netns, Process, Topology, appliance_bin, require_root, require_tools, wait_until};
 
+use crate::dhcp_support::{Hook, guarded};
 use crate::dns_support::{start_appliance, write_config};
 
 const VIP: &str = "10.99.0.10";
@@ -31,17 +38,21 @@ fn config(dir: &Path) -> PathBuf {
         &format!(
             r#"version: 1
 cluster: {{ name: okd, base_domain: lab.example.com }}
-network: {{ interface: eth0, subnet: 10.99.0.0/24, appliance_ip: {VIP} }}
+network:
+  interface: eth0
+  subnet: 10.99.0.0/24
+  appliance_ip: {VIP}
+  dhcp_pool: {{ start: 10.99.0.100, end: 10.99.0.120 }}
 nodes:
   - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
 ha: {{ hosts: [{}, {}], router_id: 77, secret_file: ha-secret }}
+lb: {{ health: {{ interval: 200ms, timeout: 200ms, rise: 1, fall: 1, control_plane_check: tcp }} }}
 listen:
   dns: ["{VIP}:53"]
-  dhcp: []
   tftp: []
   http: ["{VIP}:8080"]
-  api: []
+  api: ["{VIP}:6443"]
   machine_config: []
   ingress_https: []
   ingress_http: []
@@ -220,8 +231,97 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         &[dirs[0].path().join("state").to_str().unwrap()],
     );
     assert!(
-        ok && health.contains("1 listeners accept connections"),
+        ok && health.contains("2 listeners accept connections"),
         "{health}"
+    );
+
+    // A machine the config does not list takes a pool address from the active host.
+    let roamer = topo.add_bare_node("dyn").unwrap();
+    roamer.set_mac("52:54:00:00:00:77").unwrap();
+    let hook = Hook::new(dirs[0].path(), "udhcpc");
+    let hook_path = hook.path.display().to_string();
+    let udhcpc = Process::spawn(
+        "udhcpc",
+        guarded(
+            &roamer,
+            &dirs[0].path().join("resolv.conf"),
+            &[
+                "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
+            ],
+        ),
+    )
+    .unwrap();
+    let bound = hook
+        .wait(0, &["bound"], Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), udhcpc.log_tails()));
+    let pool_ip = bound.env["ip"].clone();
+    assert_eq!(bound.env["serverid"], VIP);
+    assert!(pool_ip.starts_with("10.99.0.1"), "{pool_ip}");
+
+    // Replication to the standby: the node's marker, the lease and a drain.
+    assert!(
+        wait_until(Duration::from_secs(5), || second.stderr().contains(
+            &format!("lease {pool_ip} to 52:54:00:00:00:77 replicated")
+        )),
+        "the lease never reached the standby\n{}",
+        second.log_tails()
+    );
+    let marker = dirs[1].path().join("state/ignition-fetched/mst0");
+    assert!(
+        wait_until(Duration::from_secs(5), || marker.exists()),
+        "the install marker never reached the standby: {}\n{}",
+        state(dirs[1].path()),
+        second.log_tails()
+    );
+    let lb = |dir: &Path, args: &[&str]| {
+        let state = dir.join("state");
+        let mut all = vec!["lb"];
+        all.extend_from_slice(args);
+        all.push("--state-dir");
+        run(&all, &[state.to_str().unwrap()])
+    };
+    let (ok, out) = lb(dirs[0].path(), &["drain", "mst0"]);
+    assert!(ok, "{out}");
+    assert!(
+        wait_until(Duration::from_secs(5), || lb(dirs[1].path(), &["status"])
+            .1
+            .contains("api mst0 10.99.0.11:6443 draining")),
+        "the drain never reached the standby: {}",
+        lb(dirs[1].path(), &["status"]).1
+    );
+    let standby = state(dirs[1].path());
+    assert!(
+        standby.contains("replication: receiving from the peer, connected"),
+        "{standby}"
+    );
+    // Someone without the secret: refused, nothing applied.
+    let intruder = client
+        .exec([
+            "python3",
+            "-c",
+            &format!(
+                "import socket, ssl\n\
+                 c = ssl.create_default_context(); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE\n\
+                 s = c.wrap_socket(socket.create_connection(('{}', 7443), timeout=5))\n\
+                 s.sendall(b'x' * 32)\n\
+                 print('answered' if s.recv(32) else 'closed')",
+                HOSTS[1]
+            ),
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&intruder.stdout);
+    assert!(
+        said.trim() == "closed" || !intruder.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&intruder.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(3), || second
+            .stderr()
+            .contains("replication refused from 10.99.0.99")),
+        "{}",
+        second.log_tails()
     );
 
     // DNS queries across the switch, every 100 ms, from the client.
@@ -283,6 +383,47 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
             .contains("ok: active")),
         "{}",
         state(dirs[1].path())
+    );
+    // The client renews its address at the new active host (a unicast REQUEST to the
+    // virtual address): the same address, from the lease the standby had received.
+    let seen = hook.calls().len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    let renewed = hook
+        .wait(seen, &["renew", "bound"], Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), second.log_tails()));
+    assert_eq!(renewed.env["ip"], pool_ip, "{:?}", renewed.env);
+    assert!(
+        second
+            .stderr()
+            .contains(&format!("dhcp ack {pool_ip} to 52:54:00:00:00:77")),
+        "{}",
+        second.log_tails()
+    );
+
+    // The node is not installed again by the new active host; the drain still holds.
+    let script = node
+        .exec([
+            "curl",
+            "-sf",
+            "--max-time",
+            "3",
+            &format!("http://{VIP}:8080/boot/52-54-00-00-00-11.ipxe"),
+        ])
+        .output()
+        .unwrap();
+    let script = String::from_utf8_lossy(&script.stdout);
+    assert!(
+        script.contains("fetched its ignition; booting its disk"),
+        "{script}"
+    );
+    assert!(
+        lb(dirs[1].path(), &["status"])
+            .1
+            .contains("api mst0 10.99.0.11:6443 draining")
     );
     assert_eq!(
         ignition_status(&node),

@@ -73,6 +73,28 @@ pub enum LeaseError {
     },
 }
 
+/// The live leases of the journal in `dir`, read without changing it (a pair's replication
+/// sends them to the standby when it connects). An absent journal has none.
+pub fn read_live(dir: &Path, now: u64) -> io::Result<Vec<Lease>> {
+    let mut table = Leases::in_memory();
+    match File::open(dir.join(FILE_NAME)) {
+        Ok(file) => {
+            for line in BufReader::new(file).split(b'\n') {
+                if let Some(lease) = parse_line(&line?) {
+                    table.apply(lease);
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(table
+        .by_ip
+        .into_values()
+        .filter(|l| l.expires > now)
+        .collect())
+}
+
 /// The lease table and its journal.
 #[derive(Debug)]
 pub struct Leases {
@@ -81,6 +103,9 @@ pub struct Leases {
     journal: Option<Journal>,
     /// Lines appended since the last sync.
     pending: String,
+    /// Leases recorded since [`Leases::take_changes`], when they are tracked (a pair's active
+    /// host replicates them).
+    changes: Option<Vec<Lease>>,
 }
 
 #[derive(Debug)]
@@ -107,6 +132,7 @@ impl Leases {
             by_mac: HashMap::new(),
             journal: None,
             pending: String::new(),
+            changes: None,
         }
     }
 
@@ -276,7 +302,23 @@ impl Leases {
     /// Records a lease (or its end, with `expires` 0); durable after the next [`Leases::sync`].
     pub fn record(&mut self, lease: Lease) {
         push_line(&mut self.pending, &lease);
+        if let Some(changes) = &mut self.changes {
+            changes.push(lease.clone());
+        }
         self.apply(lease);
+    }
+
+    /// From now on, remember what is recorded for [`Leases::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// What was recorded since the last call (nothing unless tracked).
+    pub fn take_changes(&mut self) -> Vec<Lease> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Writes and syncs everything recorded since the last call, then compacts the journal if
@@ -364,6 +406,40 @@ mod tests {
 
     fn mac(n: u8) -> MacAddr {
         MacAddr([0x52, 0x54, 0, 0, 1, n])
+    }
+
+    /// What a pair's replication reads and follows: the live leases of a journal another
+    /// handle writes, and the changes recorded since the last look.
+    #[test]
+    fn live_leases_are_read_without_touching_the_journal_and_changes_are_tracked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut leases, _) = Leases::open(dir.path(), 100).unwrap();
+        leases.record(lease(5, 1, 1_000));
+        assert!(leases.take_changes().is_empty(), "not tracked yet");
+        leases.track_changes();
+        leases.record(lease(6, 2, 2_000));
+        leases.record(lease(7, 3, 150));
+        leases.record(lease(6, 2, 0));
+        leases.sync().unwrap();
+        assert_eq!(
+            leases.take_changes(),
+            [lease(6, 2, 2_000), lease(7, 3, 150), lease(6, 2, 0)]
+        );
+        assert!(leases.take_changes().is_empty());
+        let before = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+        let mut live = read_live(dir.path(), 200).unwrap();
+        live.sort_by_key(|l| l.ip);
+        assert_eq!(
+            live,
+            [lease(5, 1, 1_000)],
+            "ended and expired leases are not live"
+        );
+        assert_eq!(std::fs::read(dir.path().join(FILE_NAME)).unwrap(), before);
+        assert!(
+            read_live(&dir.path().join("nowhere"), 0)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     fn lease(ip: u8, n: u8, expires: u64) -> Lease {

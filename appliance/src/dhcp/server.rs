@@ -50,6 +50,12 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut state = State::new(leases);
+    // In a pair, leases travel through the journal: recorded here (the active host's
+    // replication sends them) and replicated here (the standby's records them).
+    let mut replicated = active.paired().then(|| {
+        state.leases.track_changes();
+        journal.subscribe()
+    });
     let mut packets: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut buf = vec![0u8; 65_535];
     let mut replies: Vec<Outgoing> = Vec::with_capacity(BATCH);
@@ -57,6 +63,16 @@ pub async fn serve(
         let first = tokio::select! {
             () = token.cancelled() => return Ok(()),
             r = socket.recv_from(&mut buf) => r,
+            event = next_event(&mut replicated) => {
+                if let EventKind::LeaseReplicated { mac, ip, expires } = event.kind {
+                    state.leases.record(super::leases::Lease { ip, mac, expires });
+                    state.leases.take_changes();
+                    if let Err(e) = tokio::task::block_in_place(|| state.leases.sync()) {
+                        tracing::error!("{:#}: a replicated lease is not on disk", anyhow::Error::new(e));
+                    }
+                }
+                continue;
+            }
         };
         packets.clear();
         match first {
@@ -97,6 +113,16 @@ pub async fn serve(
             tracing::error!("{:#}: not answering this batch", anyhow::Error::new(e));
             continue;
         }
+        for lease in state.leases.take_changes() {
+            journal.publish(
+                None,
+                EventKind::LeaseRecorded {
+                    mac: lease.mac,
+                    ip: lease.ip,
+                    expires: lease.expires,
+                },
+            );
+        }
         for out in replies.drain(..) {
             send(&socket, &out.message, out.to).await;
             if let Some(acked) = out.acked {
@@ -108,6 +134,26 @@ pub async fn serve(
                     },
                 );
             }
+        }
+    }
+}
+
+/// The next journal event, or never without a subscription (outside a pair).
+async fn next_event(
+    events: &mut Option<tokio::sync::broadcast::Receiver<crate::journal::Event>>,
+) -> crate::journal::Event {
+    loop {
+        match events {
+            None => std::future::pending::<()>().await,
+            Some(rx) => match rx.recv().await {
+                Ok(e) => return e,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(
+                        "dhcp: {n} journal events missed (replicated leases among them, maybe)"
+                    );
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => *events = None,
+            },
         }
     }
 }

@@ -24,6 +24,18 @@ const POLL: Duration = Duration::from_millis(100);
 /// how many backends are named so. Backends already draining keep their first deadline. Needs a
 /// tokio runtime (the watchers are tasks).
 pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> usize {
+    let named = drain_quietly(pools, node, journal);
+    if named > 0 {
+        journal.publish(
+            Some(node.to_owned()),
+            EventKind::DrainRequested { draining: true },
+        );
+    }
+    named
+}
+
+/// [`drain`] without announcing it (a drain replicated from the pair's active host).
+pub fn drain_quietly(pools: &Pools, node: &str, journal: &Journal) -> usize {
     let mut named = 0;
     for pool in pools.frontends.iter().filter(|p| p.served) {
         for backend in pool.backends.iter().filter(|b| b.name == node) {
@@ -45,7 +57,19 @@ pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> usize {
 
 /// Puts the backends named `node` back into rotation in every served pool, cancelling their
 /// drain timeouts; returns how many backends are named so.
-pub fn undrain(pools: &Pools, node: &str) -> usize {
+pub fn undrain(pools: &Pools, node: &str, journal: &Journal) -> usize {
+    let named = undrain_quietly(pools, node);
+    if named > 0 {
+        journal.publish(
+            Some(node.to_owned()),
+            EventKind::DrainRequested { draining: false },
+        );
+    }
+    named
+}
+
+/// [`undrain`] without announcing it.
+pub fn undrain_quietly(pools: &Pools, node: &str) -> usize {
     let mut named = 0;
     for backend in pools
         .frontends
@@ -175,8 +199,14 @@ mod tests {
         Arc::clone(&pools.pool(kind).unwrap().backends[0])
     }
 
+    /// What the drain watchers reported (the requests themselves are checked apart).
     fn events(journal: &Journal) -> Vec<String> {
-        journal.recent().iter().map(ToString::to_string).collect()
+        journal
+            .recent()
+            .iter()
+            .filter(|e| !matches!(e.kind, EventKind::DrainRequested { .. }))
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -202,6 +232,14 @@ mod tests {
         );
         assert!(backend(&pools, FrontendKind::Api).is_draining());
         assert_eq!(drain(&pools, "nobody", &journal), 0);
+        // The request itself is announced once (a pair replicates it), not for an unknown name.
+        let requests: Vec<String> = journal
+            .recent()
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::DrainRequested { .. }))
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(requests, ["m0: drain requested"]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -245,7 +283,7 @@ mod tests {
         let (_open, cut) = api.claim().unwrap();
         drain(&pools, "m0", &journal);
         tokio::time::sleep(TIMEOUT / 2).await;
-        assert_eq!(undrain(&pools, "m0"), 2);
+        assert_eq!(undrain(&pools, "m0", &journal), 2);
         assert!(api.eligible());
         tokio::time::sleep(TIMEOUT).await;
         assert!(!cut.has_changed().unwrap(), "the connection was not closed");

@@ -189,6 +189,16 @@ impl Orchestrator {
         }
     }
 
+    /// The phase record, for a pair's replication.
+    pub fn progress(&self) -> Progress {
+        self.phases.snapshot()
+    }
+
+    /// Takes the phase record of the pair's active host (on the standby).
+    pub fn replace_progress(&self, progress: Progress) {
+        self.phases.update(|p| *p = progress);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
         self.run.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -273,6 +273,31 @@ fn start_services(
             Err(format!("{e:#}"))
         }
     };
+    // A pair's replication: without it a failover loses state, so it must start.
+    if let (Some(host), Some(ha)) = (ha_host, ctx.plan.load().ha.clone()) {
+        let peer = if ha.hosts[0] == host {
+            ha.hosts[1]
+        } else {
+            ha.hosts[0]
+        };
+        let addr = crate::replication::listen_addr(host);
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Service {
+            service: "replication",
+            source: anyhow::anyhow!("binding {addr}: {e}"),
+        })?;
+        let replication = crate::replication::start(
+            listener,
+            peer,
+            ctx,
+            Arc::clone(&pools),
+            orchestration.as_ref().ok().cloned(),
+        )
+        .map_err(|source| ServeError::Service {
+            service: "replication",
+            source,
+        })?;
+        running.push(("replication", replication));
+    }
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
         match crate::admin::start(listener, ctx, pools, reloads, orchestration, ha_host) {

@@ -1,0 +1,492 @@
+//! A pair's replication: the active host sends what must survive a failover to the standby.
+//!
+//! What: dynamic DHCP leases (reservations are the same on both by construction), each node's
+//! install markers, the install phase record, and load-balancer drains. How: on connecting, a
+//! full copy (the lease journal's live leases, every node's markers, the phase record, the
+//! drained nodes), then each change as the journal announces it, one JSON line per update.
+//! Direction: from whichever host is active to the other; a host applies updates only while
+//! it is the standby.
+//!
+//! The channel is TLS 1.3 (rustls) on port [`PORT`] of each host's own address. Each host's
+//! certificate is made at start and is not what authenticates it: both ends prove they hold the
+//! pair's secret with an HMAC-SHA256 over the session's exported keying material (RFC 5705), so
+//! a proof is worth nothing on another connection and a man in the middle, who has two
+//! sessions, can't relay it. A peer without the secret is refused before anything is applied.
+//!
+//! Architecture invariant: it acts on the standby only through the same calls the services
+//! use (`install_state`, `lb::drain`, the orchestration's phase record, and for leases the
+//! journal, which the DHCP server follows); every wait is bounded or ends with the shutdown.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::ha::Activity;
+use crate::install_state::{self, Markers};
+use crate::journal::{EventKind, Journal};
+use crate::lb::SharedPools;
+use crate::orchestration::Orchestrator;
+use crate::orchestration::phases::Progress;
+use crate::service::{Context, Running};
+use crate::vocabulary::MacAddr;
+
+/// The replication port on each host's own address.
+pub const PORT: u16 = 7443;
+const LABEL: &[u8] = b"EXPORTER-okd-appliance-replication";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A line longer than this ends the connection.
+const MAX_LINE: u64 = 1 << 20;
+
+/// One update, as a JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "update", rename_all = "kebab-case")]
+pub enum Update {
+    Lease {
+        ip: Ipv4Addr,
+        mac: String,
+        expires: u64,
+    },
+    Markers {
+        node: String,
+        markers: Markers,
+    },
+    Phases {
+        progress: Progress,
+    },
+    Drain {
+        node: String,
+        draining: bool,
+    },
+}
+
+/// What a replication end needs.
+#[derive(Clone)]
+struct Parts {
+    peer: Ipv4Addr,
+    secret: Arc<Vec<u8>>,
+    state_dir: PathBuf,
+    nodes: Vec<String>,
+    active: Activity,
+    journal: Journal,
+    pools: SharedPools,
+    orchestrator: Option<Orchestrator>,
+}
+
+/// Reads the secret, makes this host's certificate, and starts the listener (bound by the
+/// supervisor on this host's address) and the sender.
+pub fn start(
+    listener: std::net::TcpListener,
+    peer: Ipv4Addr,
+    ctx: &Context,
+    pools: SharedPools,
+    orchestrator: Option<Orchestrator>,
+) -> anyhow::Result<Running> {
+    let plan = ctx.plan.load();
+    let ha = plan.ha.as_ref().context("replication without a pair")?;
+    let secret = std::fs::read_to_string(&ha.secret_file)
+        .with_context(|| format!("reading the pair's secret {}", ha.secret_file.display()))?;
+    let secret = secret.trim().as_bytes().to_vec();
+    anyhow::ensure!(
+        secret.len() >= 8,
+        "the pair's secret in {} is shorter than 8 characters",
+        ha.secret_file.display()
+    );
+    let local = listener.local_addr()?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(local.ip())?));
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(
+        crate::tls::client_config(crate::tls::Trust::AnyCertificate)
+            .context("the replication client's TLS")?,
+    ));
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let parts = Parts {
+        peer,
+        secret: Arc::new(secret),
+        state_dir: plan.state_dir.clone(),
+        nodes: plan.boot.iter().map(|b| b.node.clone()).collect(),
+        active: ctx.active.clone(),
+        journal: ctx.journal.clone(),
+        pools,
+        orchestrator,
+    };
+    let token = ctx.shutdown.clone();
+    Ok(Box::pin(async move {
+        tokio::select! {
+            () = token.cancelled() => Ok(()),
+            r = receive(listener, acceptor, parts.clone()) => r,
+            () = send(connector, parts) => Ok(()),
+        }
+    }))
+}
+
+fn server_config(ip: std::net::IpAddr) -> anyhow::Result<rustls::ServerConfig> {
+    let key = rcgen::KeyPair::generate().context("the replication key")?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(ip));
+    let cert = params
+        .self_signed(&key)
+        .context("the replication certificate")?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )?)
+}
+
+/// HMAC-SHA256 of `role` and the session's exported key material.
+fn proof(secret: &[u8], role: &[u8], exported: &[u8; 32]) -> ring::hmac::Tag {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut ctx = ring::hmac::Context::with_key(&key);
+    ctx.update(role);
+    ctx.update(exported);
+    ctx.sign()
+}
+
+fn verify(secret: &[u8], role: &[u8], exported: &[u8; 32], tag: &[u8]) -> bool {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut message = role.to_vec();
+    message.extend_from_slice(exported);
+    ring::hmac::verify(&key, &message, tag).is_ok()
+}
+
+/// Accepts the peer's connections; applies its updates while this host is the standby.
+async fn receive(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    parts: Parts,
+) -> anyhow::Result<()> {
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("replication accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, parts) = (acceptor.clone(), parts.clone());
+        tokio::spawn(async move {
+            if let Err(e) = receive_from(stream, from, acceptor, &parts).await {
+                tracing::warn!("replication from {from}: {e:#}");
+                parts.active.update_replication(|r| {
+                    r.connected = false;
+                    r.last_error = Some(format!("{from}: {e:#}"));
+                });
+            }
+        });
+    }
+}
+
+async fn receive_from(
+    stream: TcpStream,
+    from: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    parts: &Parts,
+) -> anyhow::Result<()> {
+    let mut tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .context("TLS handshake timed out")??;
+    let mut exported = [0u8; 32];
+    tls.get_ref()
+        .1
+        .export_keying_material(&mut exported, LABEL, None)?;
+    let mut tag = [0u8; 32];
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_exact(&mut tag))
+        .await
+        .context("no proof of the secret")??;
+    if !verify(&parts.secret, b"client", &exported, &tag) {
+        tracing::warn!("replication refused from {from}: it does not hold the pair's secret");
+        anyhow::bail!("refused: the peer does not hold the pair's secret");
+    }
+    tls.write_all(proof(&parts.secret, b"server", &exported).as_ref())
+        .await?;
+    tls.flush().await?;
+    tracing::info!("replication: receiving from {from}");
+    parts.active.update_replication(|r| {
+        r.connected = true;
+        r.last_error = None;
+    });
+    let mut lines = BufReader::new(tls);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = (&mut lines).take(MAX_LINE).read_line(&mut line).await?;
+        if n == 0 {
+            parts.active.update_replication(|r| r.connected = false);
+            return Ok(());
+        }
+        let update: Update = serde_json::from_str(&line)
+            .with_context(|| format!("an update that does not read: {}", line.trim()))?;
+        if parts.active.is_active() {
+            // Both active: a split brain. This host's own state wins on this host.
+            tracing::warn!("replication: ignoring an update from {from}: this host is active too");
+            continue;
+        }
+        apply(parts, update).await;
+        parts.active.update_replication(|r| {
+            r.updates += 1;
+            r.last_update = Some(SystemTime::now());
+        });
+    }
+}
+
+async fn apply(parts: &Parts, update: Update) {
+    match update {
+        Update::Lease { ip, mac, expires } => match mac.parse::<MacAddr>() {
+            Ok(mac) => parts
+                .journal
+                .publish(None, EventKind::LeaseReplicated { mac, ip, expires }),
+            Err(_) => tracing::warn!("replication: a lease with a bad MAC {mac}"),
+        },
+        Update::Markers { node, markers } => {
+            if !parts.nodes.contains(&node) {
+                tracing::warn!("replication: markers of {node}, which the config does not have");
+                return;
+            }
+            let dir = parts.state_dir.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                install_state::write_markers(&dir, &node, &markers)
+            })
+            .await;
+            if let Ok(Err(e)) = written {
+                tracing::error!("replication: can't write install markers: {e}");
+            }
+        }
+        Update::Phases { progress } => {
+            if let Some(o) = &parts.orchestrator {
+                o.replace_progress(progress);
+            }
+        }
+        Update::Drain { node, draining } => {
+            let pools = parts.pools.load();
+            if draining {
+                crate::lb::drain::drain_quietly(&pools, &node, &parts.journal);
+            } else {
+                crate::lb::drain::undrain_quietly(&pools, &node);
+            }
+        }
+    }
+}
+
+/// While this host is active: connects to the peer, sends everything, then every change.
+async fn send(connector: tokio_rustls::TlsConnector, parts: Parts) {
+    loop {
+        if parts.active.is_active()
+            && let Err(e) = send_to_peer(&connector, &parts).await
+        {
+            tracing::debug!("replication to {}: {e:#}", parts.peer);
+            parts.active.update_replication(|r| {
+                r.connected = false;
+                r.last_error = Some(format!("{}: {e:#}", parts.peer));
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> anyhow::Result<()> {
+    let addr = SocketAddr::new(parts.peer.into(), PORT);
+    // Subscribed before the copy is taken: nothing changes unseen in between.
+    let mut events = parts.journal.subscribe();
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .context("connect timed out")??;
+    let name = rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::from(parts.peer).into());
+    let mut tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream))
+        .await
+        .context("TLS handshake timed out")??;
+    let mut exported = [0u8; 32];
+    tls.get_ref()
+        .1
+        .export_keying_material(&mut exported, LABEL, None)?;
+    tls.write_all(proof(&parts.secret, b"client", &exported).as_ref())
+        .await?;
+    tls.flush().await?;
+    let mut tag = [0u8; 32];
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_exact(&mut tag))
+        .await
+        .context("the peer sent no proof")??;
+    anyhow::ensure!(
+        verify(&parts.secret, b"server", &exported, &tag),
+        "the peer does not hold the pair's secret"
+    );
+    tracing::info!("replication: sending to {addr}");
+    for update in snapshot(parts).await? {
+        write(&mut tls, &update).await?;
+    }
+    parts.active.update_replication(|r| {
+        r.connected = true;
+        r.last_error = None;
+        r.last_update = Some(SystemTime::now());
+    });
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                // Changes were missed: start over with a full copy.
+                anyhow::bail!("{n} journal events missed");
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+        };
+        if !parts.active.is_active() {
+            return Ok(());
+        }
+        for update in updates_for(parts, &event).await {
+            write(&mut tls, &update).await?;
+            parts.active.update_replication(|r| {
+                r.updates += 1;
+                r.last_update = Some(SystemTime::now());
+            });
+        }
+    }
+}
+
+async fn write<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, update: &Update) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(update)?;
+    line.push(b'\n');
+    s.write_all(&line).await?;
+    s.flush().await?;
+    Ok(())
+}
+
+/// Everything, for a peer that just connected.
+async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
+    let (dir, nodes) = (parts.state_dir.clone(), parts.nodes.clone());
+    let (leases, markers) = tokio::task::spawn_blocking(move || {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let leases = crate::dhcp::leases::read_live(&dir, now)?;
+        let markers = nodes
+            .into_iter()
+            .map(|n| install_state::read_markers(&dir, &n).map(|m| (n, m)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok::<_, std::io::Error>((leases, markers))
+    })
+    .await??;
+    let mut out: Vec<Update> = leases
+        .into_iter()
+        .map(|l| Update::Lease {
+            ip: l.ip,
+            mac: l.mac.to_string(),
+            expires: l.expires,
+        })
+        .collect();
+    out.extend(
+        markers
+            .into_iter()
+            .map(|(node, markers)| Update::Markers { node, markers }),
+    );
+    if let Some(o) = &parts.orchestrator {
+        out.push(Update::Phases {
+            progress: o.progress(),
+        });
+    }
+    let pools = parts.pools.load();
+    let mut drained: Vec<String> = pools
+        .frontends
+        .iter()
+        .filter(|p| p.served)
+        .flat_map(|p| p.backends.iter())
+        .filter(|b| b.is_draining())
+        .map(|b| b.name.clone())
+        .collect();
+    drained.sort();
+    drained.dedup();
+    out.extend(drained.into_iter().map(|node| Update::Drain {
+        node,
+        draining: true,
+    }));
+    Ok(out)
+}
+
+/// The updates a journal event calls for.
+async fn updates_for(parts: &Parts, event: &crate::journal::Event) -> Vec<Update> {
+    match (&event.kind, &event.node) {
+        (EventKind::LeaseRecorded { mac, ip, expires }, _) => vec![Update::Lease {
+            ip: *ip,
+            mac: mac.to_string(),
+            expires: *expires,
+        }],
+        (EventKind::DrainRequested { draining }, Some(node)) => vec![Update::Drain {
+            node: node.clone(),
+            draining: *draining,
+        }],
+        (EventKind::NodePhase { .. } | EventKind::ClusterPhase { .. }, _) => parts
+            .orchestrator
+            .as_ref()
+            .map(|o| Update::Phases {
+                progress: o.progress(),
+            })
+            .into_iter()
+            .collect(),
+        (
+            EventKind::IgnitionFetched { .. }
+            | EventKind::Installed { .. }
+            | EventKind::RoleIgnitionFetched { .. }
+            | EventKind::ScriptFetched { .. }
+            | EventKind::InstallRetried
+            | EventKind::ReinstallRequested,
+            Some(node),
+        ) => {
+            let (dir, n) = (parts.state_dir.clone(), node.clone());
+            match tokio::task::spawn_blocking(move || install_state::read_markers(&dir, &n)).await {
+                Ok(Ok(markers)) => vec![Update::Markers {
+                    node: node.clone(),
+                    markers,
+                }],
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The replication listener's address: this host's own, [`PORT`].
+pub fn listen_addr(host: Ipv4Addr) -> SocketAddr {
+    SocketAddr::new(host.into(), PORT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_holds_only_for_its_secret_role_and_session() {
+        let exported = [7u8; 32];
+        let tag = proof(b"pair-secret", b"client", &exported);
+        assert!(verify(b"pair-secret", b"client", &exported, tag.as_ref()));
+        assert!(!verify(
+            b"another-secret",
+            b"client",
+            &exported,
+            tag.as_ref()
+        ));
+        assert!(!verify(b"pair-secret", b"server", &exported, tag.as_ref()));
+        assert!(!verify(b"pair-secret", b"client", &[8u8; 32], tag.as_ref()));
+    }
+
+    #[test]
+    fn updates_are_one_json_line_each() {
+        let u = Update::Drain {
+            node: "bootstrap".into(),
+            draining: true,
+        };
+        let text = serde_json::to_string(&u).unwrap();
+        assert_eq!(
+            text,
+            r#"{"update":"drain","node":"bootstrap","draining":true}"#
+        );
+        assert_eq!(serde_json::from_str::<Update>(&text).unwrap(), u);
+    }
+}
