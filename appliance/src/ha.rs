@@ -14,13 +14,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::plan::Plan;
 use crate::plan::ha::HaPlan;
 
 /// Whether this host is the active one of its pair, and how its replication goes.
 #[derive(Debug, Clone)]
 pub struct Activity {
     active: Arc<AtomicBool>,
+    /// This host's place in the pair (0: the preferred host), when in one.
+    host: Option<usize>,
     paired: bool,
     replication: Arc<std::sync::Mutex<Replication>>,
 }
@@ -40,15 +41,17 @@ impl Activity {
     pub fn always() -> Activity {
         Activity {
             active: Arc::new(AtomicBool::new(true)),
+            host: None,
             paired: false,
             replication: Arc::default(),
         }
     }
 
-    /// In a pair, until keepalived says otherwise.
-    pub fn standby() -> Activity {
+    /// Host `host` (0 or 1) of a pair, standby until keepalived says otherwise.
+    pub fn standby(host: usize) -> Activity {
         Activity {
             active: Arc::new(AtomicBool::new(false)),
+            host: Some(host),
             paired: true,
             replication: Arc::default(),
         }
@@ -70,12 +73,9 @@ impl Activity {
         f(&mut self.replication.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    pub fn for_plan(plan: &Plan) -> Activity {
-        if plan.ha.is_some() {
-            Activity::standby()
-        } else {
-            Activity::always()
-        }
+    /// This host's place in its pair (0: the preferred host).
+    pub fn host(&self) -> Option<usize> {
+        self.host
     }
 
     pub fn is_active(&self) -> bool {

@@ -16,6 +16,7 @@ use dhcproto::v4::{DhcpOption, HType, Message, MessageType, Opcode, OptionCode};
 use super::fit::fit;
 use super::leases::{Lease, Leases};
 use crate::plan::DhcpPlan;
+use crate::plan::dhcp::Pool;
 use crate::vocabulary::MacAddr;
 
 /// An OFFER holds its address this long for the client's REQUEST.
@@ -33,6 +34,10 @@ pub struct State {
     declined: HashMap<Ipv4Addr, u64>,
     /// Where the next pool search starts, so addresses are reused last.
     cursor: u32,
+    /// In a pair: this host's half of the pool (0 the lower, 1 the upper), from which alone it
+    /// hands out new addresses, so two hosts cut from each other never give one address to two
+    /// clients. A lease either host granted is renewed by both.
+    half: Option<usize>,
 }
 
 impl State {
@@ -53,7 +58,13 @@ impl State {
             offers: HashMap::new(),
             declined: HashMap::new(),
             cursor: 0,
+            half: None,
         }
+    }
+
+    /// This server is host `host` of a pair: new addresses come from its half of the pool.
+    pub fn in_pair(&mut self, host: usize) {
+        self.half = Some(host.min(1));
     }
 }
 
@@ -159,6 +170,24 @@ pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Op
     }
 }
 
+/// The part of `pool` this server hands new addresses out of: all of it, or in a pair its
+/// half (the lower one for the preferred host, which gets the odd address); `None` if empty.
+pub fn share(pool: Pool, half: Option<usize>) -> Option<Pool> {
+    let (start, end) = (u32::from(pool.start), u32::from(pool.end));
+    let lower_end = start + (end - start) / 2;
+    match half {
+        None => Some(pool),
+        Some(0) => Some(Pool {
+            start: pool.start,
+            end: lower_end.into(),
+        }),
+        Some(_) => (lower_end < end).then(|| Pool {
+            start: (lower_end + 1).into(),
+            end: pool.end,
+        }),
+    }
+}
+
 fn requested(req: &Message) -> Option<Ipv4Addr> {
     match req.opts().get(OptionCode::RequestedIpAddress) {
         Some(DhcpOption::RequestedIpAddress(ip)) => Some(*ip),
@@ -189,7 +218,18 @@ fn request(
         Some(r) => r.ip == wanted,
         // Without a pool only reservations are served; unknown clients get silence.
         None if plan.pool.is_none() => return None,
-        None => plan.pool.is_some_and(|p| p.contains(wanted)) && state.free_for(wanted, mac, now),
+        None => {
+            let held = state
+                .leases
+                .of_mac(mac, now)
+                .is_some_and(|l| l.ip == wanted);
+            let ours = plan
+                .pool
+                .and_then(|p| share(p, state.half))
+                .is_some_and(|p| p.contains(wanted));
+            let in_pool = plan.pool.is_some_and(|p| p.contains(wanted));
+            in_pool && (held || ours) && state.free_for(wanted, mac, now)
+        }
     };
     if !grant {
         // The address is wrong for this client; as the subnet's authority, say so at once.
@@ -218,7 +258,7 @@ fn allocate(
     mac: MacAddr,
     now: u64,
 ) -> Option<Ipv4Addr> {
-    let pool = plan.pool?;
+    let pool = share(plan.pool?, state.half)?;
     let free = |state: &State, ip: Ipv4Addr| pool.contains(ip) && state.free_for(ip, mac, now);
     if let Some(lease) = state.leases.of_mac(mac, now) {
         return Some(lease.ip);

@@ -50,6 +50,9 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut state = State::new(leases);
+    if let Some(host) = active.host() {
+        state.in_pair(host);
+    }
     // In a pair, leases travel through the journal: recorded here (the active host's
     // replication sends them) and replicated here (the standby's records them).
     let mut replicated = active.paired().then(|| {

@@ -770,3 +770,99 @@ fn a_packet_that_trips_the_decoder_is_dropped_not_fatal() {
         assert!(decoded.is_none());
     }
 }
+
+/// A pair's hosts hand out new addresses from their own halves of the pool, so two hosts cut
+/// from each other (both active) never give one address to two clients; a lease one host
+/// granted (and replicated) is renewed by the other.
+#[test]
+fn a_pair_splits_the_pool_and_renews_each_others_leases() {
+    use super::leases::Lease;
+    use super::reply::share;
+    let plan = plan("  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.110 }");
+    let pool = plan.pool.unwrap();
+    let (lower, upper) = (share(pool, Some(0)).unwrap(), share(pool, Some(1)).unwrap());
+    assert_eq!(
+        (lower.start, lower.end),
+        ([10, 0, 0, 100].into(), [10, 0, 0, 105].into())
+    );
+    assert_eq!(
+        (upper.start, upper.end),
+        ([10, 0, 0, 106].into(), [10, 0, 0, 110].into())
+    );
+    let one = config::Pool {
+        start: [10, 0, 0, 9].into(),
+        end: [10, 0, 0, 9].into(),
+    };
+    assert!(
+        share(one, Some(1)).is_none(),
+        "a one-address pool is the first host's"
+    );
+
+    let mut hosts = [
+        State::new(Leases::in_memory()),
+        State::new(Leases::in_memory()),
+    ];
+    hosts[0].in_pair(0);
+    hosts[1].in_pair(1);
+    let mut given = Vec::new();
+    // Eleven clients at each host, both believing they are alone.
+    for (h, state) in hosts.iter_mut().enumerate() {
+        for c in 0..11u8 {
+            let mac = [2, 0, 0, 0, h as u8, c];
+            if let Some(out) = handle(
+                &request(mac, MessageType::Discover, vec![]),
+                &plan,
+                state,
+                0,
+            ) {
+                let ip = out.message.yiaddr();
+                let share = if h == 0 { lower } else { upper };
+                assert!(share.contains(ip), "host {h} offered {ip} outside its half");
+                given.push(ip);
+            }
+        }
+    }
+    let mut unique = given.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        given.len(),
+        "an address offered twice: {given:?}"
+    );
+    assert_eq!(given.len(), 11, "each half is used up, not more");
+
+    // A lease from the lower half, replicated to the upper host, is renewed there.
+    let mac = [2, 0, 0, 0, 9, 9];
+    hosts[1].leases.record(Lease {
+        ip: [10, 0, 0, 101].into(),
+        mac: super::super::vocabulary::MacAddr(mac),
+        expires: 10_000,
+    });
+    let renew = handle(
+        &request(
+            mac,
+            MessageType::Request,
+            vec![DhcpOption::RequestedIpAddress([10, 0, 0, 101].into())],
+        ),
+        &plan,
+        &mut hosts[1],
+        100,
+    )
+    .unwrap();
+    assert_eq!(renew.message.opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(renew.message.yiaddr(), Ipv4Addr::new(10, 0, 0, 101));
+    // Without that lease, the upper host does not grant a lower-half address.
+    let stranger = handle(
+        &request(
+            [2, 0, 0, 0, 8, 8],
+            MessageType::Request,
+            vec![DhcpOption::RequestedIpAddress([10, 0, 0, 102].into())],
+        ),
+        &plan,
+        &mut hosts[1],
+        100,
+    )
+    .unwrap();
+    assert_eq!(stranger.message.opts().msg_type(), Some(MessageType::Nak));
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use ipnet::Ipv4Net;
 
-use crate::config::{Config, MacAddr, Pool};
+use crate::config::{Config, MacAddr};
+// The dynamic range, as the config validated it; the DHCP server names it from here.
+pub use crate::config::Pool;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpPlan {

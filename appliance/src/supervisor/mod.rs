@@ -116,7 +116,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
                 if i == 0 { "preferred" } else { "second" },
                 ha.priority(i)
             );
-            Some(ha.hosts[i])
+            Some((i, ha.hosts[i]))
         }
         None => None,
     };
@@ -149,7 +149,11 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     };
 
     let journal = Journal::new();
-    let active = crate::ha::Activity::for_plan(&plan);
+    let active = match ha_host {
+        Some((i, _)) => crate::ha::Activity::standby(i),
+        None => crate::ha::Activity::always(),
+    };
+    let ha_host = ha_host.map(|(_, addr)| addr);
     let serial = first_serial(&plan);
     let handle: plan::Handle = Arc::new(ArcSwap::from_pointee(plan));
     let token = CancellationToken::new();
