@@ -9,7 +9,7 @@
 //! none may fail once the address has moved.
 //!
 //! Replication: the node's install marker (it fetched its ignition from the active host) and
-//! a drain made on the active host reach the standby, and hold there after the failover (the
+//! a drain made on the active host (of a second master) reach the standby, and hold there after the failover (the
 //! node's next script boots its disk instead of installing again); a peer without the secret
 //! is refused. A DHCP client (busybox udhcpc) with a pool address from the active host renews
 //! it at the other one after the failover: the lease was replicated.
@@ -45,6 +45,7 @@ network:
   dhcp_pool: {{ start: 10.99.0.100, end: 10.99.0.120 }}
 nodes:
   - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
+  - {{ name: mst1, role: master, mac: "52:54:00:00:00:12", ip: 10.99.0.12 }}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
 ha: {{ hosts: [{}, {}], router_id: 77, secret_file: ha-secret }}
 lb: {{ health: {{ interval: 200ms, timeout: 200ms, rise: 1, fall: 1, control_plane_check: tcp }} }}
@@ -87,6 +88,24 @@ fn has_vip(ns: &Netns) -> bool {
 
 fn dig(ns: &Netns, server: &str) -> Option<String> {
     dig_in(ns.name(), server)
+}
+
+/// A new connection through the balancer's API frontend, from the namespace named `ns`: an
+/// HTTP answer from the backend behind it.
+fn connect_in(ns: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args([
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "1",
+            &format!("http://{VIP}:6443/"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// `dig` in the namespace named `ns` (from any thread).
@@ -196,6 +215,15 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
             .unwrap()
             .replace(dirs[1].path().to_str().unwrap(), "")
     );
+    // The API server behind the balancer: any TCP listener on the node's address.
+    let _api = node
+        .spawn(
+            "api backend",
+            ["python3", "-m", "http.server", "-b", "10.99.0.11", "6443"],
+        )
+        .unwrap();
+    node.wait_tcp("10.99.0.11:6443".parse().unwrap(), Duration::from_secs(10))
+        .unwrap();
     let mut first = start_appliance(&hosts[0], &configs[0]);
     let second = start_appliance(&hosts[1], &configs[1]);
     assert!(
@@ -280,12 +308,12 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         all.push("--state-dir");
         run(&all, &[state.to_str().unwrap()])
     };
-    let (ok, out) = lb(dirs[0].path(), &["drain", "mst0"]);
+    let (ok, out) = lb(dirs[0].path(), &["drain", "mst1"]);
     assert!(ok, "{out}");
     assert!(
         wait_until(Duration::from_secs(5), || lb(dirs[1].path(), &["status"])
             .1
-            .contains("api mst0 10.99.0.11:6443 draining")),
+            .contains("api mst1 10.99.0.12:6443 draining")),
         "the drain never reached the standby: {}",
         lb(dirs[1].path(), &["status"]).1
     );
@@ -324,7 +352,8 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         second.log_tails()
     );
 
-    // DNS queries across the switch, every 100 ms, from the client.
+    // DNS queries and new connections through the balancer across the switch, every 100 ms,
+    // from the client.
     let stop = Arc::new(AtomicBool::new(false));
     let moved_at: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
     let (failed_before, failed_after) =
@@ -339,7 +368,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
             while !stop.load(Ordering::Relaxed) && sent < 300 {
                 sent += 1;
                 let asked = Instant::now();
-                if dig_in(&client_ns, VIP).is_none() {
+                if dig_in(&client_ns, VIP).is_none() || !connect_in(&client_ns) {
                     let moved = *moved_at.lock().unwrap();
                     // A query sent before the move may be lost with the dead host.
                     if moved.is_some_and(|m| asked > m) {
@@ -423,7 +452,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     assert!(
         lb(dirs[1].path(), &["status"])
             .1
-            .contains("api mst0 10.99.0.11:6443 draining")
+            .contains("api mst1 10.99.0.12:6443 draining")
     );
     assert_eq!(
         ignition_status(&node),
@@ -434,7 +463,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     stop.store(true, Ordering::Relaxed);
     let sent = prober.join().unwrap();
     eprintln!(
-        "ha failover: the address moved {took:?} after kill -9; DNS queries every 100 ms: {sent} sent, {} failed before the move, {} after",
+        "ha failover: the address moved {took:?} after kill -9; a DNS query and a new LB connection every 100 ms: {sent} rounds, {} failed before the move, {} after",
         failed_before.load(Ordering::Relaxed),
         failed_after.load(Ordering::Relaxed)
     );
@@ -444,4 +473,103 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
             .stderr()
             .contains("this host is now the active one of the pair")
     );
+}
+
+/// A split brain: the two hosts cut from each other (bridge port isolation), not from the
+/// clients. Both become active; new clients get addresses only from each host's own half of
+/// the pool, so no address is handed out twice.
+#[test]
+fn a_split_brain_never_hands_one_address_to_two_clients() {
+    if !require_root() || !require_tools(&["keepalived", "busybox", "unshare", "bridge"]) {
+        return;
+    }
+    let topo = Topology::new("hasb").unwrap();
+    let hosts = [
+        topo.add_node("hsta", &format!("{}/24", HOSTS[0]), None)
+            .unwrap(),
+        topo.add_node("hstb", &format!("{}/24", HOSTS[1]), None)
+            .unwrap(),
+    ];
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let configs = [config(dirs[0].path()), config(dirs[1].path())];
+    let apps = [
+        start_appliance(&hosts[0], &configs[0]),
+        start_appliance(&hosts[1], &configs[1]),
+    ];
+    for h in &hosts {
+        let out = topo
+            .services()
+            .exec(["bridge", "link", "set", "dev", h.port(), "isolated", "on"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _keepalived = [
+        keepalived(&hosts[0], dirs[0].path(), HOSTS[0]),
+        keepalived(&hosts[1], dirs[1].path(), HOSTS[1]),
+    ];
+    assert!(
+        wait_until(Duration::from_secs(15), || state(dirs[0].path())
+            .contains("ok: active")
+            && state(dirs[1].path()).contains("ok: active")),
+        "both should be active when cut off from each other: {} / {}",
+        state(dirs[0].path()),
+        state(dirs[1].path())
+    );
+    // Six new clients; both hosts hear every DISCOVER and both answer.
+    let mut leases = Vec::new();
+    for c in 0..6u8 {
+        let ns = topo.add_bare_node(&format!("c{c}")).unwrap();
+        ns.set_mac(&format!("52:54:00:00:01:{c:02x}")).unwrap();
+        let hook = Hook::new(dirs[0].path(), &format!("udhcpc{c}"));
+        let hook_path = hook.path.display().to_string();
+        let mut client = Process::spawn(
+            "udhcpc",
+            guarded(
+                &ns,
+                &dirs[0].path().join(format!("resolv{c}.conf")),
+                &[
+                    "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-q", "-t", "5",
+                    "-T", "1",
+                ],
+            ),
+        )
+        .unwrap();
+        let bound = hook
+            .wait(0, &["bound"], Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), client.log_tails()));
+        leases.push(bound.env["ip"].clone());
+        let _ = client.wait_timeout(Duration::from_secs(5));
+        drop(ns);
+    }
+    let mut unique = leases.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        leases.len(),
+        "an address went to two clients: {leases:?}"
+    );
+    // Each host acknowledged only addresses of its own half (.100-.110 and .111-.120).
+    for (h, app) in apps.iter().enumerate() {
+        for line in app
+            .stderr()
+            .lines()
+            .filter(|l| l.contains(": dhcp ack ") || l.contains(" dhcp ack "))
+        {
+            let ip: std::net::Ipv4Addr = line
+                .split("dhcp ack ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|ip| ip.parse().ok())
+                .unwrap();
+            let last = ip.octets()[3];
+            let ours = if h == 0 { 100..=110 } else { 111..=120 };
+            assert!(ours.contains(&last), "host {h} acknowledged {ip}");
+        }
+    }
 }

@@ -232,6 +232,16 @@ fn request(
         }
     };
     if !grant {
+        // In a pair, the other host's half is the other host's to answer: both carry the same
+        // server identifier, so a REQUEST for an address it offered reaches this host too.
+        let others = reservation.is_none()
+            && state.half.is_some()
+            && plan.pool.is_some_and(|p| {
+                p.contains(wanted) && !share(p, state.half).is_some_and(|s| s.contains(wanted))
+            });
+        if others {
+            return None;
+        }
         // The address is wrong for this client; as the subnet's authority, say so at once.
         if !plan.subnet.contains(&wanted) && server_id.is_none() && reservation.is_none() {
             return None;
