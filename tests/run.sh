@@ -30,6 +30,8 @@ PACKAGES=(
   python3-cryptography
   # The pair of appliances' test (tests/e2e/ha.rs) runs Debian's keepalived.
   keepalived
+  # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs).
+  python3-prometheus-client
 )
 
 missing=()

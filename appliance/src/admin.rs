@@ -3,7 +3,8 @@
 //! module) reach a running appliance.
 //!
 //! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
-//! `journal`, `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`, `cluster down`.
+//! `journal`, `status` (JSON), `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`,
+//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`.
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
@@ -76,6 +77,7 @@ pub fn start(
     reloads: mpsc::Sender<ReloadRequest>,
     orchestration: Result<Orchestrator, String>,
     ha_host: Option<std::net::Ipv4Addr>,
+    fixed: crate::status::Fixed,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
     let parts = Parts {
@@ -86,6 +88,7 @@ pub fn start(
         orchestration: Arc::new(orchestration),
         active: ctx.active.clone(),
         ha_host,
+        fixed: Arc::new(fixed),
     };
     Ok(Box::pin(serve(listener, parts, ctx.shutdown.clone())))
 }
@@ -101,6 +104,7 @@ struct Parts {
     active: crate::ha::Activity,
     /// This host's own address, in a pair.
     ha_host: Option<std::net::Ipv4Addr>,
+    fixed: Arc<crate::status::Fixed>,
 }
 
 async fn serve(
@@ -143,6 +147,10 @@ async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
         ["node", "reinstall", node] => reinstall(node, &parts.plan.load(), &parts.journal),
         ["reload"] => reload(&parts.reloads).await,
         ["ha", rest @ ..] => ha(parts, rest).await,
+        ["status"] => match serde_json::to_string(&whole_status(parts)) {
+            Ok(json) => format!("ok\n{json}\n"),
+            Err(e) => format!("error: {e}\n"),
+        },
         ["cluster", rest @ ..] => match parts.orchestration.as_ref() {
             Ok(o) => cluster(o, rest).await,
             Err(why) => format!("error: the install orchestration is unavailable: {why}\n"),
@@ -201,6 +209,54 @@ pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> Stri
               node reinstall NODE | reload | journal)\n"
             .to_owned(),
     }
+}
+
+/// The whole status, now.
+pub fn status_of(
+    fixed: &crate::status::Fixed,
+    plan: &Plan,
+    journal: &Journal,
+    pools: &Pools,
+    orchestration: Option<&Orchestrator>,
+    active: &crate::ha::Activity,
+    ha_host: Option<std::net::Ipv4Addr>,
+) -> crate::status::Status {
+    let ha = ha_host.map(|host| {
+        let r = active.replication();
+        crate::status::HaStatus {
+            host: host.to_string(),
+            active: active.is_active(),
+            replication_connected: r.connected,
+            replication_updates: r.updates,
+            last_update: r.last_update.and_then(|t| {
+                t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs())
+            }),
+        }
+    });
+    let progress = orchestration.map(Orchestrator::progress);
+    crate::status::collect(
+        fixed,
+        plan,
+        &journal.recent(),
+        pools,
+        progress.as_ref(),
+        ha,
+        std::time::SystemTime::now(),
+    )
+}
+
+fn whole_status(parts: &Parts) -> crate::status::Status {
+    status_of(
+        &parts.fixed,
+        &parts.plan.load(),
+        &parts.journal,
+        &parts.pools.load(),
+        parts.orchestration.as_ref().as_ref().ok(),
+        &parts.active,
+        parts.ha_host,
+    )
 }
 
 /// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.

@@ -5,6 +5,7 @@
 
 mod cluster_cmd;
 mod nodes_cmd;
+mod status_cmd;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -88,6 +89,15 @@ enum Command {
     Node {
         #[command(subcommand)]
         action: NodeAction,
+    },
+    /// The running appliance at a glance: every node's reservation, last DHCP exchange, files
+    /// fetched and install phase; every load-balancer backend; listeners, plan, uptime.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// JSON, for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// One of a pair of appliances: keepalived's check and notify hooks, and its state.
     Ha {
@@ -377,6 +387,10 @@ fn main() -> ExitCode {
             nodes_cmd::run(verb, &targets.args, yes, style())
         }
         Command::Cluster { action } => cluster(&action),
+        Command::Status { target, json } => match target.state_dir() {
+            Ok(dir) => status_cmd::run(&dir, json),
+            Err(code) => code,
+        },
         Command::Ha { action } => match &action {
             HaAction::Check { target } => admin(target, "ha health"),
             HaAction::Notify { state, target } => admin(

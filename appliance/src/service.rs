@@ -30,6 +30,8 @@ pub struct Context {
     /// Whether this host is the active one of a pair (always, outside a pair): DHCP and
     /// ignition answer only then.
     pub active: crate::ha::Activity,
+    /// Where the services count what they do (`/metrics`).
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 /// A started service: serves until the shutdown token is cancelled, or fails.

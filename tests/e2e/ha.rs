@@ -433,6 +433,25 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         second.log_tails()
     );
 
+    // The new active host's metrics: DNS answered, the renewal counted, the lease live.
+    let m = crate::support::scrape(&client, &format!("http://{VIP}:8080/metrics"));
+    assert!(
+        m["okd_appliance_dns_answers_total{qtype=\"A\",rcode=\"NOERROR\"}"] >= 1.0,
+        "{m:#?}"
+    );
+    assert!(
+        m["okd_appliance_dhcp_messages_total{type=\"request\"}"] >= 1.0,
+        "{m:#?}"
+    );
+    assert!(m["okd_appliance_dhcp_leases{}"] >= 1.0, "{m:#?}");
+    let st = run(
+        &["status", "--json", "--state-dir"],
+        &[dirs[1].path().join("state").to_str().unwrap()],
+    );
+    let st: serde_json::Value = serde_json::from_str(&st.1).unwrap();
+    assert_eq!(st["appliance"]["ha"]["active"], true, "{st}");
+    assert_eq!(st["appliance"]["ha"]["host"], HOSTS[1], "{st}");
+
     // The node is not installed again by the new active host; the drain still holds.
     let script = node
         .exec([

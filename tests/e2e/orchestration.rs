@@ -265,6 +265,86 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         assert!(log.contains(refused), "no {refused:?} in\n{log}");
     }
 
+    // The same, as metrics and as `status` (the counters began with the restart: the script
+    // fetched here is counted).
+    let script = master
+        .netns()
+        .exec([
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            "http://10.99.0.1:8080/boot/52-54-00-00-00-11.ipxe",
+        ])
+        .status()
+        .unwrap();
+    assert!(script.success());
+    let m = crate::support::scrape(&master, "http://10.99.0.1:8080/metrics");
+    for (sample, want) in [
+        (
+            "okd_appliance_install_phase{node=\"wrk0\",phase=\"ready\"}",
+            1.0,
+        ),
+        (
+            "okd_appliance_install_phase{node=\"mst0\",phase=\"ready\"}",
+            1.0,
+        ),
+        (
+            "okd_appliance_lb_backend_draining{addr=\"10.99.0.7:6443\",backend=\"bst\",frontend=\"api\"}",
+            1.0,
+        ),
+        (
+            "okd_appliance_lb_backend_up{addr=\"10.99.0.11:6443\",backend=\"mst0\",frontend=\"api\"}",
+            1.0,
+        ),
+        (
+            "okd_appliance_http_requests_total{route=\"script\",status=\"200\"}",
+            1.0,
+        ),
+    ] {
+        assert_eq!(m.get(sample), Some(&want), "{sample} in {m:#?}");
+    }
+    assert!(
+        m["okd_appliance_lb_backend_received_bytes_total{addr=\"10.99.0.11:6443\",backend=\"mst0\",frontend=\"api\"}"]
+            > 1000.0,
+        "the orchestration's API calls went through the balancer"
+    );
+    let st = std::process::Command::new(appliance_bin().unwrap())
+        .args(["status", "--json", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["appliance"]["cluster_phase"], "installed", "{st}");
+    let wrk0 = st["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "wrk0")
+        .unwrap();
+    assert_eq!(wrk0["phase"], "ready", "{st}");
+    let mst0 = st["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "mst0")
+        .unwrap();
+    assert!(mst0["ignition"].as_u64().is_some(), "{st}");
+    let table = std::process::Command::new(appliance_bin().unwrap())
+        .args(["status", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("draining") && table.contains("wrk0"),
+        "{table}"
+    );
+    assert!(
+        !table.contains('\u{1b}'),
+        "no colour off a terminal: {table}"
+    );
+
     // The table for people.
     let table = text(&cli(&state, &["status"]));
     assert!(table.starts_with("cluster: installed (idle)\n"), "{table}");

@@ -70,3 +70,50 @@ pub fn run_ok(program: &str, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `/metrics` at `url`, fetched from inside `ns` and read by the official Prometheus client's
+/// OpenMetrics parser (Debian's python3-prometheus-client, which refuses malformed
+/// exposition): every sample as `name{label="value",...}` (labels sorted) to its value.
+pub fn scrape(ns: &harness::Netns, url: &str) -> std::collections::HashMap<String, f64> {
+    const PARSE: &str = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join('%s="%s"' % kv for kv in sorted(s.labels.items()))
+        print("%s{%s} %r" % (s.name, labels, s.value))
+"#;
+    let body = ns
+        .exec(["curl", "-sf", "--max-time", "5", url])
+        .output()
+        .expect("curl");
+    assert!(body.status.success(), "GET {url} failed");
+    let mut parse = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write as _;
+    parse
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&body.stdout)
+        .expect("write");
+    let out = parse.wait_with_output().expect("parser");
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused {url}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&body.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}

@@ -53,6 +53,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
         ctx.plan.clone(),
         ctx.journal.clone(),
         ctx.active.clone(),
+        std::sync::Arc::clone(&ctx.metrics),
         ctx.shutdown.clone(),
     ))]))
 }

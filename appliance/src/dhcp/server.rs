@@ -47,6 +47,7 @@ pub async fn serve(
     plan: plan::Handle,
     journal: Journal,
     active: crate::ha::Activity,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut state = State::new(leases);
@@ -103,6 +104,9 @@ pub async fn serve(
                 tracing::debug!("dhcp: undecodable packet from {from}");
                 continue;
             };
+            if let Some(kind) = request.opts().msg_type() {
+                metrics.dhcp_message(u8::from(kind));
+            }
             match handle(&request, &current.dhcp, &mut state, now) {
                 // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.
                 Some(out) if out.acked.is_none() => send(&socket, &out.message, out.to).await,
@@ -115,6 +119,17 @@ pub async fn serve(
         if let Err(e) = synced {
             tracing::error!("{:#}: not answering this batch", anyhow::Error::new(e));
             continue;
+        }
+        let live = state.leases.len();
+        metrics
+            .dhcp_leases
+            .set(i64::try_from(live).unwrap_or(i64::MAX));
+        if let Some(pool) = current.dhcp.pool {
+            let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
+            let used = state.leases.iter().filter(|l| pool.contains(l.ip)).count() as u64;
+            metrics
+                .dhcp_pool_free
+                .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
         }
         for lease in state.leases.take_changes() {
             journal.publish(

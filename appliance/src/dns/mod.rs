@@ -22,7 +22,7 @@ use crate::sockets::{BoundSocket, Proto};
 /// Answers on every UDP socket and TCP listener in `sockets`, all sharing one index of the plan
 /// and one forwarder cache.
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
-    let shared = server::Shared::new(ctx.plan.clone());
+    let shared = server::Shared::new(ctx.plan.clone(), Arc::clone(&ctx.metrics));
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let (addr, proto) = (bound.local_addr, bound.spec.proto);

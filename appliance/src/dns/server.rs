@@ -38,6 +38,7 @@ pub struct Shared {
     plan: plan::Handle,
     current: Mutex<Arc<Indexed>>,
     forwarder: Forwarder,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A plan made ready for answering.
@@ -84,12 +85,13 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 impl Shared {
-    pub fn new(plan: plan::Handle) -> Arc<Shared> {
+    pub fn new(plan: plan::Handle, metrics: Arc<crate::metrics::Metrics>) -> Arc<Shared> {
         let indexed = Arc::new(Indexed::new(plan.load_full()));
         Arc::new(Shared {
             plan,
             current: Mutex::new(indexed),
             forwarder: Forwarder::default(),
+            metrics,
         })
     }
 
@@ -153,7 +155,10 @@ pub async fn serve_udp(
                         rrl.check(client.ip(), outcome, &lower[..qname_len], now)
                     };
                     match verdict {
-                        Verdict::Send => send(&socket, &out[..len], client).await,
+                        Verdict::Send => {
+                            count(&shared.metrics, &out[..len]);
+                            send(&socket, &out[..len], client).await;
+                        }
                         Verdict::Drop => {}
                         Verdict::Slip => {
                             let len = slip_reply(request, &mut out);
@@ -168,9 +173,12 @@ pub async fn serve_udp(
                         .forwarder
                         .cached(request, &query, qname, limit, &mut out)
                     {
+                        shared.metrics.dns_cache_hits.inc();
+                        count(&shared.metrics, &out[..len]);
                         send(&socket, &out[..len], client).await;
                         continue;
                     }
+                    shared.metrics.dns_cache_misses.inc();
                     let (socket, shared, indexed) = (
                         Arc::clone(&socket),
                         Arc::clone(&shared),
@@ -184,6 +192,7 @@ pub async fn serve_udp(
                             &shared, &indexed, &request, &query, &qname, limit, &mut out,
                         )
                         .await;
+                        count(&shared.metrics, &out[..len]);
                         send(&socket, &out[..len], client).await;
                     });
                 }
@@ -194,6 +203,17 @@ pub async fn serve_udp(
         () = token.cancelled() => Ok(()),
         () = serve => Ok(()),
     }
+}
+
+/// Counts an answer by its rcode and question type, read from its wire form.
+fn count(metrics: &crate::metrics::Metrics, reply: &[u8]) {
+    if reply.len() < 12 {
+        return;
+    }
+    let qtype = wire::skip_name(reply, 12)
+        .and_then(|p| reply.get(p..p + 2))
+        .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
+    metrics.dns_answer(reply[3] & 0x0f, qtype);
 }
 
 async fn send(socket: &UdpSocket, reply: &[u8], client: SocketAddr) {
@@ -237,11 +257,16 @@ async fn forward_or_servfail(
     out: &mut Vec<u8>,
 ) -> usize {
     let upstreams = &indexed.plan.resolver.upstreams;
-    match shared
+    let asked = std::time::Instant::now();
+    let forwarded = shared
         .forwarder
         .forward(request, query, qname, upstreams, limit, out)
-        .await
-    {
+        .await;
+    shared
+        .metrics
+        .dns_upstream_seconds
+        .observe(asked.elapsed().as_secs_f64());
+    match forwarded {
         Ok(len) => len,
         Err(e) => {
             tracing::debug!("forwarding failed: {e}");
@@ -329,8 +354,12 @@ async fn serve_connection(
                     .forwarder
                     .cached(request, &query, &qname, limit, &mut out)
                 {
-                    Some(len) => len,
+                    Some(len) => {
+                        shared.metrics.dns_cache_hits.inc();
+                        len
+                    }
                     None => {
+                        shared.metrics.dns_cache_misses.inc();
                         forward_or_servfail(
                             shared, &indexed, request, &query, &qname, limit, &mut out,
                         )
@@ -350,6 +379,7 @@ async fn serve_connection(
                 continue;
             }
         };
+        count(&shared.metrics, &out[..len]);
         write_framed(&mut stream, &out[..len]).await?;
     }
 }

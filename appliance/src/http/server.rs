@@ -49,6 +49,7 @@ pub async fn serve(
     plan: plan::Handle,
     journal: Journal,
     active: crate::ha::Activity,
+    metrics: Arc<crate::metrics::Metrics>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -75,12 +76,13 @@ pub async fn serve(
                 }
             },
         };
-        let (plan, journal, token, isos, active) = (
+        let (plan, journal, token, isos, active, metrics) = (
             Arc::clone(&plan),
             journal.clone(),
             token.clone(),
             Arc::clone(&isos),
             active.clone(),
+            Arc::clone(&metrics),
         );
         // A response head and a sendfile body are two writes: with Nagle's algorithm the body
         // of a small file would wait for the client's delayed ACK of the head (~40 ms).
@@ -93,12 +95,13 @@ pub async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let (plan, journal, segments, isos, active) = (
+                let (plan, journal, segments, isos, active, metrics) = (
                     Arc::clone(&plan),
                     journal.clone(),
                     segments.clone(),
                     Arc::clone(&isos),
                     active.is_active(),
+                    Arc::clone(&metrics),
                 );
                 async move {
                     let plan = plan.load_full();
@@ -109,8 +112,26 @@ pub async fn serve(
                         segments: &segments,
                         isos: &isos,
                         active,
+                        metrics: &metrics,
                     };
-                    Ok::<_, Infallible>(handle(&req, &context).await)
+                    let response = handle(&req, &context).await;
+                    // What the body announces: a file's length, a generated document's size.
+                    let bytes = hyper::body::Body::size_hint(response.body())
+                        .exact()
+                        .or_else(|| {
+                            response
+                                .headers()
+                                .get(header::CONTENT_LENGTH)
+                                .and_then(|v| v.to_str().ok())
+                                .and_then(|v| v.parse().ok())
+                        })
+                        .unwrap_or(0);
+                    metrics.http_request(
+                        route(req.uri().path()),
+                        response.status().as_u16(),
+                        bytes,
+                    );
+                    Ok::<_, Infallible>(response)
                 }
             });
             let conn = http1::Builder::new()
@@ -168,6 +189,7 @@ struct Context<'a> {
     isos: &'a IsoCache,
     /// This host is the active one of its pair (always, outside a pair).
     active: bool,
+    metrics: &'a crate::metrics::Metrics,
 }
 
 async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
@@ -178,6 +200,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         segments,
         isos,
         active,
+        metrics,
     } = *cx;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -190,6 +213,14 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     let files = &plan.files;
     if path == "/healthz" {
         return text(StatusCode::OK, "ok\n");
+    }
+    if path == "/metrics" {
+        let mut r = text(StatusCode::OK, &metrics.encode());
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        return r;
     }
     if let Some(name) = path
         .strip_prefix("/boot/")
@@ -349,6 +380,29 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         };
     }
     text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// The route a path belongs to, for the request counters (a fixed set: no label per node).
+fn route(path: &str) -> &'static str {
+    if path.starts_with("/boot/") {
+        "script"
+    } else if path.starts_with("/ignition/roles/") {
+        "role-ignition"
+    } else if path.starts_with("/ignition/") {
+        "ignition"
+    } else if path.starts_with("/iso/") {
+        "iso"
+    } else if path.starts_with("/artifacts/") {
+        "artifacts"
+    } else if path == "/metrics" {
+        "metrics"
+    } else if path == "/healthz" {
+        "healthz"
+    } else if path.ends_with(".efi") || path.ends_with(".kpxe") || path.ends_with(".pxe") {
+        "ipxe"
+    } else {
+        "other"
+    }
 }
 
 /// A GET without a Range, or one whose range starts at the first byte: the start of a

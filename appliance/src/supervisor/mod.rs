@@ -121,6 +121,17 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         None => None,
     };
     let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
+    let fixed = crate::status::Fixed {
+        started: SystemTime::now(),
+        listeners: sockets
+            .iter()
+            .map(|s| crate::status::Listener {
+                service: s.spec.service.name().to_owned(),
+                proto: s.spec.proto.to_string(),
+                addr: s.local_addr,
+            })
+            .collect(),
+    };
     for s in &sockets {
         tracing::info!(
             "listening for {}/{} on {}",
@@ -162,11 +173,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         journal: journal.clone(),
         shutdown: token.clone(),
         active,
+        metrics: Arc::new(crate::metrics::Metrics::new()),
     };
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
-    let started = start_services(sockets, admin_socket, reload_requests, ha_host, &ctx)?;
+    let started = start_services(sockets, admin_socket, reload_requests, ha_host, fixed, &ctx)?;
     let running_as = loaded.config.run_as.as_ref();
 
     if let Some(account) = account {
@@ -223,6 +235,7 @@ fn start_services(
     admin_socket: Option<std::os::unix::net::UnixListener>,
     reloads: tokio::sync::mpsc::Sender<crate::admin::ReloadRequest>,
     ha_host: Option<std::net::Ipv4Addr>,
+    fixed: crate::status::Fixed,
     ctx: &service::Context,
 ) -> Result<Vec<(&'static str, Running)>, ServeError> {
     let mut sockets = sockets;
@@ -277,6 +290,11 @@ fn start_services(
             Err(format!("{e:#}"))
         }
     };
+    ctx.metrics.attach(Box::new(crate::status::Sampler {
+        pools: Arc::clone(&pools),
+        orchestrator: orchestration.as_ref().ok().cloned(),
+        plan: Arc::clone(&ctx.plan),
+    }));
     // A pair's replication: without it a failover loses state, so it must start.
     if let (Some(host), Some(ha)) = (ha_host, ctx.plan.load().ha.clone()) {
         let peer = if ha.hosts[0] == host {
@@ -304,7 +322,7 @@ fn start_services(
     }
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx, pools, reloads, orchestration, ha_host) {
+        match crate::admin::start(listener, ctx, pools, reloads, orchestration, ha_host, fixed) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }

@@ -1,0 +1,168 @@
+//! `okd-appliance status FILE|--state-dir DIR [--json]`: the running appliance at a glance,
+//! through its admin socket. Tables for people (colour only on a terminal), JSON for scripts.
+//!
+//! Exit codes: 0 shown, 1 the appliance can't be reached (or the config is invalid).
+
+use std::io::IsTerminal as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{Cell, Color, Table};
+use okd_appliance::admin;
+use okd_appliance::status::Status;
+
+pub fn run(state_dir: &Path, json: bool) -> ExitCode {
+    let reply = match admin::call(state_dir, "status") {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!(
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
+                admin::socket_path(state_dir).display()
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let Some(body) = reply.strip_prefix("ok\n") else {
+        eprint!("{reply}");
+        return ExitCode::from(1);
+    };
+    if json {
+        print!("{body}");
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::from_str::<Status>(body) {
+        Ok(status) => {
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            print!("{}", render(&status, SystemTime::now(), colour));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: the appliance's status does not read: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn ago(at: Option<u64>, now: SystemTime) -> String {
+    let Some(at) = at else {
+        return "-".to_owned();
+    };
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{} ago",
+        humantime::format_duration(Duration::from_secs(now.saturating_sub(at)))
+    )
+}
+
+fn state_colour(state: &str) -> Option<Color> {
+    match state {
+        "up" | "ready" | "installed" | "joined" => Some(Color::Green),
+        "down" => Some(Color::Red),
+        "draining" => Some(Color::Yellow),
+        _ => None,
+    }
+}
+
+fn cell(text: &str, colour: bool) -> Cell {
+    let c = Cell::new(text);
+    match state_colour(text).filter(|_| colour) {
+        Some(col) => c.fg(col),
+        None => c,
+    }
+}
+
+pub fn render(s: &Status, now: SystemTime, colour: bool) -> String {
+    let a = &s.appliance;
+    let mut out = format!(
+        "okd-appliance {}: up {}, plan {}{}\n",
+        a.version,
+        humantime::format_duration(Duration::from_secs(a.uptime_secs)),
+        a.plan_serial,
+        a.cluster_phase
+            .as_ref()
+            .map(|p| format!(", cluster {p}"))
+            .unwrap_or_default()
+    );
+    if let Some(ha) = &a.ha {
+        out.push_str(&format!(
+            "pair: host {} is {}; replication {} ({} updates, last {})\n",
+            ha.host,
+            if ha.active { "active" } else { "standby" },
+            if ha.replication_connected {
+                "connected"
+            } else {
+                "not connected"
+            },
+            ha.replication_updates,
+            ago(ha.last_update, now)
+        ));
+    }
+    let listeners: Vec<String> = a
+        .listeners
+        .iter()
+        .map(|l| format!("{}/{} {}", l.service, l.proto, l.addr))
+        .collect();
+    out.push_str(&format!("listeners: {}\n", listeners.join(", ")));
+
+    let mut nodes = Table::new();
+    nodes.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "node",
+        "role",
+        "address",
+        "mac",
+        "phase",
+        "dhcp",
+        "script",
+        "kernel",
+        "ignition",
+        "installed",
+    ]);
+    for n in &s.nodes {
+        nodes.add_row(vec![
+            Cell::new(&n.name),
+            Cell::new(&n.role),
+            Cell::new(&n.ip),
+            Cell::new(&n.mac),
+            cell(&n.phase, colour),
+            Cell::new(ago(n.dhcp, now)),
+            Cell::new(ago(n.script, now)),
+            Cell::new(ago(n.kernel, now)),
+            Cell::new(ago(n.ignition, now)),
+            Cell::new(ago(n.installed, now)),
+        ]);
+    }
+    out.push_str(&format!("{nodes}\n"));
+    // Frontends without a listener carry nothing: left out.
+    let served: Vec<_> = s.backends.iter().filter(|b| b.state != "off").collect();
+    if served.is_empty() {
+        out.push_str("load balancer: no frontend listens\n");
+    } else {
+        let mut lb = Table::new();
+        lb.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "frontend",
+            "backend",
+            "address",
+            "state",
+            "since",
+            "active",
+            "connections",
+        ]);
+        for b in served {
+            lb.add_row(vec![
+                Cell::new(&b.frontend),
+                Cell::new(&b.node),
+                Cell::new(b.addr),
+                cell(&b.state, colour),
+                Cell::new(ago(b.since, now)),
+                Cell::new(b.active),
+                Cell::new(b.connections),
+            ]);
+        }
+        out.push_str(&format!("{lb}\n"));
+    }
+    out
+}
