@@ -32,6 +32,8 @@ PACKAGES=(
   keepalived
   # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs).
   python3-prometheus-client
+  # The status page in headless Chromium, driven over the DevTools protocol (tests/e2e/cdp.py).
+  chromium python3-websocket
 )
 
 missing=()

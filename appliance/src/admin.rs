@@ -68,19 +68,16 @@ pub struct ReloadRequest {
     pub reply: oneshot::Sender<Result<String, String>>,
 }
 
-/// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests
-/// go to `reloads`.
-pub fn start(
-    listener: std::os::unix::net::UnixListener,
+/// What the admin socket and the HTTP API reach.
+pub fn parts(
     ctx: &Context,
     pools: SharedPools,
     reloads: mpsc::Sender<ReloadRequest>,
     orchestration: Result<Orchestrator, String>,
     ha_host: Option<std::net::Ipv4Addr>,
     fixed: crate::status::Fixed,
-) -> anyhow::Result<Running> {
-    let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
-    let parts = Parts {
+) -> Parts {
+    Parts {
         plan: ctx.plan.clone(),
         pools,
         reloads,
@@ -89,22 +86,39 @@ pub fn start(
         active: ctx.active.clone(),
         ha_host,
         fixed: Arc::new(fixed),
-    };
-    Ok(Box::pin(serve(listener, parts, ctx.shutdown.clone())))
+        metrics: Arc::clone(&ctx.metrics),
+        shutdown: ctx.shutdown.clone(),
+    }
 }
 
-/// What a session may reach.
+/// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests
+/// go to the supervisor.
+pub fn start(listener: std::os::unix::net::UnixListener, parts: Parts) -> anyhow::Result<Running> {
+    let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
+    let token = parts.shutdown.clone();
+    Ok(Box::pin(serve(listener, parts, token)))
+}
+
+/// What a session (of the admin socket or the HTTP API) may reach.
 #[derive(Clone)]
-struct Parts {
-    plan: plan::Handle,
-    pools: SharedPools,
+pub struct Parts {
+    pub plan: plan::Handle,
+    pub pools: SharedPools,
     reloads: mpsc::Sender<ReloadRequest>,
-    journal: Journal,
+    pub journal: Journal,
     orchestration: Arc<Result<Orchestrator, String>>,
     active: crate::ha::Activity,
     /// This host's own address, in a pair.
     ha_host: Option<std::net::Ipv4Addr>,
     fixed: Arc<crate::status::Fixed>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts").finish_non_exhaustive()
+    }
 }
 
 async fn serve(
@@ -247,7 +261,7 @@ pub fn status_of(
     )
 }
 
-fn whole_status(parts: &Parts) -> crate::status::Status {
+pub fn whole_status(parts: &Parts) -> crate::status::Status {
     status_of(
         &parts.fixed,
         &parts.plan.load(),

@@ -5,6 +5,7 @@
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
 pub mod admin;
+pub mod api;
 pub mod artifacts;
 pub mod config;
 pub mod control;
@@ -31,6 +32,7 @@ pub mod replication;
 pub mod service;
 pub mod sockets;
 pub mod status;
+pub mod status_page;
 pub mod supervisor;
 pub mod tftp;
 pub mod tls;

@@ -90,6 +90,8 @@ pub struct Metrics {
     pub dhcp_pool_free: Gauge,
     http_requests: Family<HttpLabels, Counter>,
     pub http_bytes: Counter,
+    /// Status pages (and other clients) following the event stream now.
+    pub api_event_streams: Gauge,
     sources: Arc<OnceLock<Box<dyn Sources>>>,
 }
 
@@ -168,6 +170,12 @@ impl Metrics {
             "Bytes of the boot server's response bodies (as announced)",
             http_bytes.clone(),
         );
+        let api_event_streams = Gauge::default();
+        registry.register(
+            "api_event_streams",
+            "Clients following the API's event stream",
+            api_event_streams.clone(),
+        );
         let sources: Arc<OnceLock<Box<dyn Sources>>> = Arc::default();
         registry.register_collector(Box::new(Sampled(Arc::clone(&sources))));
         Metrics {
@@ -181,6 +189,7 @@ impl Metrics {
             dhcp_pool_free,
             http_requests,
             http_bytes,
+            api_event_streams,
             sources,
         }
     }

@@ -2,6 +2,7 @@
 //! need root or third-party tools call `harness::require_root()` / `require_tool()` first (loud
 //! skip outside CI, failure with `CI=true`).
 
+mod api;
 mod boot;
 mod boot_support;
 mod day2;

@@ -27,6 +27,16 @@ pub struct Config {
     pub control: super::control::Control,
     pub orchestration: Orchestration,
     pub ha: Option<Ha>,
+    pub api: Option<Api>,
+}
+
+/// The HTTP API on TCP: always TLS, always a bearer token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Api {
+    pub listen: std::net::SocketAddr,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub token_file: PathBuf,
 }
 
 /// Two appliances, one virtual address (`network.appliance_ip`, and the IPv6 one).

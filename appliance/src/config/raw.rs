@@ -40,6 +40,20 @@ pub struct RawConfig {
     /// Two appliances sharing `network.appliance_ip` as a virtual address (keepalived).
     #[serde(default)]
     pub ha: Option<Spanned<RawHa>>,
+    /// The HTTP API and status page beyond the local socket.
+    #[serde(default)]
+    pub api: Option<Spanned<RawApi>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApi {
+    /// `address:port` to serve the API on, with TLS and a bearer token.
+    pub listen: Text,
+    pub cert_file: Text,
+    pub key_file: Text,
+    /// An owner-only file with the bearer token.
+    pub token_file: Text,
 }
 
 #[derive(Debug, Deserialize)]

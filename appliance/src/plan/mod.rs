@@ -56,6 +56,8 @@ pub struct Plan {
     pub orchestration: orchestration::OrchestrationPlan,
     /// The pair sharing the virtual address, when there is one.
     pub ha: Option<ha::HaPlan>,
+    /// The HTTP API on TCP (TLS and a token), when configured.
+    pub api: Option<crate::config::Api>,
 }
 
 /// The listeners as configured; with a pair, DNS also on each host's own address (the
@@ -117,6 +119,7 @@ impl Plan {
             control: machines::derive(config),
             orchestration: orchestration::derive(config),
             ha: ha::derive(config),
+            api: config.api.clone(),
         }
     }
 }

@@ -320,11 +320,45 @@ fn start_services(
         })?;
         running.push(("replication", replication));
     }
+    let parts = crate::admin::parts(ctx, pools, reloads, orchestration, ha_host, fixed);
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, ctx, pools, reloads, orchestration, ha_host, fixed) {
+        match crate::admin::start(listener, parts.clone()) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
+        }
+    }
+    // The HTTP API: the local socket always, TCP (TLS and a token) when configured; a TCP API
+    // that can't start (no token, a bad certificate) is an error to fix, not to skip.
+    let plan = ctx.plan.load();
+    let tcp = match &plan.api {
+        Some(api) => {
+            Some(
+                std::net::TcpListener::bind(api.listen).map_err(|e| ServeError::Service {
+                    service: "api",
+                    source: anyhow::anyhow!("binding {}: {e}", api.listen),
+                })?,
+            )
+        }
+        None => None,
+    };
+    match crate::api::bind_local(&plan.state_dir) {
+        Ok(local) => {
+            let api =
+                crate::api::start(local, tcp, parts).map_err(|source| ServeError::Service {
+                    service: "api",
+                    source,
+                })?;
+            running.push(("api", api));
+        }
+        Err(e) if tcp.is_none() => {
+            tracing::warn!("no API socket in {}: {e}", plan.state_dir.display());
+        }
+        Err(e) => {
+            return Err(ServeError::Service {
+                service: "api",
+                source: anyhow::anyhow!("the API socket in {}: {e}", plan.state_dir.display()),
+            });
         }
     }
     Ok(running)

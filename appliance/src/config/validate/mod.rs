@@ -23,6 +23,7 @@ use super::raw::*;
 use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
 use defaults::*;
 
+mod api;
 mod cluster;
 mod control;
 mod defaults;
@@ -217,6 +218,10 @@ impl Validator<'_> {
         let lb = self.lb(&raw.lb, dir);
         let control = control::control(raw, &nodes, dir, files.credentials(), self.p);
         let orchestration = self.orchestration(&raw.orchestration, dir, &raw.install.value);
+        let api = match &raw.api {
+            None => Some(None),
+            Some(a) => self.api(a, dir, files.credentials()).map(Some),
+        };
         let ha = match &raw.ha {
             None => Some(None),
             Some(h) => self
@@ -254,6 +259,7 @@ impl Validator<'_> {
             control: control?,
             orchestration: orchestration?,
             ha: ha?,
+            api: api?,
         })
     }
 

@@ -1,0 +1,372 @@
+//! The HTTP API and the status page: `GET /` (the page), `GET /api/v1/status` (JSON),
+//! `GET /api/v1/events` (the journal as server-sent events: the recent history, then live),
+//! `GET /metrics`, and the admin socket's actions as `POST /api/v1/nodes/NODE/drain`,
+//! `.../undrain` and `.../reinstall`.
+//!
+//! Always on the local socket `<state_dir>/api.sock` (owner-only; `curl --unix-socket`). On
+//! TCP (`api.listen`) only with TLS and a bearer token: every request carries
+//! `Authorization: Bearer TOKEN` (or, for a browser, `?token=TOKEN`, which the page passes on to
+//! its event stream), and anything else is answered 401 before it is looked at.
+//!
+//! Architecture invariant: a front like the admin socket (it calls the same functions through
+//! [`crate::admin::Parts`]); it holds no state of its own.
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::admin::Parts;
+use crate::service::Running;
+
+pub const SOCKET_NAME: &str = "api.sock";
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Who may ask: anyone on the owner-only local socket; on TCP, the token's holder.
+#[derive(Clone)]
+struct Access {
+    /// An HMAC of the token under a key made at start: comparing tags is constant-time.
+    token: Option<(ring::hmac::Key, ring::hmac::Tag)>,
+}
+
+impl Access {
+    fn allows(&self, req: &Request<Incoming>) -> bool {
+        let Some((key, tag)) = &self.token else {
+            return true;
+        };
+        let from_header = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let from_query = req.uri().query().and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("token=").map(str::to_owned))
+        });
+        from_header
+            .or(from_query)
+            .is_some_and(|given| ring::hmac::verify(key, given.as_bytes(), tag.as_ref()).is_ok())
+    }
+}
+
+/// Binds the local socket, replacing a stale one, owner-only.
+pub fn bind_local(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = state_dir.join(SOCKET_NAME);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serves the local socket and, with `api.listen`, TCP with TLS and the token (read here,
+/// before privileges are dropped).
+pub fn start(
+    local: std::os::unix::net::UnixListener,
+    tcp: Option<std::net::TcpListener>,
+    parts: Parts,
+) -> anyhow::Result<Running> {
+    let local = UnixListener::from_std(local).context("adopting the API socket")?;
+    let token = parts.shutdown.clone();
+    let mut tasks: Vec<Running> = vec![Box::pin(serve_local(local, parts.clone(), token.clone()))];
+    if let Some(listener) = tcp {
+        let plan = parts.plan.load();
+        let api = plan
+            .api
+            .as_ref()
+            .context("an API listener without an api section")?;
+        let secret = std::fs::read_to_string(&api.token_file)
+            .with_context(|| format!("reading the API token {}", api.token_file.display()))?;
+        let secret = secret.trim();
+        anyhow::ensure!(
+            secret.len() >= 16,
+            "the API token in {} is shorter than 16 characters",
+            api.token_file.display()
+        );
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+            .map_err(|_| anyhow::anyhow!("no randomness for the API token's key"))?;
+        let tag = ring::hmac::sign(&key, secret.as_bytes());
+        let tls = tls_config(&api.cert_file, &api.key_file)?;
+        listener.set_nonblocking(true)?;
+        tasks.push(Box::pin(serve_tcp(
+            TcpListener::from_std(listener)?,
+            tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            Access {
+                token: Some((key, tag)),
+            },
+            parts,
+            token,
+        )));
+    }
+    Ok(crate::service::all(tasks))
+}
+
+fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .with_context(|| format!("reading the API certificate {}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading the API key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("the API certificate and key do not go together")
+}
+
+async fn serve_local(
+    listener: UnixListener,
+    parts: Parts,
+    token: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    let access = Access { token: None };
+    loop {
+        let stream = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!("api accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(connection(
+            TokioIo::new(stream),
+            parts.clone(),
+            access.clone(),
+        ));
+    }
+}
+
+async fn serve_tcp(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    access: Access,
+    parts: Parts,
+    token: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("api accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, parts, access) = (acceptor.clone(), parts.clone(), access.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => connection(TokioIo::new(tls), parts, access).await,
+                Ok(Err(e)) => tracing::debug!("api TLS from {peer}: {e}"),
+                Err(_) => tracing::debug!("api TLS from {peer}: handshake timed out"),
+            }
+        });
+    }
+}
+
+async fn connection<I>(io: TokioIo<I>, parts: Parts, access: Access)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let (parts, access) = (parts.clone(), access.clone());
+        async move { Ok::<_, Infallible>(handle(req, &parts, &access).await) }
+    });
+    if let Err(e) = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .serve_connection(io, service)
+        .await
+    {
+        tracing::debug!("api connection: {e}");
+    }
+}
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).boxed());
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    full(status, "text/plain; charset=utf-8", body.into())
+}
+
+async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Response<Body> {
+    if !access.allows(&req) {
+        let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"okd-appliance\""),
+        );
+        return r;
+    }
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (req.method(), segments.as_slice()) {
+        (&Method::GET, [""]) => {
+            let status = crate::admin::whole_status(parts);
+            full(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                crate::status_page::render(&status, SystemTime::now()),
+            )
+        }
+        (&Method::GET, ["api", "v1", "status"]) => {
+            match serde_json::to_vec(&crate::admin::whole_status(parts)) {
+                Ok(json) => full(StatusCode::OK, "application/json", json),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            }
+        }
+        (&Method::GET, ["api", "v1", "events"]) => events(parts),
+        (&Method::GET, ["metrics"]) => full(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            parts.metrics.encode(),
+        ),
+        (
+            &Method::POST,
+            [
+                "api",
+                "v1",
+                "nodes",
+                node,
+                action @ ("drain" | "undrain" | "reinstall"),
+            ],
+        ) => {
+            let reply = match *action {
+                "reinstall" => crate::admin::reinstall(node, &parts.plan.load(), &parts.journal),
+                lb => {
+                    crate::admin::execute(&format!("lb {lb} {node}"), &parts.pools, &parts.journal)
+                }
+            };
+            if let Some(done) = reply.strip_prefix("ok") {
+                text(StatusCode::OK, done.trim_start_matches(": ").to_owned())
+            } else {
+                let why = reply.trim_start_matches("error: ").to_owned();
+                let status = if why.starts_with("no ") {
+                    StatusCode::NOT_FOUND
+                } else {
+                    StatusCode::CONFLICT
+                };
+                text(status, why)
+            }
+        }
+        (_, ["api", "v1", "nodes", _, _]) | (_, ["api", "v1", "status" | "events"]) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "wrong method\n")
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// Counts a client on the event stream for as long as its stream lives.
+struct Following(prometheus_client::metrics::gauge::Gauge);
+
+impl Following {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Following {
+        gauge.inc();
+        Following(gauge.clone())
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One journal event as JSON for the stream.
+fn event_json(e: &crate::journal::Event) -> String {
+    let at =
+        e.at.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+    let phase = match &e.kind {
+        crate::journal::EventKind::NodePhase { phase, .. } => Some(*phase),
+        _ => None,
+    };
+    serde_json::json!({
+        "at": at,
+        "node": e.node,
+        "phase": phase,
+        "text": e.to_string(),
+    })
+    .to_string()
+}
+
+/// The journal as server-sent events: the recent history, then each new event (a keep-alive
+/// comment every 15 s keeps proxies from closing an idle stream); ends with the appliance.
+fn events(parts: &Parts) -> Response<Body> {
+    use tokio::sync::broadcast::error::RecvError;
+    let live = parts.journal.subscribe();
+    let history: std::collections::VecDeque<String> = parts
+        .journal
+        .recent()
+        .iter()
+        .map(|e| format!("data: {}\n\n", event_json(e)))
+        .collect();
+    let shutdown = parts.shutdown.clone();
+    let following = Following::new(&parts.metrics.api_event_streams);
+    let stream = futures_util::stream::unfold(
+        (history, live, shutdown, following),
+        |(mut history, mut live, shutdown, following)| async move {
+            let chunk = match history.pop_front() {
+                Some(frame) => frame,
+                None => loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return None,
+                        () = tokio::time::sleep(Duration::from_secs(15)) => {
+                            break ": keep-alive\n\n".to_owned();
+                        }
+                        r = live.recv() => match r {
+                            Ok(e) => break format!("data: {}\n\n", event_json(&e)),
+                            Err(RecvError::Lagged(_)) => continue,
+                            Err(RecvError::Closed) => return None,
+                        },
+                    }
+                },
+            };
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))),
+                (history, live, shutdown, following),
+            ))
+        },
+    );
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}

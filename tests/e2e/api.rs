@@ -1,0 +1,273 @@
+//! The HTTP API and the status page.
+//!
+//! On TCP the API takes TLS and a bearer token: requests without one or with a wrong one get
+//! 401 and change nothing (a drain asked that way is not made); with it, status, actions and
+//! the event stream work; the local socket needs no token. The status page is loaded in
+//! headless Chromium (Debian's) driven over the DevTools protocol (tests/e2e/cdp.py): a node's
+//! phase change reaches the page over the event stream without a reload, and a screenshot is
+//! written to target/e2e-artifacts/status-page.png (its path is printed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use harness::{Netns, Topology, require_root, require_tools, wait_until};
+
+use crate::dns_support::{start_appliance, write_config};
+use crate::support::run_ok;
+
+const TOKEN: &str = "api-t0ken-5f3a9c1e7d2b4806";
+const API: &str = "https://10.99.0.1:9443";
+
+fn setup(dir: &Path) -> PathBuf {
+    let d = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    run_ok(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=okd-appliance api",
+            "-addext",
+            "subjectAltName=IP:10.99.0.1",
+            "-keyout",
+            &d("api.key"),
+            "-out",
+            &d("api.pem"),
+        ],
+    );
+    std::fs::write(dir.join("api-token"), format!("{TOKEN}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    for f in ["api-token", "api.key"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    write_config(
+        dir,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }
+nodes:
+  - { name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+lb: { health: { interval: 200ms, timeout: 200ms, rise: 1, fall: 1, control_plane_check: tcp } }
+api: { listen: "10.99.0.1:9443", cert_file: api.pem, key_file: api.key, token_file: api-token }
+listen:
+  dns: []
+  dhcp: []
+  tftp: []
+  http: ["10.99.0.1:8080"]
+  api: ["10.99.0.1:6443"]
+  machine_config: []
+  ingress_https: []
+  ingress_http: []
+"#,
+    )
+}
+
+/// `curl -sk` from `ns`: (HTTP status, body).
+fn curl(ns: &Netns, args: &[&str]) -> (String, String) {
+    let out = ns
+        .exec(["curl", "-sk", "--max-time", "5", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_owned(), body.to_owned())
+}
+
+fn lb_status(state: &Path) -> String {
+    let out = Command::new(harness::appliance_bin().unwrap())
+        .args(["lb", "status", "--state-dir"])
+        .arg(state)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() {
+    if !require_root() || !require_tools(&["curl", "openssl", "chromium"]) {
+        return;
+    }
+    let topo = Topology::new("api").unwrap();
+    let client = topo.add_node("cli", "10.99.0.99/24", None).unwrap();
+    let node = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+    let state = dir.path().join("state");
+    let app = start_appliance(topo.services(), &config);
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let drain = format!("{API}/api/v1/nodes/mst0/drain");
+
+    // Without the token, or with a wrong one: 401, and nothing changes.
+    for auth in [
+        vec![],
+        vec!["-H", "Authorization: Bearer not-the-token"],
+        vec!["-H", "Authorization: Basic YWRtaW46YWRtaW4="],
+    ] {
+        let status_url = format!("{API}/api/v1/status");
+        let mut get = auth.clone();
+        get.push(status_url.as_str());
+        assert_eq!(curl(&client, &get).0, "401", "{auth:?}");
+        let mut post = auth.clone();
+        post.extend(["-X", "POST", drain.as_str()]);
+        assert_eq!(curl(&client, &post).0, "401", "{auth:?}");
+    }
+    let wrong_query = format!("{API}/metrics?token=wrong");
+    assert_eq!(curl(&client, &[&wrong_query]).0, "401");
+    assert!(
+        !lb_status(&state).contains("draining"),
+        "{}",
+        lb_status(&state)
+    );
+
+    // With it.
+    let (code, body) = curl(&client, &["-H", &bearer, &format!("{API}/api/v1/status")]);
+    assert_eq!(code, "200", "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["nodes"][0]["name"], "mst0", "{status}");
+    let (code, body) = curl(&client, &["-H", &bearer, "-X", "POST", &drain]);
+    assert_eq!(code, "200", "{body}");
+    assert!(lb_status(&state).contains("api mst0 10.99.0.11:6443 draining"));
+    let (code, _) = curl(
+        &client,
+        &[
+            "-H",
+            &bearer,
+            "-X",
+            "POST",
+            &format!("{API}/api/v1/nodes/mst0/undrain"),
+        ],
+    );
+    assert_eq!(code, "200");
+    let (code, body) = curl(
+        &client,
+        &[
+            "-H",
+            &bearer,
+            "-X",
+            "POST",
+            &format!("{API}/api/v1/nodes/nobody/reinstall"),
+        ],
+    );
+    assert_eq!(code, "404", "{body}");
+    // The local socket: its owner needs no token.
+    let local = Command::new("curl")
+        .args(["-sf", "--unix-socket"])
+        .arg(state.join("api.sock"))
+        .arg("http://appliance/api/v1/status")
+        .output()
+        .unwrap();
+    assert!(local.status.success());
+    // The event stream: the history first.
+    let out = client
+        .exec([
+            "curl",
+            "-skN",
+            "--max-time",
+            "2",
+            "-H",
+            &bearer,
+            &format!("{API}/api/v1/events"),
+        ])
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        events.contains("data: {") && events.contains("drain requested"),
+        "{events}"
+    );
+
+    // The page in Chromium, live.
+    let cdp = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/cdp.py");
+    let profile = dir.path().join("chromium");
+    let _chromium = client
+        .spawn(
+            "chromium",
+            [
+                "chromium",
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--ignore-certificate-errors",
+                "--remote-debugging-port=9339",
+                "--window-size=1200,800",
+                &format!("--user-data-dir={}", profile.display()),
+                &format!("{API}/?token={TOKEN}"),
+            ],
+        )
+        .unwrap();
+    let evaluate = |expr: &str| -> Option<String> {
+        let out = client
+            .exec([
+                "/usr/bin/python3",
+                cdp.to_str().unwrap(),
+                "9339",
+                "evaluate",
+                expr,
+            ])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let phase = "document.querySelector('td.phase[data-node=\"mst0\"]').textContent";
+    // Loaded, and following the stream (the appliance counts the page among its streams).
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            evaluate(phase).as_deref() == Some("\"defined\"")
+                && crate::support::scrape(&client, "http://10.99.0.1:8080/metrics")
+                    .get("okd_appliance_api_event_streams{}")
+                    .is_some_and(|n| *n >= 1.0)
+        }),
+        "the page never loaded and followed the stream: {:?}\n{}",
+        evaluate(phase),
+        app.log_tails()
+    );
+    let before = evaluate("document.body.dataset.events").unwrap();
+    // The node fetches its script: its phase changes, and the page shows it without a reload.
+    let (code, _) = curl(
+        &node,
+        &["http://10.99.0.1:8080/boot/52-54-00-00-00-11.ipxe"],
+    );
+    assert_eq!(code, "200");
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(phase).as_deref()
+            == Some("\"script\"")),
+        "the phase change never reached the page: {:?}",
+        evaluate(phase)
+    );
+    let after = evaluate("document.body.dataset.events").unwrap();
+    assert_ne!(before, after, "the update came over the stream");
+    let listed = evaluate("document.getElementById('events').textContent").unwrap();
+    assert!(listed.contains("mst0: phase script"), "{listed}");
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("status-page.png");
+    let out = client
+        .exec([
+            "/usr/bin/python3",
+            cdp.to_str().unwrap(),
+            "9339",
+            "screenshot",
+            shot.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+    eprintln!("status page screenshot: {}", shot.display());
+}
