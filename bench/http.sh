@@ -12,14 +12,14 @@
 #   2. memory: on a freshly started server, the peak RSS with 1 and then MANY concurrent
 #      downloads of the same artifact (each fetching RANGE_MB): how memory grows with the
 #      number of downloads;
-#   3. small: CLIENTS curl processes, each fetching a 4 KiB file REQS times over one
-#      keep-alive connection (curl -K with REQS urls); requests per second over the wall time.
-#      curl is the load generator here (wrk is not installed on this machine), so the figure is
-#      a lower bound for fast servers; the ratio between servers is what counts.
+#   3. small: wrk (one thread on CPU 1, CONNS keep-alive connections, SMALL_SECS seconds) on a
+#      4 KiB file, ROUNDS times per server with the servers' order rotating each round; the
+#      median requests/s. Without wrk (apt-get install wrk), CLIENTS curl processes fetching it
+#      REQS times each over one keep-alive connection, a lower bound for fast servers.
 #
 # Environment knobs (defaults in brackets):
-#   BIG_MB [1024]  PARALLEL [20]  RANGE_MB [128]  MANY [50]  CLIENTS [4]  REQS [2000]
-#   SKIP_BUILD=1   NO_DOC=1   DOC [docs/performance.md]   KEEP=1
+#   BIG_MB [1024]  PARALLEL [20]  RANGE_MB [128]  MANY [50]  CONNS [32]  SMALL_SECS [5]
+#   ROUNDS [3]  CLIENTS [4]  REQS [2000]  SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +32,9 @@ RANGE_MB=${RANGE_MB:-128}
 MANY=${MANY:-50}
 CLIENTS=${CLIENTS:-4}
 REQS=${REQS:-2000}
+CONNS=${CONNS:-32}
+SMALL_SECS=${SMALL_SECS:-5}
+ROUNDS=${ROUNDS:-3}
 BENCH_KEEP_TMP=${KEEP:-0}
 SRV_NS=hsrv$$
 CLI_NS=hcli$$
@@ -68,6 +71,8 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 BENCH_TMP=$(mktemp -d /tmp/okd-httpbench.XXXXXX)
 W=$BENCH_TMP
+# mktemp makes the directory 0700: nginx's worker (www-data) must be able to read the docroot.
+chmod 755 "$W"
 
 # --- topology ---------------------------------------------------------------------------------
 bench_netns_with_resolv "$SRV_NS"
@@ -81,6 +86,8 @@ mkdir -p "$ART" "$W/install_dir"
 log "writing a ${BIG_MB} MiB artifact"
 head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$ART/big.img"
 head -c 4096 /dev/urandom >"$ART/small.bin"
+chmod 755 "$DOCROOT" "$ART"
+chmod 644 "$ART/big.img" "$ART/small.bin"
 cat "$ART/big.img" "$ART/small.bin" >/dev/null # page cache, for every server alike
 for role in bootstrap master worker; do
   printf '{"ignition":{"version":"3.2.0"}}\n' >"$W/install_dir/$role.ign"
@@ -161,7 +168,15 @@ downloads() {
   awk -v a="$t0" -v b="$t1" -v p="$peak" 'BEGIN {printf "%.3f %d\n", b - a, p}'
 }
 
+# Requests/s on the small file: wrk when installed, else curl.
 small_rps() {
+  if command -v wrk >/dev/null 2>&1; then
+    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU wrk -t1 -c"$CONNS" -d"${SMALL_SECS}s" \
+      "http://$SRV_IP:$PORT/artifacts/small.bin" >"$W/wrk.out" 2>&1 || die "wrk failed: $(cat "$W/wrk.out")"
+    grep -q "Non-2xx\|Socket errors" "$W/wrk.out" && die "wrk saw errors: $(cat "$W/wrk.out")"
+    awk '/^Requests\/sec:/ {printf "%.0f\n", $2}' "$W/wrk.out"
+    return
+  fi
   local i t0 t1 pids=()
   for ((i = 0; i < REQS; i++)); do
     printf 'url = "http://%s:%s/artifacts/small.bin"\noutput = "/dev/null"\n' "$SRV_IP" "$PORT"
@@ -200,9 +215,27 @@ for s in "${SERVERS[@]}"; do
     read -r _ MANYPEAK[$s] < <(downloads "$MANY" "$RANGE_BYTES" -r "0-$((RANGE_BYTES - 1))" "$URL")
   fi
   log "$s: peak RSS 1 download $((ONE[$s] / 1024)) MiB, $MANY downloads ${MANYPEAK[$s]} KiB"
-  RPS[$s]=$(small_rps)
-  log "$s: small file ${RPS[$s]} req/s"
   stop_pid "$SERVER_PID" 5 || true
+done
+
+# Small files: ROUNDS rounds, the servers' order rotating, the median of each.
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+declare -A SMALL
+for ((r = 0; r < ROUNDS; r++)); do
+  n=${#SERVERS[@]}
+  for ((k = 0; k < n; k++)); do
+    s=${SERVERS[$(((k + r) % n))]}
+    start_server "$s"
+    sleep 0.3
+    v=$(small_rps)
+    SMALL[$s]="${SMALL[$s]:-} $v"
+    log "round $((r + 1)): $s small file $v req/s"
+    stop_pid "$SERVER_PID" 5 || true
+  done
+done
+for s in "${SERVERS[@]}"; do
+  # shellcheck disable=SC2086
+  RPS[$s]=$(median ${SMALL[$s]})
 done
 
 # --- report ----------------------------------------------------------------------------------
@@ -213,7 +246,12 @@ REPORT=$W/http.md
   echo "## HTTP boot server"
   echo
   echo "\`sudo bash bench/http.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs; server on CPU $SRV_CPU, curl on CPU $LOAD_CPU, over a veth pair)."
-  echo "Big: $PARALLEL parallel downloads of a ${BIG_MB} MiB artifact. Memory: peak resident set of the server with 1 and $MANY concurrent ${RANGE_MB} MiB downloads. Small: $CLIENTS curl clients x $REQS keep-alive requests for a 4 KiB file (curl is the load generator: wrk is not installed here)."
+  echo "Commit $(git -C "$ROOT" rev-parse --short HEAD). Big: $PARALLEL parallel downloads of a ${BIG_MB} MiB artifact. Memory: peak resident set of the server with 1 and $MANY concurrent ${RANGE_MB} MiB downloads."
+  if command -v wrk >/dev/null 2>&1; then
+    echo "Small: wrk, one thread, $CONNS keep-alive connections, ${SMALL_SECS} s on a 4 KiB file; median of $ROUNDS rounds, the servers' order rotating (all runs: ${SMALL[okd-appliance]# } for okd-appliance)."
+  else
+    echo "Small: $CLIENTS curl clients x $REQS keep-alive requests for a 4 KiB file (wrk is not installed: curl is the load generator, a lower bound)."
+  fi
   echo
   echo "| server | big MiB/s | peak RSS MiB (idle) | RSS 1 / $MANY downloads MiB | small req/s |"
   echo "| --- | ---: | ---: | ---: | ---: |"
@@ -224,9 +262,9 @@ REPORT=$W/http.md
   for s in "${SERVERS[@]:1}"; do
     echo "okd-appliance vs $s: big throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[$s]}"), small req/s $(ratio "${RPS[okd-appliance]}" "${RPS[$s]}")."
   done
-  command -v nginx >/dev/null 2>&1 || echo "nginx (the issue's target) is not installed on this machine; the busybox httpd figures are a floor, not the target."
+  command -v nginx >/dev/null 2>&1 || echo "nginx is not installed (apt-get install nginx-light): the busybox httpd figures are a floor, not the target."
   echo
-  echo "Reading the figures: all three servers send file bodies with sendfile(2) (okd-appliance through hyper, see docs/architecture.md), so file pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; busybox httpd forks a process per connection instead. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs (see the spread below). Small files: hyper keeps connections alive, busybox httpd closes each one."
+  echo "Reading the figures: all three servers send file bodies with sendfile(2) (okd-appliance through hyper, see docs/architecture.md), so file pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; busybox httpd forks a process per connection instead. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs. Small files: hyper keeps connections alive, busybox httpd closes each one."
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then
