@@ -90,6 +90,8 @@ pub struct Metrics {
     pub dhcp_pool_free: Gauge,
     http_requests: Family<HttpLabels, Counter>,
     pub http_bytes: Counter,
+    /// How long each load-balancer health check took (to its verdict or its timeout).
+    pub lb_check_seconds: Histogram,
     /// Status pages (and other clients) following the event stream now.
     pub api_event_streams: Gauge,
     sources: Arc<OnceLock<Box<dyn Sources>>>,
@@ -170,6 +172,12 @@ impl Metrics {
             "Bytes of the boot server's response bodies (as announced)",
             http_bytes.clone(),
         );
+        let lb_check_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "lb_health_check_seconds",
+            "Load-balancer health checks, time to their verdict (or their timeout)",
+            lb_check_seconds.clone(),
+        );
         let api_event_streams = Gauge::default();
         registry.register(
             "api_event_streams",
@@ -189,6 +197,7 @@ impl Metrics {
             dhcp_pool_free,
             http_requests,
             http_bytes,
+            lb_check_seconds,
             api_event_streams,
             sources,
         }

@@ -50,6 +50,7 @@ pub async fn run(
     pools: Arc<ArcSwap<Pools>>,
     mut tls: TlsConnector,
     journal: Journal,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut health: HashMap<Key, Health> = HashMap::new();
@@ -106,10 +107,16 @@ pub async fn run(
                         }
                         let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
                         let (tls, addr) = (tls.clone(), backend.addr);
+                        let latency = metrics.as_ref().map(|m| m.lb_check_seconds.clone());
                         let task = probes.spawn(async move {
-                            tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
+                            let started = std::time::Instant::now();
+                            let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
                                 .await
-                                .unwrap_or(false)
+                                .unwrap_or(false);
+                            if let Some(h) = latency {
+                                h.observe(started.elapsed().as_secs_f64());
+                            }
+                            ok
                         });
                         task_of.insert(task.id(), key);
                     }

@@ -56,6 +56,7 @@ pub fn start(
         Arc::clone(pools),
         tls,
         ctx.journal.clone(),
+        Some(Arc::clone(&ctx.metrics)),
         ctx.shutdown.clone(),
     ))];
     for bound in sockets {
