@@ -34,6 +34,8 @@ PACKAGES=(
   python3-prometheus-client
   # The status page in headless Chromium, driven over the DevTools protocol (tests/e2e/cdp.py).
   chromium python3-websocket
+  # Redfish virtual media with sushy-emulator's libvirt driver (tests/e2e/libvirt.rs).
+  python3-libvirt
 )
 
 missing=()
@@ -85,6 +87,14 @@ if [[ ! -x $SUSHY_VENV/bin/sushy-emulator ]]; then
   "$SUSHY_VENV/bin/pip" install --quiet "sushy-tools==2.2.0"
 fi
 export OKD_SUSHY_EMULATOR=$SUSHY_VENV/bin/sushy-emulator
+# The same sushy-tools with its libvirt driver, which needs the libvirt bindings: Debian's
+# python3-libvirt, so this venv is made by Debian's python with the system's packages.
+SUSHY_LIBVIRT_VENV=${OKD_SUSHY_LIBVIRT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/okd-appliance/sushy-libvirt-venv}
+if [[ ! -x $SUSHY_LIBVIRT_VENV/bin/sushy-emulator ]]; then
+  /usr/bin/python3 -m venv --system-site-packages "$SUSHY_LIBVIRT_VENV"
+  "$SUSHY_LIBVIRT_VENV/bin/pip" install --quiet "sushy-tools==2.2.0"
+fi
+export OKD_SUSHY_LIBVIRT_VENV=$SUSHY_LIBVIRT_VENV
 
 cargo "${CARGO_SOURCE[@]}" fmt --all -- --check
 cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings

@@ -173,6 +173,11 @@ impl Libvirtd {
         self.dir.path()
     }
 
+    /// libvirtd's PID (its mount namespace is where its socket is).
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
+    }
+
     /// The `virsh` wrapper that reaches this daemon (for `OKD_VIRSH`).
     pub fn virsh_path(&self) -> &Path {
         &self.virsh
@@ -425,5 +430,251 @@ control:
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(lv.virsh(&["list", "--all", "--name"]).trim().is_empty());
     assert!(lv.virsh(&["vol-list", "okd"]).trim().is_empty());
+    drop(lv);
+}
+
+/// Bare metal through Redfish virtual media, for real: sushy-emulator's libvirt driver (the
+/// BMC) in front of a libvirt domain; `okd-appliance nodes create` with provider redfish inserts
+/// the node's live ISO from the appliance (`/iso/<node>.iso`, which sushy downloads as a BMC
+/// would) and sets a CD boot, `nodes start` powers it on, and the VM boots the ISO (sushy makes
+/// the CD the only boot device, so no network boot can stand in) and fetches its ignition.
+#[test]
+fn redfish_virtual_media_boots_a_vm_from_its_node_iso() {
+    use crate::boot_support::{BOOT_TIMEOUT, BootLab, WRK0_IP, WRK0_MAC};
+    use harness::initramfs::{InitramfsBuilder, Kernel};
+    use harness::liveiso::{self, LiveIsoBuilder};
+    use harness::vm::{Firmware, VmSpec};
+
+    let Some(venv) = std::env::var_os("OKD_SUSHY_LIBVIRT_VENV").map(PathBuf::from) else {
+        let _ = harness::skip_or_fail(
+            "sushy-emulator with the libvirt driver",
+            "OKD_SUSHY_LIBVIRT_VENV is not set (tests/run.sh makes it)",
+        );
+        return;
+    };
+    let spec = VmSpec::new(Firmware::Bios, WRK0_MAC, "unused");
+    if !crate::boot_support::prerequisites(&[&spec])
+        || !require_tools(&[
+            "libvirtd", "virtlogd", "virsh", "nsenter", "unshare", "openssl",
+        ])
+        || !require_tools(liveiso::TOOLS)
+    {
+        return;
+    }
+    let _slots = two_vm_slots();
+    let mut libvirtd = None;
+    let lab = BootLab::start_with(
+        "rfvm",
+        &InitramfsBuilder::new(&Kernel::find().unwrap()),
+        |topo| {
+            libvirtd = Some(Libvirtd::start(topo.services()));
+            (
+                format!(
+                    r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ interface: br0, subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
+  - {{ name: wrk0, role: worker, mac: "{WRK0_MAC}", ip: {WRK0_IP} }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts, install_dev: /dev/vda }}
+listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }}
+"#
+                ),
+                Vec::new(),
+            )
+        },
+    );
+    let lv = libvirtd.take().unwrap();
+    let dir = lv.dir().to_owned();
+    let artifacts = lab.dir().join("artifacts");
+    LiveIsoBuilder::new(&artifacts.join("kernel"), &artifacts.join("initramfs.img"))
+        .build(&dir.join("iso-work"), &artifacts.join("live.iso"))
+        .expect("test live ISO");
+
+    // The domain, made by the libvirt provider (a network-boot domain: the BMC changes that).
+    let domains = dir.join("domains.yml");
+    std::fs::write(
+        &domains,
+        format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
+  - {{ name: wrk0, role: worker, mac: "{WRK0_MAC}", ip: {WRK0_IP}, machine: {{ cores: 1, memory: 1GiB, disk: 10GiB }} }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+control:
+  provider: libvirt
+  libvirt: {{ uri: "qemu:///system", bridge: br0, pool: okd, domain_type: qemu }}
+  timeouts: {{ request: 60s, task: 60s, shutdown: 5s }}
+"#
+        ),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = lv.nodes(&["create", "wrk0"], &domains);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+
+    // The BMC: sushy-emulator's libvirt driver, inside libvirtd's mount and network namespace,
+    // over HTTPS with a password.
+    let d = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    crate::support::run_ok(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=bmc",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            &d("bmc.key"),
+            "-out",
+            &d("bmc.pem"),
+        ],
+    );
+    let fp = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-fingerprint",
+            "-sha256",
+            "-in",
+            &d("bmc.pem"),
+        ])
+        .output()
+        .unwrap();
+    let fingerprint = String::from_utf8_lossy(&fp.stdout)
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .to_owned();
+    let python = venv.join("bin/python3");
+    let hash = Command::new(&python)
+        .args([
+            "-c",
+            "import bcrypt; print(bcrypt.hashpw(b'rf-pass-0123', bcrypt.gensalt(rounds=4)).decode())",
+        ])
+        .output()
+        .unwrap();
+    std::fs::write(
+        d("htpasswd"),
+        format!("admin:{}\n", String::from_utf8_lossy(&hash.stdout).trim()),
+    )
+    .unwrap();
+    std::fs::write(
+        d("sushy.conf"),
+        format!(
+            "SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\nSUSHY_EMULATOR_STORAGE_POOL = 'okd'\nSUSHY_EMULATOR_AUTH_FILE = {:?}\n",
+            d("htpasswd")
+        ),
+    )
+    .unwrap();
+    let secret = dir.join("bmc-password");
+    std::fs::write(&secret, "rf-pass-0123\n").unwrap();
+    set_mode(&secret, 0o600);
+    let sushy = lab
+        .topo
+        .services()
+        .spawn(
+            "sushy-emulator (libvirt)",
+            [
+                "nsenter",
+                &format!("--mount=/proc/{}/ns/mnt", lv.pid()),
+                venv.join("bin/sushy-emulator").to_str().unwrap(),
+                "--config",
+                &d("sushy.conf"),
+                "-i",
+                "127.0.0.1",
+                "-p",
+                "8443",
+                "--ssl-certificate",
+                &d("bmc.pem"),
+                "--ssl-key",
+                &d("bmc.key"),
+            ],
+        )
+        .unwrap();
+    lab.topo
+        .services()
+        .wait_tcp("127.0.0.1:8443".parse().unwrap(), Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", sushy.log_tails()));
+
+    // The node as bare metal behind that BMC, installed from its ISO.
+    let metal = dir.join("metal.yml");
+    std::fs::write(
+        &metal,
+        format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11, machine: {{ bmc: {{ url: "https://127.0.0.1:8443/redfish/v1/Systems/mst0" }} }} }}
+  - {{ name: wrk0, role: worker, mac: "{WRK0_MAC}", ip: {WRK0_IP}, machine: {{ install: iso, bmc: {{ url: "https://127.0.0.1:8443/redfish/v1/Systems/wrk0.okd.lab.example.com" }} }} }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+control:
+  provider: redfish
+  redfish: {{ username: admin, password_file: bmc-password, fingerprint: "{fingerprint}" }}
+  timeouts: {{ request: 60s, task: 60s, shutdown: 10s }}
+"#
+        ),
+    )
+    .unwrap();
+    let nodes = |args: &[&str]| {
+        let out = lab
+            .topo
+            .services()
+            .exec([harness::appliance_bin().unwrap().to_str().unwrap(), "nodes"])
+            .args(args)
+            .arg(&metal)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, out) = nodes(&["create", "wrk0"]);
+    assert_eq!(code, Some(0), "{out}\n{}", sushy.log_tails());
+    assert!(
+        out.contains("inserted http://10.99.0.1:8080/iso/wrk0.iso"),
+        "{out}"
+    );
+    assert!(out.contains("boots once from Cd"), "{out}");
+    let (code, out) = nodes(&["start", "wrk0"]);
+    assert_eq!(code, Some(0), "{out}\n{}", sushy.log_tails());
+
+    assert!(
+        lab.wait_log(
+            &format!("wrk0: ignition fetched by {WRK0_IP}:"),
+            BOOT_TIMEOUT
+        ),
+        "the VM never fetched its ignition from the ISO boot\n{}\n{}\n{}",
+        lab.app.log_tails(),
+        sushy.log_tails(),
+        lv.virsh(&["dumpxml", "wrk0.okd.lab.example.com"])
+    );
+    lab.assert_log("wrk0: live ISO read by ");
+    assert!(
+        !lab.log().contains("wrk0: ipxe script fetched"),
+        "the VM booted from the network, not the ISO"
+    );
+    let (code, out) = nodes(&["destroy", "--yes", "wrk0"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, stdout, stderr) = lv.nodes(&["destroy", "--yes", "wrk0"], &domains);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    drop(sushy);
     drop(lv);
 }

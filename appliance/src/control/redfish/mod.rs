@@ -537,12 +537,35 @@ impl BmcClient {
         })
     }
 
+    /// One request; a temporary or permanent redirect (307, 308: method and body kept) within
+    /// the same service is followed, up to 3 times (sushy-emulator redirects a system named by
+    /// its name to its UUID).
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Bytes, ControlError> {
+        let mut path = path.to_owned();
+        for _ in 0..3 {
+            match self.call_once(method.clone(), &path, body).await? {
+                Ok(bytes) => return Ok(bytes),
+                Err(next) => path = next,
+            }
+        }
+        Err(ControlError::Failed(format!(
+            "{method} {path}: the BMC at {} redirects too often",
+            self.endpoint
+        )))
+    }
+
+    /// `Ok(Err(path))`: redirected there.
+    async fn call_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Result<Bytes, String>, ControlError> {
         let mut request = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.endpoint))
@@ -565,7 +588,18 @@ impl BmcClient {
         let answer =
             https::exchange(&self.client, request, self.timeout, &self.endpoint, &what).await?;
         if answer.status.is_success() {
-            return Ok(answer.body);
+            return Ok(Ok(answer.body));
+        }
+        if matches!(
+            answer.status,
+            StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+        ) && let Some(next) = answer
+            .headers
+            .get(hyper::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| self.same_service(l))
+        {
+            return Ok(Err(next));
         }
         let message = redfish_message(&answer.body)
             .or(answer.reason)
@@ -587,6 +621,16 @@ impl BmcClient {
                 status.as_u16()
             )),
         })
+    }
+
+    /// A redirect's target as a path, when it stays on this service (a redirect elsewhere is
+    /// not followed: the credentials go to this BMC only).
+    fn same_service(&self, location: &str) -> Option<String> {
+        if location.starts_with('/') {
+            return Some(location.to_owned());
+        }
+        let url = url::Url::parse(location).ok()?;
+        (url.origin().ascii_serialization() == self.endpoint).then(|| url.path().to_owned())
     }
 
     /// Opens a session when the service offers them; stays with Basic otherwise.
