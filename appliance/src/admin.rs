@@ -399,13 +399,7 @@ fn status(pools: &Pools) -> String {
     let mut out = String::from("ok\n");
     for pool in &pools.frontends {
         for b in &pool.backends {
-            let state = match (pool.served, b.is_up(), b.is_draining()) {
-                // Not probed, so neither up nor down.
-                (false, _, _) => "off",
-                (true, _, true) => "draining",
-                (true, true, false) => "up",
-                (true, false, false) => "down",
-            };
+            let state = b.state(pool.served);
             let _ = write!(
                 out,
                 "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",

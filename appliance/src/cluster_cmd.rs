@@ -243,13 +243,7 @@ fn timeline(steps: &[StepView]) -> String {
 }
 
 fn ago(at: u64, now: SystemTime) -> String {
-    let now = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!(
-        "{} ago",
-        humantime::format_duration(Duration::from_secs(now.saturating_sub(at)))
-    )
+    crate::status_cmd::ago(Some(at), now)
 }
 
 #[cfg(test)]

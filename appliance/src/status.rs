@@ -176,12 +176,7 @@ pub fn collect(
     let mut backends = Vec::new();
     for pool in &pools.frontends {
         for b in &pool.backends {
-            let state = match (pool.served, b.is_up(), b.is_draining()) {
-                (false, _, _) => "off",
-                (true, _, true) => "draining",
-                (true, true, false) => "up",
-                (true, false, false) => "down",
-            };
+            let state = b.state(pool.served);
             backends.push(BackendStatus {
                 frontend: pool.kind.name().to_owned(),
                 node: b.name.clone(),

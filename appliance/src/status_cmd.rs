@@ -45,7 +45,8 @@ pub fn run(state_dir: &Path, json: bool) -> ExitCode {
     }
 }
 
-fn ago(at: Option<u64>, now: SystemTime) -> String {
+/// `5m 3s ago`, or `-` for never.
+pub fn ago(at: Option<u64>, now: SystemTime) -> String {
     let Some(at) = at else {
         return "-".to_owned();
     };

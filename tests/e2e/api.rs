@@ -14,35 +14,12 @@ use std::time::Duration;
 use harness::{Netns, Topology, require_root, require_tools, wait_until};
 
 use crate::dns_support::{start_appliance, write_config};
-use crate::support::run_ok;
 
 const TOKEN: &str = "api-t0ken-5f3a9c1e7d2b4806";
 const API: &str = "https://10.99.0.1:9443";
 
 fn setup(dir: &Path) -> PathBuf {
-    let d = |f: &str| dir.join(f).to_str().unwrap().to_owned();
-    run_ok(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=okd-appliance api",
-            "-addext",
-            "subjectAltName=IP:10.99.0.1",
-            "-keyout",
-            &d("api.key"),
-            "-out",
-            &d("api.pem"),
-        ],
-    );
+    crate::support::self_signed(dir, "api", "IP:10.99.0.1");
     std::fs::write(dir.join("api-token"), format!("{TOKEN}\n")).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     for f in ["api-token", "api.key"] {

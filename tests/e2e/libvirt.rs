@@ -517,28 +517,7 @@ control:
     // The BMC: sushy-emulator's libvirt driver, inside libvirtd's mount and network namespace,
     // over HTTPS with a password.
     let d = |f: &str| dir.join(f).to_str().unwrap().to_owned();
-    crate::support::run_ok(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=bmc",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            &d("bmc.key"),
-            "-out",
-            &d("bmc.pem"),
-        ],
-    );
+    crate::support::self_signed(&dir, "bmc", "IP:127.0.0.1");
     let fp = Command::new("openssl")
         .args([
             "x509",

@@ -117,3 +117,35 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         })
         .collect()
 }
+
+/// A self-signed P-256 certificate for `san` (e.g. `IP:10.99.0.1`) made with openssl: writes
+/// `DIR/NAME.pem` and `DIR/NAME.key` and returns their paths.
+pub fn self_signed(dir: &Path, name: &str, san: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    run_ok(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            &format!("subjectAltName={san}"),
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ],
+    );
+    (cert, key)
+}

@@ -113,6 +113,17 @@ impl Backend {
         self.up.store(up, Ordering::Release);
     }
 
+    /// `off` (its frontend has no listener: not probed, neither up nor down), `draining`, `up`
+    /// or `down`: what `lb status`, `status` and the page show.
+    pub fn state(&self, served: bool) -> &'static str {
+        match (served, self.is_up(), self.is_draining()) {
+            (false, _, _) => "off",
+            (true, _, true) => "draining",
+            (true, true, false) => "up",
+            (true, false, false) => "down",
+        }
+    }
+
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
     }
