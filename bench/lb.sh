@@ -5,24 +5,26 @@
 #
 #   sudo bash bench/lb.sh
 #
-# Topology: the balancer in lbsrv<PID> on CPU 0 (10.95.0.1); two backends (busybox httpd, which
-# closes every connection after its response) and the client in lbcli<PID> on CPU 1
-# (10.95.0.21, .22 and .99), over a veth pair. The ingress-http frontend (port 80) is measured;
-# both balancers use TCP checks (inter 1s fall 2 rise 2).
-#   1. conn/s: CLIENTS curl processes, each making REQS requests for a 4 KiB file, every request
-#      on a new TCP connection through the balancer (busybox httpd does not keep connections),
-#      and the balancer's CPU time (user+system, /proc) per connection.
+# Topology: the balancer in lbsrv<PID> on CPU 0 (10.95.0.1); two backends (nginx, one worker
+# each, keep-alive) and the client in lbcli<PID> on CPU 1 (10.95.0.21, .22 and .99), over a veth
+# pair: with two cores the load tool and the backends share one. The ingress-http frontend
+# (port 80) is measured; both balancers use TCP checks (inter 1s fall 2 rise 2); HAProxy's config
+# is the rendered one, which has `option splice-auto` and `option redispatch`.
+#   1. req/s: wrk (one thread, CONNS connections, SECS s) on a 4 KiB file, keep-alive: requests
+#      over long-lived connections through the balancer; and conn/s: the same with
+#      `Connection: close`, a new TCP connection through the balancer per request. Beside each,
+#      the balancer's CPU time (user+system, /proc) per request.
 #   2. throughput: PARALLEL curl downloads of a BIG_MB file through the balancer (MiB/s).
 #   3. added latency: SAMPLES sequential requests straight to a backend and through the
 #      balancer; the difference of the p50 and p99 of curl's time_total.
 #   4. failover: one backend is killed while a client sends requests one after another; the
 #      time until the balancer logs it down, and how many requests failed in the 4 s after.
-# wrk and iperf3 are not installed on this machine, so curl is the load generator: absolute
-# numbers are bounded by curl, the ratio between balancers under the same load is the figure.
+# Throughput is measured with curl downloads, not iperf3: iperf3's control and data connections
+# would be balanced to different backends.
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
-#   CLIENTS [4]  REQS [1000]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
+#   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
 set -Eeuo pipefail
 
@@ -31,8 +33,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/bench/lib.sh"
 
 ROUNDS=${ROUNDS:-3}
-CLIENTS=${CLIENTS:-4}
-REQS=${REQS:-1000}
+CONNS=${CONNS:-32}
+SECS=${SECS:-5}
 PARALLEL=${PARALLEL:-4}
 BIG_MB=${BIG_MB:-512}
 SAMPLES=${SAMPLES:-300}
@@ -51,8 +53,8 @@ SERVERS=(okd-appliance haproxy)
 [[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/lb.sh"
 (($(nproc) >= 2)) || die "needs at least 2 CPUs"
 export PATH="$PATH:/usr/sbin:/sbin"
-for tool in curl taskset busybox haproxy; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool missing"
+for tool in curl taskset haproxy nginx wrk; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk)"
 done
 
 build_appliance
@@ -66,6 +68,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 BENCH_TMP=$(mktemp -d /tmp/okd-lbbench.XXXXXX)
 W=$BENCH_TMP
+chmod 755 "$W" # nginx's workers read the docroot
 
 # --- topology ---------------------------------------------------------------------------------
 bench_netns_with_resolv "$SRV_NS"
@@ -78,9 +81,24 @@ mkdir -p "$W/www" "$W/install_dir" "$W/artifacts"
 head -c 4096 /dev/urandom >"$W/www/small.bin"
 log "writing a ${BIG_MB} MiB file"
 head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/big.bin"
+chmod -R a+rX "$W/www"
 declare -A BACKEND_PID
 start_backend() {
-  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU busybox httpd -f -p "$1:80" -h "$W/www" &
+  cat >"$W/nginx-$1.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $W/nginx-$1.pid;
+error_log $W/nginx-$1.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  types { application/octet-stream bin; }
+  server { listen $1:80; root $W/www; }
+}
+NGINX
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU nginx -c "$W/nginx-$1.conf" &
   BACKEND_PID[$1]=$!
   bench_track $!
   wait_until 10 ip netns exec "$CLI_NS" curl -sf -o /dev/null "http://$1/small.bin" || die "backend $1"
@@ -106,11 +124,12 @@ lb:
 listen: { dns: [], dhcp: [], tftp: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: ["$LB_IP:80"] }
 EOF
 (cd "$W" && "$BIN" render --format haproxy cluster.yml) >"$W/haproxy.cfg.in" || die "render haproxy"
-# One thread, as okd-appliance on one CPU; maxconn within this machine's descriptor limit.
+# One thread, as okd-appliance on one CPU; maxconn within this machine's descriptor limit (with
+# splice-auto HAProxy also reserves descriptors for its pipes).
 # Server state changes go to stderr, where the failover step looks for them.
 sed -e 's/^global$/global\n    nbthread 1\n    log stderr format raw local0/' \
   -e 's/^defaults$/defaults\n    log global/' \
-  -e 's/maxconn 20000/maxconn 8000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
+  -e 's/maxconn 20000/maxconn 6000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
 haproxy -c -f "$W/haproxy.cfg" >/dev/null || die "haproxy -c rejected the rendered config"
 
 start_lb() {
@@ -128,19 +147,17 @@ start_lb() {
   sleep 2.5 # both backends past `rise`
 }
 
-conn_rate() {
-  local i t0 t1 pids=()
-  for ((i = 0; i < REQS; i++)); do
-    printf 'url = "http://%s/small.bin"\noutput = "/dev/null"\n' "$LB_IP"
-  done >"$W/conn.curl"
-  t0=$(date +%s.%N)
-  for ((i = 0; i < CLIENTS; i++)); do
-    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -sf -K "$W/conn.curl" &
-    pids+=($!)
-  done
-  wait "${pids[@]}" || die "a request through the balancer failed"
-  t1=$(date +%s.%N)
-  awk -v a="$t0" -v b="$t1" -v n=$((CLIENTS * REQS)) 'BEGIN {printf "%.0f\n", n / (b - a)}'
+# wrk through the balancer: prints requests/s. $1: keep-alive or close.
+wrk_rate() {
+  local extra=()
+  [[ $1 == close ]] && extra=(-H "Connection: close")
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU wrk -t1 -c"$CONNS" -d"${SECS}s" "${extra[@]}" \
+    "http://$LB_IP/small.bin" >"$W/wrk.out" 2>&1 || die "wrk failed: $(cat "$W/wrk.out")"
+  grep -q "Non-2xx" "$W/wrk.out" && die "wrk saw errors through the balancer: $(cat "$W/wrk.out")"
+  if grep -q "Socket errors" "$W/wrk.out"; then
+    log "$(grep "Socket errors" "$W/wrk.out" | sed 's/^ *//')"
+  fi
+  awk '/^Requests\/sec:/ {printf "%.0f\n", $2}' "$W/wrk.out"
 }
 
 throughput() {
@@ -184,7 +201,7 @@ failover() {
   loop=$!
   sleep 1
   t0=$(date +%s%N)
-  # SIGKILL, then any per-connection child busybox forked meanwhile (they hold the listening
+  # SIGKILL to the backend and its children (nginx's worker holds the listening
   # socket, which would keep TCP checks passing).
   local p
   for ((i = 0; i < 5; i++)); do
@@ -202,7 +219,7 @@ failover() {
   if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
 }
 
-declare -A RATE CPU TPUT P50 P99 DOWN_MS FAILED ALL
+declare -A RATE CPU KEEP KCPU TPUT P50 P99 DOWN_MS FAILED ALL
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
 read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
@@ -215,16 +232,22 @@ for ((round = 1; round <= ROUNDS; round++)); do
     log "round $round, $s: starting"
     start_lb "$s"
     ticks0=$(proc_tree_ticks "$LB_PID")
-    r=$(conn_rate)
+    k=$(wrk_rate keep-alive)
     ticks1=$(proc_tree_ticks "$LB_PID")
-    # The balancer's CPU (user+system) per connection, in microseconds.
-    c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (CLIENTS * REQS)))
+    # The balancer's CPU (user+system) per request, in microseconds.
+    kc=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (k * SECS)))
+    ticks0=$(proc_tree_ticks "$LB_PID")
+    r=$(wrk_rate close)
+    ticks1=$(proc_tree_ticks "$LB_PID")
+    c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (r * SECS)))
     t=$(throughput)
     read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
     failover "$s"
-    log "round $round, $s: $r conn/s ($c us CPU each), $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
+    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
     ALL[$s,rate]+=" $r"
     ALL[$s,cpu]+=" $c"
+    ALL[$s,keep]+=" $k"
+    ALL[$s,kcpu]+=" $kc"
     ALL[$s,tput]+=" $t"
     ALL[$s,p50]+=" $((p50 - DIRECT50))"
     ALL[$s,p99]+=" $((p99 - DIRECT99))"
@@ -238,6 +261,8 @@ for s in "${SERVERS[@]}"; do
   {
     RATE[$s]=$(median ${ALL[$s,rate]})
     CPU[$s]=$(median ${ALL[$s,cpu]})
+    KEEP[$s]=$(median ${ALL[$s,keep]})
+    KCPU[$s]=$(median ${ALL[$s,kcpu]})
     TPUT[$s]=$(median ${ALL[$s,tput]})
     P50[$s]=$(median ${ALL[$s,p50]})
     P99[$s]=$(median ${ALL[$s,p99]})
@@ -252,20 +277,20 @@ REPORT=$W/lb.md
 {
   echo "## Load balancer"
   echo
-  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs; balancer on CPU $SRV_CPU; two busybox httpd backends and curl on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\`)."
-  echo "conn/s: $CLIENTS curl clients x $REQS requests, a new connection each. Throughput: $PARALLEL parallel downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us). curl is the load generator (wrk and iperf3 are not installed here)."
+  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\` (splice-auto, redispatch))."
+  echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: $PARALLEL parallel curl downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential curl requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us)."
   echo
   echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
   echo
-  echo "| balancer | conn/s | CPU us per conn | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| balancer | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${RATE[$s]} | ${CPU[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
+    echo "| $s | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
   done
   echo
-  echo "okd-appliance vs HAProxy: conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}") (lower is better), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+  echo "okd-appliance vs HAProxy: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "${KEEP[haproxy]}"), CPU per request $(ratio "${KCPU[okd-appliance]}" "${KCPU[haproxy]}") (lower is better), conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
   echo
-  echo "Reading the figures: the connection rate is bounded by curl (one process per request stream, on the same CPU as the backends), so equal figures mean neither balancer is the bottleneck there. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; okd-appliance retries a refused connect on the next backend, so its clients see no failure even before the check notices."
+  echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch)."
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then

@@ -22,7 +22,7 @@ pub(super) fn render(plan: &Plan) -> String {
         .map_or("1s".to_owned(), |f| short_duration(f.check.timeout));
     let _ = writeln!(
         o,
-        "global\n    maxconn 20000\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n    timeout check {timeout}"
+        "global\n    maxconn 20000\n\ndefaults\n    mode tcp\n    # Kernel splicing between the sockets, and a refused connect retried on another\n    # server: how HAProxy's expert users run a TCP balancer (the appliance does both).\n    option splice-auto\n    option redispatch\n    retries 3\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n    timeout check {timeout}"
     );
     let balance = match plan.lb.balance {
         Balance::RoundRobin => "roundrobin",
