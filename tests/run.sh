@@ -38,27 +38,41 @@ PACKAGES=(
   python3-libvirt
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  if [[ $(id -u) -eq 0 ]]; then
-    echo "installing: ${missing[*]}"
-    # Packaged daemons must not start system-wide on install; the tests start their own,
-    # inside network namespaces.
-    created_policy=
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-      chmod +x /usr/sbin/policy-rc.d
-      created_policy=1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
-    [[ -n $created_policy ]] && rm -f /usr/sbin/policy-rc.d
-  else
+missing_packages() {
+  local p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+# Two passes: installing one package can remove another that was already there (a fresh machine
+# has a newer qemu-utils than Debian's qemu-block-extra accepts, so apt removes it), and the
+# second pass puts back what the first took away.
+for pass in 1 2; do
+  mapfile -t missing < <(missing_packages)
+  ((${#missing[@]})) || break
+  if [[ $(id -u) -ne 0 ]]; then
     echo "not root: can't install ${missing[*]}; tests that need them will say SKIPPED" >&2
+    break
+  fi
+  echo "installing (pass $pass): ${missing[*]}"
+  # Packaged daemons must not start system-wide on install; the tests start their own,
+  # inside network namespaces.
+  created_policy=
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    created_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ((pass == 1)); then apt-get -o DPkg::Lock::Timeout=600 update -qq; fi
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
+  [[ -n $created_policy ]] && rm -f /usr/sbin/policy-rc.d
+done
+if [[ $(id -u) -eq 0 ]]; then
+  mapfile -t missing < <(missing_packages)
+  if ((${#missing[@]})); then
+    echo "still not installed after two passes: ${missing[*]}" >&2
+    exit 1
   fi
 fi
 
