@@ -375,6 +375,15 @@ impl Orchestrator {
             run.workers_started = Some(workers.len());
         }
 
+        if run
+            .cluster
+            .as_ref()
+            .is_some_and(|c| !c.made_from(&plan.orchestration))
+        {
+            // A reload named another kubeconfig or API address: the next requests go there.
+            tracing::info!("the reloaded orchestration settings name another cluster API client");
+            run.cluster = None;
+        }
         if run.cluster.is_none() {
             match Cluster::connect(&plan.orchestration).await {
                 Ok(c) => run.cluster = Some(c),
