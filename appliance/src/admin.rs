@@ -158,7 +158,9 @@ async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
     let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-        ["node", "reinstall", node] => reinstall(node, &parts.plan.load(), &parts.journal),
+        ["node", "reinstall", node] => {
+            reinstall(node, &parts.plan.load_full(), &parts.journal).await
+        }
         ["reload"] => reload(&parts.reloads).await,
         ["ha", rest @ ..] => ha(parts, rest).await,
         ["status"] => match serde_json::to_string(&whole_status(parts)) {
@@ -341,13 +343,13 @@ async fn ha(parts: &Parts, words: &[&str]) -> String {
 /// `cluster ...`: the install orchestration.
 async fn cluster(o: &Orchestrator, words: &[&str]) -> String {
     match words {
-        ["up"] => format!("ok: {}\n", o.up()),
+        ["up"] => format!("ok: {}\n", o.up().await),
         ["status"] => match serde_json::to_string(&o.status()) {
             Ok(json) => format!("ok\n{json}\n"),
             Err(e) => format!("error: {e}\n"),
         },
         ["scale", n] => match n.parse::<usize>() {
-            Ok(n) => match o.scale(n) {
+            Ok(n) => match o.scale(n).await {
                 Ok(line) => format!("ok: {line}\n"),
                 Err(why) => format!("error: {why}\n"),
             },
@@ -375,12 +377,17 @@ async fn reload(reloads: &mpsc::Sender<ReloadRequest>) -> String {
     }
 }
 
-/// Forgets that `node` installed, so its next iPXE script installs it again.
-pub fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
+/// Forgets that `node` installed, so its next iPXE script installs it again. The marker files
+/// are removed on the blocking pool.
+pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
     if !plan.boot.iter().any(|b| b.node == node) {
         return format!("error: no node is named {node}\n");
     }
-    match install_state::reset(&plan.state_dir, node) {
+    let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
+    let reset = tokio::task::spawn_blocking(move || install_state::reset(&state_dir, &name))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match reset {
         Ok(was_installed) => {
             journal.publish(Some(node.to_owned()), EventKind::ReinstallRequested);
             if was_installed {
@@ -539,5 +546,62 @@ mod tests {
             "ok: bootstrap back in rotation in 2 pools\n"
         );
         assert!(!execute("lb status", &pools, &journal).contains("closing_in"));
+    }
+
+    #[tokio::test]
+    async fn reinstall_forgets_the_install_and_journals_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "version: 1\ncluster: {{ name: okd, base_domain: lab.example.com }}\n\
+             network: {{ subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }}\n\
+             nodes:\n  - {{ name: master-0, role: master, mac: \"52:54:00:00:00:02\", ip: 10.0.0.2 }}\n\
+             install: {{ ignition_dir: ./i, artifacts_dir: ./a }}\nstate_dir: {}\n",
+            dir.path().display()
+        );
+        let loaded = crate::config::parse(
+            &text,
+            "t.yml",
+            Path::new("."),
+            crate::config::InstallCheck::Skip,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
+        let plan = Plan::derive(&loaded.config, 1);
+        let journal = Journal::new();
+        install_state::record_role_config_fetched(dir.path(), "master-0", "now").unwrap();
+        assert_eq!(
+            reinstall("master-0", &plan, &journal).await,
+            "ok: master-0 will install again at its next network boot\n"
+        );
+        assert_eq!(
+            install_state::phase(dir.path(), "master-0"),
+            install_state::InstallPhase::NotInstalled
+        );
+        assert_eq!(
+            reinstall("master-0", &plan, &journal).await,
+            "ok: master-0 was not marked installed; its next network boot installs it\n"
+        );
+        assert_eq!(
+            reinstall("nobody", &plan, &journal).await,
+            "error: no node is named nobody\n"
+        );
+        let asked: Vec<String> = journal.recent().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            asked,
+            [
+                "master-0: reinstall requested",
+                "master-0: reinstall requested"
+            ]
+        );
+        // A state directory that can't be changed is an error, not a panic.
+        let plan = Plan {
+            state_dir: dir.path().join("not-a-directory"),
+            ..plan
+        };
+        std::fs::write(&plan.state_dir, b"").unwrap();
+        let reply = reinstall("master-0", &plan, &journal).await;
+        assert!(
+            reply.starts_with("error: can't reset master-0: "),
+            "{reply}"
+        );
     }
 }

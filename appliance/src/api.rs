@@ -265,7 +265,9 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
             ],
         ) => {
             let reply = match *action {
-                "reinstall" => crate::admin::reinstall(node, &parts.plan.load(), &parts.journal),
+                "reinstall" => {
+                    crate::admin::reinstall(node, &parts.plan.load_full(), &parts.journal).await
+                }
                 lb => {
                     crate::admin::execute(&format!("lb {lb} {node}"), &parts.pools, &parts.journal)
                 }

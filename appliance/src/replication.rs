@@ -264,7 +264,7 @@ async fn apply(parts: &Parts, update: Update) {
         }
         Update::Phases { progress } => {
             if let Some(o) = &parts.orchestrator {
-                o.replace_progress(progress);
+                o.replace_progress(progress).await;
             }
         }
         Update::Drain { node, draining } => {

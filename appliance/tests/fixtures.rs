@@ -2,10 +2,14 @@
 //! `config/bad/` fails with exactly the golden diagnostics beside it; `config/warn/` files pass
 //! with exactly their golden warnings.
 //!
-//! `UPDATE_GOLDEN=1 cargo test --test fixtures` rewrites the golden files; review the diff.
+//! `UPDATE_GOLDEN=1 cargo test --test fixtures` rewrites the golden files (refused when `CI` is
+//! set); review the diff.
+
+mod golden_check;
 
 use std::path::{Path, PathBuf};
 
+use golden_check::check_golden;
 use okd_appliance::config::{self, LoadError, RenderStyle};
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
@@ -36,45 +40,6 @@ fn load(path: &Path) -> Result<config::Loaded, LoadError> {
         path.parent().unwrap(),
         config::InstallCheck::Skip,
     )
-}
-
-/// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN is set.
-fn check_golden(golden: &Path, actual: &str) {
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        // CI compares; only a developer, reviewing the diff, may rewrite.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "UPDATE_GOLDEN is refused when CI is set"
-        );
-        std::fs::write(golden, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(golden)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", golden.display()));
-    if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{} differs from the golden file at line {}:\n--- expected\n{}\n--- actual\n{}\n(UPDATE_GOLDEN=1 rewrites it)",
-            golden.display(),
-            first + 1,
-            expected
-                .lines()
-                .skip(first)
-                .take(5)
-                .collect::<Vec<_>>()
-                .join("\n"),
-            actual
-                .lines()
-                .skip(first)
-                .take(5)
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-    }
 }
 
 #[test]

@@ -52,6 +52,9 @@ pub struct OperatorState {
 pub struct Cluster {
     client: Client,
     url: String,
+    /// What it was made from, so a reload that changes it is noticed ([`Cluster::made_from`]).
+    kubeconfig: std::path::PathBuf,
+    server_name: String,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -99,7 +102,17 @@ impl Cluster {
         Ok(Cluster {
             client,
             url: plan.api_url.clone(),
+            kubeconfig: plan.kubeconfig.clone(),
+            server_name: plan.api_server_name.clone(),
         })
+    }
+
+    /// Whether this client is the one `plan` asks for: a reload may have named another
+    /// kubeconfig, API address or API name since it was made.
+    pub fn made_from(&self, plan: &OrchestrationPlan) -> bool {
+        self.kubeconfig == plan.kubeconfig
+            && self.url == plan.api_url
+            && self.server_name == plan.api_server_name
     }
 
     fn api_error(&self, what: &str, e: &kube::Error) -> ClusterError {
@@ -302,5 +315,51 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c["Available"], "True");
         assert!(conditions(&serde_json::json!({})).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_client_knows_whether_the_plan_still_asks_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            "apiVersion: v1\nkind: Config\ncurrent-context: admin\n\
+             clusters: [{ name: okd, cluster: { server: \"https://10.0.0.1:6443\" } }]\n\
+             users: [{ name: admin, user: { token: not-a-secret } }]\n\
+             contexts: [{ name: admin, context: { cluster: okd, user: admin } }]\n",
+        )
+        .unwrap();
+        let plan = OrchestrationPlan {
+            kubeconfig: kubeconfig.clone(),
+            api_url: "https://10.0.0.1:6443".into(),
+            api_server_name: "api-int.okd.lab.example.com".into(),
+            after_bootstrap: crate::config::AfterBootstrap::Destroy,
+            poll: Duration::from_secs(10),
+            settle: Duration::from_secs(60),
+            nodes: Vec::new(),
+        };
+        let cluster = Cluster::connect(&plan).await.unwrap();
+        assert!(cluster.made_from(&plan));
+        // Pacing is read from the plan at each poll: no new client for it.
+        let slower = OrchestrationPlan {
+            poll: Duration::from_secs(30),
+            ..plan.clone()
+        };
+        assert!(cluster.made_from(&slower));
+        let elsewhere = OrchestrationPlan {
+            api_url: "https://10.0.0.1:7443".into(),
+            ..plan.clone()
+        };
+        assert!(!cluster.made_from(&elsewhere));
+        let other_credentials = OrchestrationPlan {
+            kubeconfig: dir.path().join("kubeconfig.new"),
+            ..plan.clone()
+        };
+        assert!(!cluster.made_from(&other_credentials));
+        let other_name = OrchestrationPlan {
+            api_server_name: "api-int.other.lab.example.com".into(),
+            ..plan
+        };
+        assert!(!cluster.made_from(&other_name));
     }
 }

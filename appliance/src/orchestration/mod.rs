@@ -96,13 +96,13 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
         let mut events = tracker.journal.subscribe();
         if tracker.phases.snapshot().up_requested {
             tracing::info!("resuming the unfinished `cluster up`");
-            tracker.up();
+            tracker.up().await;
         }
         loop {
             tokio::select! {
                 () = tracker.shutdown.cancelled() => return Ok(()),
                 event = events.recv() => match event {
-                    Ok(e) => tracker.phases.observe(&e),
+                    Ok(e) => tracker.phases.observe(&e).await,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         tracing::warn!("install phases missed {n} journal events");
                     }
@@ -195,8 +195,8 @@ impl Orchestrator {
     }
 
     /// Takes the phase record of the pair's active host (on the standby).
-    pub fn replace_progress(&self, progress: Progress) {
-        self.phases.update(|p| *p = progress);
+    pub async fn replace_progress(&self, progress: Progress) {
+        self.phases.update(|p| *p = progress).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
@@ -204,37 +204,40 @@ impl Orchestrator {
     }
 
     /// Starts (or resumes) the install; a running one is left alone.
-    pub fn up(&self) -> String {
-        let mut run = self.lock();
-        if run.cancel.is_some() {
-            return format!("already running: {}", self.describe_phase());
-        }
-        let cancel = self.shutdown.child_token();
-        run.cancel = Some(cancel.clone());
-        run.failed = None;
-        drop(run);
-        self.phases.update(|p| p.up_requested = true);
+    pub async fn up(&self) -> String {
+        let cancel = {
+            let mut run = self.lock();
+            if run.cancel.is_some() {
+                return format!("already running: {}", self.describe_phase());
+            }
+            let cancel = self.shutdown.child_token();
+            run.cancel = Some(cancel.clone());
+            run.failed = None;
+            cancel
+        };
+        self.phases.update(|p| p.up_requested = true).await;
         if self.phases.snapshot().cluster_phase().is_none() {
-            self.phases.advance_cluster(ClusterPhase::Bootstrapping);
+            self.phases
+                .advance_cluster(ClusterPhase::Bootstrapping)
+                .await;
         }
         let this = self.clone();
         tokio::spawn(async move {
             let outcome = this.drive(&cancel).await;
-            let mut run = this.lock();
-            run.cancel = None;
-            run.waiting_for = None;
-            match outcome {
-                Ok(Finish::Installed) => {
-                    drop(run);
-                    this.phases.update(|p| p.up_requested = false);
-                }
-                Ok(Finish::Cancelled) => {}
-                Err(why) => {
+            {
+                let mut run = this.lock();
+                run.cancel = None;
+                run.waiting_for = None;
+                if let Err(why) = &outcome {
                     run.failed = Some(why.clone());
-                    drop(run);
-                    this.journal
-                        .publish(None, EventKind::OrchestrationFailed { why });
                 }
+            }
+            match outcome {
+                Ok(Finish::Installed) => this.phases.update(|p| p.up_requested = false).await,
+                Ok(Finish::Cancelled) => {}
+                Err(why) => this
+                    .journal
+                    .publish(None, EventKind::OrchestrationFailed { why }),
             }
         });
         format!("started: {}", self.describe_phase())
@@ -248,7 +251,7 @@ impl Orchestrator {
     }
 
     /// Brings `workers` of the configured workers (in config order) into the cluster.
-    pub fn scale(&self, workers: usize) -> Result<String, String> {
+    pub async fn scale(&self, workers: usize) -> Result<String, String> {
         let configured = self.workers(&self.plan.load()).len();
         if workers > configured {
             return Err(format!(
@@ -257,8 +260,10 @@ impl Orchestrator {
             ));
         }
         let before = self.phases.snapshot().workers_wanted.unwrap_or(configured);
-        self.phases.update(|p| p.workers_wanted = Some(workers));
-        let started = self.up();
+        self.phases
+            .update(|p| p.workers_wanted = Some(workers))
+            .await;
+        let started = self.up().await;
         let shrink = if workers < before {
             // Taking a node out of a cluster is a drain and a delete of its Node first: a
             // person's decision, not a side effect of a number.
@@ -297,7 +302,7 @@ impl Orchestrator {
             .iter()
             .filter_map(|r| r.result.as_ref().err().map(|e| format!("{}: {e}", r.node)))
             .collect();
-        self.phases.update(|p| *p = Progress::default());
+        self.phases.update(|p| *p = Progress::default()).await;
         if failed.is_empty() {
             Ok(format!("{} machines destroyed", reports.len()))
         } else {
@@ -375,6 +380,15 @@ impl Orchestrator {
             run.workers_started = Some(workers.len());
         }
 
+        if run
+            .cluster
+            .as_ref()
+            .is_some_and(|c| !c.made_from(&plan.orchestration))
+        {
+            // A reload named another kubeconfig or API address: the next requests go there.
+            tracing::info!("the reloaded orchestration settings name another cluster API client");
+            run.cluster = None;
+        }
         if run.cluster.is_none() {
             match Cluster::connect(&plan.orchestration).await {
                 Ok(c) => run.cluster = Some(c),
@@ -422,7 +436,9 @@ impl Orchestrator {
                         return Ok(None);
                     }
                 }
-                self.phases.advance_cluster(ClusterPhase::BootstrapComplete);
+                self.phases
+                    .advance_cluster(ClusterPhase::BootstrapComplete)
+                    .await;
                 if let Some(b) = &bootstrap {
                     crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
                     run.drain_started = Some(Instant::now());
@@ -431,7 +447,9 @@ impl Orchestrator {
             }
             ClusterPhase::BootstrapComplete => {
                 let Some(b) = &bootstrap else {
-                    self.phases.advance_cluster(ClusterPhase::BootstrapRemoved);
+                    self.phases
+                        .advance_cluster(ClusterPhase::BootstrapRemoved)
+                        .await;
                     return Ok(None);
                 };
                 let pools = self.pools.load();
@@ -450,11 +468,15 @@ impl Orchestrator {
                     return Ok(None);
                 }
                 self.retire_bootstrap(plan, b).await?;
-                self.phases.advance_cluster(ClusterPhase::BootstrapRemoved);
+                self.phases
+                    .advance_cluster(ClusterPhase::BootstrapRemoved)
+                    .await;
                 Ok(None)
             }
             ClusterPhase::BootstrapRemoved => {
-                self.phases.advance_cluster(ClusterPhase::WorkersJoining);
+                self.phases
+                    .advance_cluster(ClusterPhase::WorkersJoining)
+                    .await;
                 Ok(None)
             }
             // Installed too: `cluster scale` after the install brings workers in the same way.
@@ -513,7 +535,7 @@ impl Orchestrator {
                     ));
                     return Ok(None);
                 }
-                self.phases.advance_cluster(ClusterPhase::Installed);
+                self.phases.advance_cluster(ClusterPhase::Installed).await;
                 Ok(Some(Finish::Installed))
             }
         }
@@ -534,9 +556,9 @@ impl Orchestrator {
             .map(|n| n.name.as_str())
             .collect();
         for n in nodes.iter().filter(|n| known.contains(n.name.as_str())) {
-            self.phases.reach(&n.name, NodePhase::Joined);
+            self.phases.reach(&n.name, NodePhase::Joined).await;
             if n.ready {
-                self.phases.reach(&n.name, NodePhase::Ready);
+                self.phases.reach(&n.name, NodePhase::Ready).await;
             }
         }
         let registered: HashSet<String> = nodes.into_iter().map(|n| n.name).collect();

@@ -256,6 +256,8 @@ pub fn unix_seconds(t: SystemTime) -> u64 {
 pub struct Phases {
     inner: Arc<Mutex<Progress>>,
     path: PathBuf,
+    /// Held while the record is written: one writer of the temporary file at a time.
+    writing: Arc<Mutex<()>>,
     journal: Journal,
 }
 
@@ -285,6 +287,7 @@ impl Phases {
         Ok(Phases {
             inner: Arc::new(Mutex::new(progress)),
             path,
+            writing: Arc::default(),
             journal,
         })
     }
@@ -298,35 +301,35 @@ impl Phases {
     }
 
     /// Applies a journal event; a change is saved and announced.
-    pub fn observe(&self, event: &Event) {
+    pub async fn observe(&self, event: &Event) {
         let Some(node) = &event.node else { return };
         let change = self.lock().apply(node, &event.kind, unix_seconds(event.at));
-        self.commit(change);
+        self.commit(change).await;
     }
 
-    pub fn reach(&self, node: &str, phase: NodePhase) {
+    pub async fn reach(&self, node: &str, phase: NodePhase) {
         let change = self
             .lock()
             .reach(node, phase, unix_seconds(SystemTime::now()));
-        self.commit(change);
+        self.commit(change).await;
     }
 
-    pub fn advance_cluster(&self, phase: ClusterPhase) {
+    pub async fn advance_cluster(&self, phase: ClusterPhase) {
         let change = self
             .lock()
             .advance_cluster(phase, unix_seconds(SystemTime::now()));
-        self.commit(change);
+        self.commit(change).await;
     }
 
     /// Changes the record with `f` and saves it.
-    pub fn update(&self, f: impl FnOnce(&mut Progress)) {
+    pub async fn update(&self, f: impl FnOnce(&mut Progress)) {
         f(&mut self.lock());
-        self.save();
+        self.save().await;
     }
 
-    fn commit(&self, change: Option<Change>) {
+    async fn commit(&self, change: Option<Change>) {
         let Some(change) = change else { return };
-        self.save();
+        self.save().await;
         let kind = if change.node.is_some() {
             EventKind::NodePhase {
                 phase: change.phase,
@@ -341,9 +344,20 @@ impl Phases {
         self.journal.publish(change.node, kind);
     }
 
-    /// Writes the record atomically. A failure is logged: the phases are a record of what
-    /// happened, and the install markers keep what the services need.
-    fn save(&self) {
+    /// Writes the record atomically, on the blocking pool; returns once it is written. A
+    /// failure is logged: the phases are a record of what happened, and the install markers
+    /// keep what the services need.
+    async fn save(&self) {
+        let this = self.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || this.write()).await {
+            tracing::error!("can't save {}: {e}", self.path.display());
+        }
+    }
+
+    /// Writes the record as it is now. Writers take turns, so the file ends with the newest
+    /// record whatever order concurrent saves run in.
+    fn write(&self) {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let bytes = match serde_json::to_vec_pretty(&*self.lock()) {
             Ok(b) => b,
             Err(e) => {
@@ -498,19 +512,38 @@ mod tests {
         assert_eq!(p.cluster_phase(), Some(ClusterPhase::BootstrapComplete));
     }
 
-    #[test]
-    fn the_record_survives_a_restart_and_catches_up_with_the_markers() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_saves_leave_the_newest_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let phases = Phases::load(dir.path(), &[], Journal::new()).unwrap();
+        let mut saves = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let phases = phases.clone();
+            saves.spawn(async move { phases.update(|p| p.workers_wanted = Some(i)).await });
+        }
+        while let Some(done) = saves.join_next().await {
+            done.unwrap();
+        }
+        let again = Phases::load(dir.path(), &[], Journal::new()).unwrap();
+        assert_eq!(again.snapshot(), phases.snapshot());
+        assert!(!dir.path().join("install-phases.json.tmp").exists());
+    }
+
+    #[tokio::test]
+    async fn the_record_survives_a_restart_and_catches_up_with_the_markers() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::new();
         let nodes = vec!["master-0".to_owned(), "worker-0".to_owned()];
         let phases = Phases::load(dir.path(), &nodes, journal.clone()).unwrap();
-        phases.advance_cluster(ClusterPhase::Bootstrapping);
-        phases.update(|p| p.up_requested = true);
-        phases.observe(&Event {
-            at: SystemTime::now(),
-            node: Some("master-0".into()),
-            kind: EventKind::ScriptFetched { from: from() },
-        });
+        phases.advance_cluster(ClusterPhase::Bootstrapping).await;
+        phases.update(|p| p.up_requested = true).await;
+        phases
+            .observe(&Event {
+                at: SystemTime::now(),
+                node: Some("master-0".into()),
+                kind: EventKind::ScriptFetched { from: from() },
+            })
+            .await;
         assert!(
             journal
                 .recent()

@@ -458,8 +458,12 @@ async fn reload(
 
 /// The config keys whose change a running appliance can't apply, because what they govern is
 /// set up once at start: bound sockets (`listen`, and the DHCP socket's `network.interface`),
-/// the privilege drop (`run_as`), and the files opened in the state directory (`state_dir`:
-/// the lease journal, the admin socket, the install markers). Everything else reloads.
+/// the privilege drop (`run_as`), the files opened in the state directory (`state_dir`: the
+/// lease journal, the admin socket, the install markers), the HTTP API on TCP (`api`: its
+/// listener, certificate, key and token are read once) and the pair (`ha`: which host this is,
+/// the peer and the replication secret are found once). Everything else reloads: `control` and
+/// `orchestration` are read from the current plan at each machine action and each poll, and
+/// `ha.router_id` is keepalived's (`render --format keepalived`), never read by `serve`.
 fn needs_restart(
     current: &Plan,
     next: &Plan,
@@ -494,6 +498,36 @@ fn needs_restart(
     }
     if running_as != next_run_as {
         keys.push("run_as".to_owned());
+    }
+    match (&current.api, &next.api) {
+        (Some(a), Some(b)) => {
+            for (key, changed) in [
+                ("api.listen", a.listen != b.listen),
+                ("api.cert_file", a.cert_file != b.cert_file),
+                ("api.key_file", a.key_file != b.key_file),
+                ("api.token_file", a.token_file != b.token_file),
+            ] {
+                if changed {
+                    keys.push(key.to_owned());
+                }
+            }
+        }
+        (None, None) => {}
+        (None, Some(_)) => keys.push("api (added)".to_owned()),
+        (Some(_), None) => keys.push("api (removed)".to_owned()),
+    }
+    match (&current.ha, &next.ha) {
+        (Some(a), Some(b)) => {
+            if a.hosts != b.hosts {
+                keys.push("ha.hosts".to_owned());
+            }
+            if a.secret_file != b.secret_file {
+                keys.push("ha.secret_file".to_owned());
+            }
+        }
+        (None, None) => {}
+        (None, Some(_)) => keys.push("ha (added)".to_owned()),
+        (Some(_), None) => keys.push("ha (removed)".to_owned()),
     }
     keys
 }
@@ -567,7 +601,7 @@ mod tests {
     fn plan(yaml_extra: &str) -> Plan {
         let text = format!(
             "version: 1\ncluster: {{ name: okd, base_domain: lab.example.com }}\n\
-             network: {{ subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }}\n\
+             network: {{ subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1, interface: ens18 }}\n\
              nodes:\n  - {{ name: master-0, role: master, mac: \"52:54:00:00:00:02\", ip: 10.0.0.2 }}\n\
              install: {{ ignition_dir: ./i, artifacts_dir: ./a }}\n{yaml_extra}"
         );
@@ -595,6 +629,88 @@ mod tests {
             group: None,
         };
         assert_eq!(needs_restart(&base, &base, None, Some(&user)), ["run_as"]);
+    }
+
+    const API: &str = "api: { listen: \"10.0.0.1:9443\", cert_file: api.pem, key_file: api.key, token_file: api-token }";
+    const PAIR: &str = "ha: { hosts: [10.0.0.3, 10.0.0.4], router_id: 51, secret_file: ha-secret }";
+
+    /// What a reload from the config with `before` to the one with `after` says takes a restart.
+    fn refused(before: &str, after: &str) -> Vec<String> {
+        needs_restart(&plan(before), &plan(after), None, None)
+    }
+
+    #[test]
+    fn adding_or_removing_the_tcp_api_takes_a_restart() {
+        assert_eq!(refused("", API), ["api (added)"]);
+        assert_eq!(refused(API, ""), ["api (removed)"]);
+    }
+
+    #[test]
+    fn the_api_listener_takes_a_restart() {
+        let moved = API.replace("10.0.0.1:9443", "10.0.0.1:9444");
+        assert_eq!(refused(API, &moved), ["api.listen"]);
+    }
+
+    #[test]
+    fn the_api_certificate_takes_a_restart() {
+        let other = API.replace("cert_file: api.pem", "cert_file: new.pem");
+        assert_eq!(refused(API, &other), ["api.cert_file"]);
+    }
+
+    #[test]
+    fn the_api_key_takes_a_restart() {
+        let other = API.replace("key_file: api.key", "key_file: new.key");
+        assert_eq!(refused(API, &other), ["api.key_file"]);
+    }
+
+    #[test]
+    fn the_api_token_file_takes_a_restart() {
+        let other = API.replace("token_file: api-token", "token_file: new-token");
+        assert_eq!(refused(API, &other), ["api.token_file"]);
+    }
+
+    #[test]
+    fn adding_or_removing_the_pair_takes_a_restart() {
+        // The pair also listens for DNS on each host's address: that is named too.
+        let added = refused("", PAIR);
+        assert!(added.contains(&"ha (added)".to_owned()), "{added:?}");
+        let removed = refused(PAIR, "");
+        assert!(removed.contains(&"ha (removed)".to_owned()), "{removed:?}");
+    }
+
+    #[test]
+    fn the_pair_hosts_take_a_restart() {
+        let other = PAIR.replace("10.0.0.4]", "10.0.0.5]");
+        let keys = refused(PAIR, &other);
+        assert!(keys.contains(&"ha.hosts".to_owned()), "{keys:?}");
+    }
+
+    #[test]
+    fn the_pair_secret_file_takes_a_restart() {
+        let other = PAIR.replace("secret_file: ha-secret", "secret_file: new-secret");
+        assert_eq!(refused(PAIR, &other), ["ha.secret_file"]);
+    }
+
+    #[test]
+    fn control_orchestration_and_the_router_id_reload() {
+        // Read from the current plan at each machine action and each poll, or never by serve.
+        let router = PAIR.replace("router_id: 51", "router_id: 52");
+        assert!(refused(PAIR, &router).is_empty());
+        assert!(refused("", "orchestration: { poll: 30s, settle: 5m }").is_empty());
+        assert!(
+            refused(
+                "",
+                "orchestration: { kubeconfig: other/kubeconfig, api_url: \"https://10.0.0.1:7443\", bootstrap_after_complete: keep }"
+            )
+            .is_empty()
+        );
+        assert!(
+            refused(
+                "",
+                "control: { provider: libvirt, libvirt: { uri: \"qemu:///system\", bridge: br-okd } }"
+            )
+            .is_empty()
+        );
     }
 
     #[test]
