@@ -1,7 +1,9 @@
 //! The DNS sockets: UDP and TCP listeners handed over by the supervisor.
 //!
-//! Each UDP socket is served by one task that answers authoritative questions and cache hits
-//! in place (no allocation per query) and hands cache misses to a task of their own. TCP
+//! Each UDP socket is served by blocking threads that take queries in batches (recvmmsg),
+//! answer authoritative questions and cache hits in place (no allocation per query or per
+//! batch) and send the batch's replies at once (sendmmsg); cache misses go to a task of their
+//! own. TCP
 //! connections are served until idle, with a cap on how many are open at once. One bad packet
 //! or connection never stops a listener.
 
@@ -9,8 +11,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::AsRawFd as _;
+
 use anyhow::Context as _;
 use ipnet::IpNet;
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg, sendto};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
@@ -106,103 +113,289 @@ impl Shared {
     }
 }
 
-/// Serves one UDP socket until `token` is cancelled.
+/// How many queries one system call takes in, and how many replies one sends.
+const BATCH: usize = 32;
+/// The largest UDP datagram: every query is read whole, however large.
+const MAX_DATAGRAM: usize = 65_535;
+/// How often a thread waiting for queries looks at the shutdown token.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Serves one UDP socket until `token` is cancelled (or this future is dropped).
+///
+/// The socket is read by blocking threads, as many as the runtime has workers: each takes up to
+/// [`BATCH`] queries with one recvmmsg(2), answers them in place and sends the replies with one
+/// sendmmsg(2), so a busy server makes a fraction of a system call per query (one recvfrom, one
+/// sendto and the readiness polling before). Cache misses become tasks on the runtime, which send
+/// their replies themselves.
 pub async fn serve_udp(
     socket: UdpSocket,
     shared: Arc<Shared>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let socket = socket.into_std().context("udp socket")?;
+    socket
+        .set_nonblocking(false)
+        .and_then(|()| socket.set_read_timeout(Some(POLL)))
+        .context("udp socket options")?;
     let socket = Arc::new(socket);
-    let local = socket.local_addr().context("udp socket address")?;
-    let started = Instant::now();
-    let mut indexed = shared.indexed();
-    let mut rrl_settings = indexed.plan.resolver.rate_limit;
-    let mut rrl = RateLimiter::new(rrl_settings.responses_per_second, rrl_settings.slip);
-    let mut packet = vec![0u8; 65_535];
-    let mut out = Vec::with_capacity(usize::from(EDNS_UDP) * 2);
-    let mut lower = [0u8; MAX_NAME];
-    let serve = async {
-        loop {
-            let (n, client) = match socket.recv_from(&mut packet).await {
-                Ok(r) => r,
+    let runtime = tokio::runtime::Handle::current();
+    let threads = runtime.metrics().num_workers().max(1);
+    // Dropping this future (the service set failing elsewhere) stops the threads too.
+    let stop = token.child_token();
+    let _stop_on_drop = stop.clone().drop_guard();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..threads {
+        let (socket, shared, runtime, stop) = (
+            Arc::clone(&socket),
+            Arc::clone(&shared),
+            runtime.clone(),
+            stop.clone(),
+        );
+        workers.spawn_blocking(move || UdpWorker::new(socket, shared, runtime).run(&stop));
+    }
+    while let Some(done) = workers.join_next().await {
+        done.context("a dns/udp thread panicked")??;
+    }
+    Ok(())
+}
+
+/// One thread's buffers and state for serving a UDP socket: made once, reused for every batch.
+struct UdpWorker {
+    socket: Arc<std::net::UdpSocket>,
+    shared: Arc<Shared>,
+    runtime: tokio::runtime::Handle,
+    started: Instant,
+    indexed: Arc<Indexed>,
+    rrl: (crate::config::RateLimit, RateLimiter),
+    /// `BATCH` slots of `MAX_DATAGRAM` bytes; the kernel touches only what it writes.
+    packets: Vec<u8>,
+    /// Length and source of each query the last receive took.
+    queries: [(usize, Option<SockaddrStorage>); BATCH],
+    replies: Vec<Vec<u8>>,
+    /// Length and destination of each reply queued for the next send.
+    queued: [(usize, Option<SockaddrStorage>); BATCH],
+    recv_headers: MultiHeaders<SockaddrStorage>,
+    send_headers: MultiHeaders<SockaddrStorage>,
+    lower: [u8; MAX_NAME],
+}
+
+impl UdpWorker {
+    fn new(
+        socket: Arc<std::net::UdpSocket>,
+        shared: Arc<Shared>,
+        runtime: tokio::runtime::Handle,
+    ) -> UdpWorker {
+        let indexed = shared.indexed();
+        let settings = indexed.plan.resolver.rate_limit;
+        UdpWorker {
+            socket,
+            runtime,
+            started: Instant::now(),
+            rrl: (
+                settings,
+                RateLimiter::new(settings.responses_per_second, settings.slip),
+            ),
+            indexed,
+            shared,
+            packets: vec![0u8; BATCH * MAX_DATAGRAM],
+            queries: [(0, None); BATCH],
+            replies: (0..BATCH)
+                .map(|_| Vec::with_capacity(usize::from(EDNS_UDP) * 2))
+                .collect(),
+            queued: [(0, None); BATCH],
+            recv_headers: MultiHeaders::preallocate(BATCH, None),
+            send_headers: MultiHeaders::preallocate(BATCH, None),
+            lower: [0u8; MAX_NAME],
+        }
+    }
+
+    fn run(mut self, stop: &CancellationToken) -> anyhow::Result<()> {
+        let local = self.socket.local_addr().context("udp socket address")?;
+        while !stop.is_cancelled() {
+            let received = match self.receive() {
+                Ok(n) => n,
+                // The read timeout: time to look at the token.
+                Err(Errno::EAGAIN | Errno::EINTR) => continue,
                 // ICMP errors from earlier sends surface here on Linux; they concern one client.
-                Err(e) => {
+                Err(e @ (Errno::ECONNREFUSED | Errno::EHOSTUNREACH | Errno::ENETUNREACH)) => {
                     tracing::debug!("dns/udp on {local}: {e}");
                     continue;
                 }
+                Err(e) => {
+                    tracing::warn!("dns/udp on {local}: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
             };
-            if !Arc::ptr_eq(&indexed.plan, &shared.plan.load()) {
-                indexed = shared.indexed();
-                // A reload may change the limits; unchanged, the table keeps its counts.
-                if indexed.plan.resolver.rate_limit != rrl_settings {
-                    rrl_settings = indexed.plan.resolver.rate_limit;
-                    rrl = RateLimiter::new(rrl_settings.responses_per_second, rrl_settings.slip);
+            self.refresh();
+            let mut queued = 0;
+            for i in 0..received {
+                let (len, Some(from)) = self.queries[i] else {
+                    continue;
+                };
+                let Some(client) = socket_addr(&from) else {
+                    continue;
+                };
+                if let Some(reply_len) = self.answer(i, len, client, queued) {
+                    self.queued[queued] = (reply_len, Some(from));
+                    queued += 1;
                 }
             }
-            let request = &packet[..n];
-            let (ctx, trusted) = indexed.context(client.ip(), Transport::Udp);
-            match respond(request, &ctx, &mut lower, &mut out) {
-                Action::Drop | Action::Transfer(_) => continue,
-                Action::Reply {
-                    len,
-                    outcome,
-                    qname_len,
-                } => {
-                    let verdict = if trusted || outcome == Outcome::NotOurs {
-                        Verdict::Send
-                    } else {
-                        let now = started.elapsed().as_secs() as u32;
-                        rrl.check(client.ip(), outcome, &lower[..qname_len], now)
-                    };
-                    match verdict {
-                        Verdict::Send => {
-                            count(&shared.metrics, &out[..len]);
-                            send(&socket, &out[..len], client).await;
-                        }
-                        Verdict::Drop => {}
-                        Verdict::Slip => {
-                            let len = slip_reply(request, &mut out);
-                            send(&socket, &out[..len], client).await;
-                        }
+            self.send(queued, local);
+        }
+        Ok(())
+    }
+
+    /// Takes in up to `BATCH` queries: waits for the first (at most `POLL`), then takes what
+    /// is already there.
+    fn receive(&mut self) -> Result<usize, Errno> {
+        let mut slots = self.packets.chunks_exact_mut(MAX_DATAGRAM);
+        let mut iovs: [[IoSliceMut<'_>; 1]; BATCH] =
+            std::array::from_fn(|_| [IoSliceMut::new(slots.next().unwrap_or_default())]);
+        let results = recvmmsg(
+            self.socket.as_raw_fd(),
+            &mut self.recv_headers,
+            iovs.iter_mut(),
+            MsgFlags::MSG_WAITFORONE,
+            None,
+        )?;
+        let mut received = 0;
+        for (slot, message) in self.queries.iter_mut().zip(results) {
+            *slot = (message.bytes, message.address);
+            received += 1;
+        }
+        Ok(received)
+    }
+
+    /// Picks up a reloaded plan before answering a batch.
+    fn refresh(&mut self) {
+        if Arc::ptr_eq(&self.indexed.plan, &self.shared.plan.load()) {
+            return;
+        }
+        self.indexed = self.shared.indexed();
+        // A reload may change the limits; unchanged, the table keeps its counts.
+        let settings = self.indexed.plan.resolver.rate_limit;
+        if settings != self.rrl.0 {
+            self.rrl = (
+                settings,
+                RateLimiter::new(settings.responses_per_second, settings.slip),
+            );
+        }
+    }
+
+    /// Answers query `i` (`len` bytes from `client`) into reply slot `slot`: the reply's length
+    /// when one goes back in this batch.
+    fn answer(&mut self, i: usize, len: usize, client: SocketAddr, slot: usize) -> Option<usize> {
+        let request = &self.packets[i * MAX_DATAGRAM..][..len];
+        let out = &mut self.replies[slot];
+        let (ctx, trusted) = self.indexed.context(client.ip(), Transport::Udp);
+        match respond(request, &ctx, &mut self.lower, out) {
+            Action::Drop | Action::Transfer(_) => None,
+            Action::Reply {
+                len,
+                outcome,
+                qname_len,
+            } => {
+                let verdict = if trusted || outcome == Outcome::NotOurs {
+                    Verdict::Send
+                } else {
+                    let now = self.started.elapsed().as_secs() as u32;
+                    let qname = &self.lower[..qname_len];
+                    self.rrl.1.check(client.ip(), outcome, qname, now)
+                };
+                match verdict {
+                    Verdict::Send => {
+                        count(&self.shared.metrics, &out[..len]);
+                        Some(len)
                     }
+                    Verdict::Drop => None,
+                    Verdict::Slip => Some(slip_reply(request, out)),
                 }
-                Action::Forward(query) => {
-                    let limit = udp_limit(&query);
-                    let qname = &lower[..query.qname_len];
-                    if let Some(len) = shared
-                        .forwarder
-                        .cached(request, &query, qname, limit, &mut out)
+            }
+            Action::Forward(query) => {
+                let limit = udp_limit(&query);
+                let qname = &self.lower[..query.qname_len];
+                let forwarder = &self.shared.forwarder;
+                if let Some(len) = forwarder.cached(request, &query, qname, limit, out) {
+                    self.shared.metrics.dns_cache_hits.inc();
+                    count(&self.shared.metrics, &out[..len]);
+                    return Some(len);
+                }
+                self.shared.metrics.dns_cache_misses.inc();
+                let (socket, shared, indexed) = (
+                    Arc::clone(&self.socket),
+                    Arc::clone(&self.shared),
+                    Arc::clone(&self.indexed),
+                );
+                let request = request.to_vec();
+                let qname = qname.to_vec();
+                self.runtime.spawn(async move {
+                    let mut out = Vec::new();
+                    let len = forward_or_servfail(
+                        &shared, &indexed, &request, &query, &qname, limit, &mut out,
+                    )
+                    .await;
+                    count(&shared.metrics, &out[..len]);
+                    // Never blocks a runtime worker: a full send buffer drops this reply, and
+                    // the client asks again.
+                    let to = SockaddrStorage::from(client);
+                    if let Err(e) =
+                        sendto(socket.as_raw_fd(), &out[..len], &to, MsgFlags::MSG_DONTWAIT)
                     {
-                        shared.metrics.dns_cache_hits.inc();
-                        count(&shared.metrics, &out[..len]);
-                        send(&socket, &out[..len], client).await;
-                        continue;
+                        tracing::debug!("dns/udp reply to {client}: {e}");
                     }
-                    shared.metrics.dns_cache_misses.inc();
-                    let (socket, shared, indexed) = (
-                        Arc::clone(&socket),
-                        Arc::clone(&shared),
-                        Arc::clone(&indexed),
+                });
+                None
+            }
+        }
+    }
+
+    /// Sends the first `queued` replies, as few system calls as the kernel allows. A reply the
+    /// kernel refuses (an unreachable destination, a firewall) is skipped; the rest still go.
+    fn send(&mut self, queued: usize, local: SocketAddr) {
+        let mut sent = 0;
+        while sent < queued {
+            let iovs: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|i| {
+                let len = self.queued.get(sent + i).map_or(0, |q| q.0);
+                [IoSlice::new(
+                    self.replies.get(sent + i).map_or(&[][..], |r| &r[..len]),
+                )]
+            });
+            let addresses: [Option<SockaddrStorage>; BATCH] =
+                std::array::from_fn(|i| self.queued.get(sent + i).and_then(|q| q.1));
+            let result = sendmmsg(
+                self.socket.as_raw_fd(),
+                &mut self.send_headers,
+                iovs[..queued - sent].iter(),
+                addresses,
+                [],
+                MsgFlags::empty(),
+            )
+            .map(Iterator::count);
+            match result {
+                Ok(0) => break,
+                Ok(n) => sent += n,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::debug!(
+                        "dns/udp on {local}: a reply to {:?}: {e}",
+                        self.queued[sent].1
                     );
-                    let request = request.to_vec();
-                    let qname = qname.to_vec();
-                    tokio::spawn(async move {
-                        let mut out = Vec::new();
-                        let len = forward_or_servfail(
-                            &shared, &indexed, &request, &query, &qname, limit, &mut out,
-                        )
-                        .await;
-                        count(&shared.metrics, &out[..len]);
-                        send(&socket, &out[..len], client).await;
-                    });
+                    sent += 1;
                 }
             }
         }
-    };
-    tokio::select! {
-        () = token.cancelled() => Ok(()),
-        () = serve => Ok(()),
     }
+}
+
+/// The standard library's form of a socket address the kernel reported.
+fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = address.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    address
+        .as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6((*v6).into()))
 }
 
 /// Counts an answer by its rcode and question type, read from its wire form.
@@ -214,12 +407,6 @@ fn count(metrics: &crate::metrics::Metrics, reply: &[u8]) {
         .and_then(|p| reply.get(p..p + 2))
         .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
     metrics.dns_answer(reply[3] & 0x0f, qtype);
-}
-
-async fn send(socket: &UdpSocket, reply: &[u8], client: SocketAddr) {
-    if let Err(e) = socket.send_to(reply, client).await {
-        tracing::debug!("dns/udp reply to {client}: {e}");
-    }
 }
 
 fn udp_limit(query: &Query) -> usize {
