@@ -3,14 +3,15 @@
 #
 #   sudo bash bench/dns.sh
 #
-# Authoritative: okd-appliance, NSD, Knot, BIND and dnsmasq serve the same zones (rendered by
+# Authoritative: okd-appliance, NSD, Knot, BIND, dnsmasq and hickory-dns serve the same zones (rendered by
 # `okd-appliance render --format bind|dnsmasq` from one cluster config) and answer the same
 # dnsperf query mix. Forwarding with a warm cache: okd-appliance, dnsmasq and BIND forward
 # `*.example.test` to an upstream dnsmasq; every cache is warmed first.
 #
 # Topology (names carry this script's PID, so parallel runs never collide):
 #   bld<PID> (load, 10.98.0.250) --veth-- bsrv<PID> (servers: 10.98.0.1 okd-appliance,
-#        .11 NSD, .12 Knot, .13 BIND, .14 dnsmasq, .21 dnsmasq forwarder, .22 BIND forwarder;
+#        .11 NSD, .12 Knot, .13 BIND, .14 dnsmasq, .15 hickory-dns, .21 dnsmasq forwarder,
+#        .22 BIND forwarder;
 #        10.98.1.2) --veth-- bup<PID> (upstream dnsmasq, 10.98.1.1)
 # Traffic stays inside these namespaces. Every server runs pinned to CPU 0 with one worker, the
 # load tool pinned to CPU 1. All servers run at once (idle unless queried), and the runs are
@@ -38,6 +39,10 @@
 #   SKIP_BUILD=1        use the existing target/release/okd-appliance
 #   NO_DOC=1            don't rewrite docs/performance.md
 #   KEEP=1              keep the work directory (logs, configs, dnsperf outputs)
+#   HICKORY [auto]      the hickory-dns binary (the Rust DNS server built on hickory-server, the
+#                       crate the product's design first named): auto builds it once with
+#                       `cargo install hickory-dns` (default features) into
+#                       /var/cache/okd-bench/hickory; 0 leaves it out
 #   SYSCALLS [auto]     count each server's system calls per answer during the full-speed runs
 #                       with `perf stat -e raw_syscalls:sys_enter` (1, 0, or auto: when perf can)
 set -Eeuo pipefail
@@ -70,7 +75,7 @@ LOAD_CPU=1
 # The servers: test/name -> address. okd-appliance answers both tests from one process.
 declare -A ADDR=(
   [auth/okd-appliance]=$SRV_IP [auth/nsd]=10.98.0.11 [auth/knot]=10.98.0.12
-  [auth/bind]=10.98.0.13 [auth/dnsmasq]=10.98.0.14
+  [auth/bind]=10.98.0.13 [auth/dnsmasq]=10.98.0.14 [auth/hickory-dns]=10.98.0.15
   [fwd/okd-appliance]=$SRV_IP [fwd/dnsmasq]=10.98.0.21 [fwd/bind]=10.98.0.22
 )
 AUTH_SERVERS=(okd-appliance nsd knot bind dnsmasq)
@@ -96,6 +101,21 @@ if ((${#need_pkgs[@]})); then
 fi
 
 build_appliance
+
+HICKORY=${HICKORY:-auto}
+HICKORY_VERSION=0.26.3
+if [[ $HICKORY == auto ]]; then
+  HICKORY=/var/cache/okd-bench/hickory/bin/hickory-dns
+  if [[ ! -x $HICKORY ]]; then
+    log "building hickory-dns $HICKORY_VERSION (cargo install, default features; once)"
+    cargo install --quiet --locked hickory-dns --version "$HICKORY_VERSION" --root /var/cache/okd-bench/hickory ||
+      die "cargo install hickory-dns failed (HICKORY=0 leaves it out)"
+  fi
+fi
+if [[ $HICKORY != 0 ]]; then
+  [[ -x $HICKORY ]] || die "HICKORY=$HICKORY is not an executable"
+  AUTH_SERVERS+=(hickory-dns)
+fi
 
 BUSY_AT_START=$(busy_pct)
 NOISE_MAX=$(noise_count)
@@ -320,6 +340,19 @@ start_bind() {
     done
   } >"$d/named.conf"
   spawn "$d" named -g -n 1 -c "$d/named.conf"
+}
+
+# hickory-dns with the same zone files, one runtime worker, INFO logging off (-q: it would log
+# every query).
+start_hickory() {
+  local d=$1 ip=$2 z
+  {
+    printf 'listen_addrs_ipv4 = ["%s"]\nlisten_addrs_ipv6 = []\nlisten_port = 53\n' "$ip"
+    for z in "${ZONES[@]}"; do
+      printf '\n[[zones]]\nzone = "%s"\nzone_type = "Primary"\n[zones.stores]\ntype = "file"\nzone_path = "%s.zone"\n' "$z" "$z"
+    done
+  } >"$d/hickory.toml"
+  spawn "$d" "$HICKORY" -q --workers 1 -c "$d/hickory.toml" -z "$W/zones"
 }
 
 DNSMASQ_COMMON=(--keep-in-foreground --pid-file= --user=root --log-facility=- --bind-interfaces)
@@ -563,6 +596,7 @@ start auth/nsd start_nsd "api.$DOMAIN" "$SRV_IP"
 start auth/knot start_knot "api.$DOMAIN" "$SRV_IP"
 start auth/bind start_bind "api.$DOMAIN" "$SRV_IP"
 start auth/dnsmasq start_dnsmasq "api.$DOMAIN" "$SRV_IP"
+[[ $HICKORY == 0 ]] || start auth/hickory-dns start_hickory "api.$DOMAIN" "$SRV_IP"
 start fwd/dnsmasq start_fwd_dnsmasq name0.example.test 192.0.2.10
 start fwd/bind start_fwd_bind name0.example.test 192.0.2.10
 
@@ -753,7 +787,8 @@ same run are the figures.
 
 How: every server runs in one network namespace, pinned to CPU 0 with one worker
 (okd-appliance \`TOKIO_WORKER_THREADS=1\`, NSD \`server-count: 1\`, Knot one UDP/TCP/background
-worker, BIND \`named -n 1\`, dnsmasq is single-threaded); dnsperf runs in a second namespace
+worker, BIND \`named -n 1\`, dnsmasq is single-threaded, hickory-dns $HICKORY_VERSION \`--workers 1\`
+built by \`cargo install hickory-dns\` with its default features); dnsperf runs in a second namespace
 across a veth pair, pinned to CPU 1 (\`-c $CLIENTS -q $OUTSTANDING\`). All authoritative servers
 serve the same zones, rendered by \`okd-appliance render --format bind\` (dnsmasq: \`--format
 dnsmasq\`) from one cluster config (1 bootstrap, 3 masters, 2 workers). The servers run side

@@ -140,18 +140,28 @@ pub async fn serve_udp(
     let socket = Arc::new(socket);
     let runtime = tokio::runtime::Handle::current();
     let threads = runtime.metrics().num_workers().max(1);
+    // One rate limiter per socket, whichever thread a query reaches, with one clock.
+    let started = Instant::now();
+    let settings = shared.indexed().plan.resolver.rate_limit;
+    let rrl = Arc::new(Mutex::new((
+        settings,
+        RateLimiter::new(settings.responses_per_second, settings.slip),
+    )));
     // Dropping this future (the service set failing elsewhere) stops the threads too.
     let stop = token.child_token();
     let _stop_on_drop = stop.clone().drop_guard();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..threads {
-        let (socket, shared, runtime, stop) = (
+        let (socket, shared, runtime, rrl, stop) = (
             Arc::clone(&socket),
             Arc::clone(&shared),
             runtime.clone(),
+            Arc::clone(&rrl),
             stop.clone(),
         );
-        workers.spawn_blocking(move || UdpWorker::new(socket, shared, runtime).run(&stop));
+        workers.spawn_blocking(move || {
+            UdpWorker::new(socket, shared, runtime, (started, rrl)).run(&stop)
+        });
     }
     while let Some(done) = workers.join_next().await {
         done.context("a dns/udp thread panicked")??;
@@ -159,14 +169,19 @@ pub async fn serve_udp(
     Ok(())
 }
 
+/// Response rate limiting of one socket: the settings it was made with, and its table.
+type SharedRateLimiter = Arc<Mutex<(crate::config::RateLimit, RateLimiter)>>;
+
 /// One thread's buffers and state for serving a UDP socket: made once, reused for every batch.
 struct UdpWorker {
     socket: Arc<std::net::UdpSocket>,
     shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
+    /// The rate limiter's clock: when the socket started serving.
     started: Instant,
     indexed: Arc<Indexed>,
-    rrl: (crate::config::RateLimit, RateLimiter),
+    /// Shared by the socket's threads; locked only for clients outside `recursion_allowed`.
+    rrl: SharedRateLimiter,
     /// `BATCH` slots of `MAX_DATAGRAM` bytes; the kernel touches only what it writes.
     packets: Vec<u8>,
     /// Length and source of each query the last receive took.
@@ -184,18 +199,14 @@ impl UdpWorker {
         socket: Arc<std::net::UdpSocket>,
         shared: Arc<Shared>,
         runtime: tokio::runtime::Handle,
+        (started, rrl): (Instant, SharedRateLimiter),
     ) -> UdpWorker {
-        let indexed = shared.indexed();
-        let settings = indexed.plan.resolver.rate_limit;
         UdpWorker {
             socket,
             runtime,
-            started: Instant::now(),
-            rrl: (
-                settings,
-                RateLimiter::new(settings.responses_per_second, settings.slip),
-            ),
-            indexed,
+            started,
+            rrl,
+            indexed: shared.indexed(),
             shared,
             packets: vec![0u8; BATCH * MAX_DATAGRAM],
             queries: [(0, None); BATCH],
@@ -275,8 +286,9 @@ impl UdpWorker {
         self.indexed = self.shared.indexed();
         // A reload may change the limits; unchanged, the table keeps its counts.
         let settings = self.indexed.plan.resolver.rate_limit;
-        if settings != self.rrl.0 {
-            self.rrl = (
+        let mut rrl = self.rrl.lock().unwrap_or_else(|e| e.into_inner());
+        if settings != rrl.0 {
+            *rrl = (
                 settings,
                 RateLimiter::new(settings.responses_per_second, settings.slip),
             );
@@ -301,7 +313,8 @@ impl UdpWorker {
                 } else {
                     let now = self.started.elapsed().as_secs() as u32;
                     let qname = &self.lower[..qname_len];
-                    self.rrl.1.check(client.ip(), outcome, qname, now)
+                    let mut rrl = self.rrl.lock().unwrap_or_else(|e| e.into_inner());
+                    rrl.1.check(client.ip(), outcome, qname, now)
                 };
                 match verdict {
                     Verdict::Send => {
