@@ -347,7 +347,9 @@ start_bind() {
 start_hickory() {
   local d=$1 ip=$2 z
   {
-    printf 'listen_addrs_ipv4 = ["%s"]\nlisten_addrs_ipv6 = []\nlisten_port = 53\n' "$ip"
+    # It would drop to user and group "nobody" (Debian's group is "nogroup"); like Knot here, it
+    # stays root, and reads the zones in the work directory.
+    printf 'listen_addrs_ipv4 = ["%s"]\nlisten_addrs_ipv6 = []\nlisten_port = 53\nuser = "root"\ngroup = "root"\n' "$ip"
     for z in "${ZONES[@]}"; do
       printf '\n[[zones]]\nzone = "%s"\nzone_type = "Primary"\n[zones.stores]\ntype = "file"\nzone_path = "%s.zone"\n' "$z" "$z"
     done
