@@ -48,6 +48,11 @@ impl RateLimiter {
         }
     }
 
+    /// The rate and slip this limiter was made with: a reload that keeps them keeps the table.
+    pub fn limits(&self) -> (u32, u32) {
+        (self.rate, self.slip)
+    }
+
     /// Counts one answer of kind `outcome` for `qname` (lowercase wire form) to `client` at
     /// second `now`. NXDOMAIN answers count per zone-independent class, not per name, so random
     /// names can't spread an attack over many buckets.

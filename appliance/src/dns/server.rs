@@ -143,9 +143,9 @@ pub async fn serve_udp(
     // One rate limiter per socket, whichever thread a query reaches, with one clock.
     let started = Instant::now();
     let settings = shared.indexed().plan.resolver.rate_limit;
-    let rrl = Arc::new(Mutex::new((
-        settings,
-        RateLimiter::new(settings.responses_per_second, settings.slip),
+    let rrl = Arc::new(Mutex::new(RateLimiter::new(
+        settings.responses_per_second,
+        settings.slip,
     )));
     // Dropping this future (the service set failing elsewhere) stops the threads too.
     let stop = token.child_token();
@@ -169,8 +169,8 @@ pub async fn serve_udp(
     Ok(())
 }
 
-/// Response rate limiting of one socket: the settings it was made with, and its table.
-type SharedRateLimiter = Arc<Mutex<(crate::config::RateLimit, RateLimiter)>>;
+/// Response rate limiting of one socket, shared by its threads.
+type SharedRateLimiter = Arc<Mutex<RateLimiter>>;
 
 /// One thread's buffers and state for serving a UDP socket: made once, reused for every batch.
 struct UdpWorker {
@@ -286,12 +286,10 @@ impl UdpWorker {
         self.indexed = self.shared.indexed();
         // A reload may change the limits; unchanged, the table keeps its counts.
         let settings = self.indexed.plan.resolver.rate_limit;
+        let limits = (settings.responses_per_second, settings.slip);
         let mut rrl = self.rrl.lock().unwrap_or_else(|e| e.into_inner());
-        if settings != rrl.0 {
-            *rrl = (
-                settings,
-                RateLimiter::new(settings.responses_per_second, settings.slip),
-            );
+        if rrl.limits() != limits {
+            *rrl = RateLimiter::new(limits.0, limits.1);
         }
     }
 
@@ -314,7 +312,7 @@ impl UdpWorker {
                     let now = self.started.elapsed().as_secs() as u32;
                     let qname = &self.lower[..qname_len];
                     let mut rrl = self.rrl.lock().unwrap_or_else(|e| e.into_inner());
-                    rrl.1.check(client.ip(), outcome, qname, now)
+                    rrl.check(client.ip(), outcome, qname, now)
                 };
                 match verdict {
                     Verdict::Send => {
