@@ -251,6 +251,79 @@ listen:
     drop(servers);
 }
 
+/// With checks only every 10 s, a killed backend still leaves the pool within a second: the
+/// first connection it refuses makes the checker look at once and again 100 ms later (two
+/// failures = `fall`), and that connection goes to the other backend.
+#[test]
+fn a_refused_connection_takes_a_dead_backend_out_before_the_next_check() {
+    if !require_root() || !require_tools(&["python3", "curl"]) {
+        return;
+    }
+    let topo = Topology::new("lbf").unwrap();
+    let masters = [("mst0", "10.99.0.11"), ("mst1", "10.99.0.12")];
+    let client = topo.add_node("cli", "10.99.0.99/24", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // The nodes' namespaces live as long as the test.
+    let nodes: Vec<harness::Node> = masters
+        .iter()
+        .map(|(name, ip)| topo.add_node(name, &format!("{ip}/24"), None).unwrap())
+        .collect();
+    let mut servers: Vec<Option<Process>> = nodes
+        .iter()
+        .zip(masters)
+        .map(|(ns, (name, ip))| Some(web(ns, ip, 6443, &site(dir.path(), name, true))))
+        .collect();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            r#"version: 1
+cluster: {{ name: okd, base_domain: lab.example.com }}
+network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
+nodes:
+  - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
+  - {{ name: mst1, role: master, mac: "52:54:00:00:00:12", ip: 10.99.0.12 }}
+install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+state_dir: {}
+lb:
+  health: {{ interval: 10s, timeout: 1s, rise: 1, fall: 2, control_plane_check: tcp }}
+listen: {{ dns: [], dhcp: [], tftp: [], http: [], api: ["10.99.0.1:6443"], machine_config: [], ingress_https: [], ingress_http: [] }}
+"#,
+            dir.path().join("state").display()
+        ),
+    );
+    let appliance = start_appliance(topo.services(), &config);
+    let api = "http://10.99.0.1:6443/whoami";
+    let up = |p: &Process| p.stderr().matches(" is up").count() == 2;
+    assert!(
+        wait_until(Duration::from_secs(5), || up(&appliance)),
+        "both masters up after the first check\n{}",
+        appliance.log_tails()
+    );
+
+    servers[1] = None;
+    let killed = Instant::now();
+    // Round robin sends one of these to mst1: refused, it goes to mst0 instead.
+    for _ in 0..4 {
+        assert_eq!(
+            get(&client, api).as_deref(),
+            Some("mst0"),
+            "a request failed"
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || appliance
+            .stderr()
+            .contains("mst1: api backend 10.99.0.12:6443 is down")),
+        "{}",
+        appliance.log_tails()
+    );
+    let detected = killed.elapsed();
+    assert!(
+        detected < Duration::from_secs(1),
+        "took {detected:?} with checks every 10 s"
+    );
+}
+
 #[test]
 fn drain_lets_connections_finish_until_the_timeout() {
     if !require_root() || !require_tools(&["python3"]) {

@@ -3,7 +3,10 @@
 //! probe is bounded by the timeout and runs concurrently, and its result goes to the backend's
 //! [`Health`] as soon as it arrives, so an unreachable node waiting out its timeout never delays
 //! the verdict on the others. It also swaps in new pools when the plan changes, keeping the
-//! state of the backends that stay.
+//! state of the backends that stay. A backend the data path could not connect to
+//! ([`Backend::suspect`]) is probed at once, and again every [`FAST_RECHECK`] while it fails and
+//! is still up, so a dead node leaves the pool within a fraction of a second of the first
+//! failed connection rather than after `fall` intervals.
 //!
 //! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::tls`]),
 //! HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect. A fresh
@@ -31,7 +34,7 @@ use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Health, Transition};
-use super::pool::Pools;
+use super::pool::{Backend, FAST_RECHECK, Pool, Pools};
 use crate::journal::{Event, EventKind, Journal};
 use crate::plan::{self, FrontendKind, Probe};
 
@@ -58,24 +61,45 @@ pub async fn run(
     let mut plan_loaded = journal.subscribe();
     let mut period = interval_of(&pools.load());
     let mut ticker = ticker(period);
-    // Each backend is probed every tick unless its previous probe is still running, so a probe
-    // that waits for its timeout (an unreachable node) never delays the checks of the others.
-    let mut probes: JoinSet<bool> = JoinSet::new();
-    let mut in_flight: HashSet<Key> = HashSet::new();
-    // Which backend each probe task is for, so even a probe that panicked frees its backend.
-    let mut task_of: HashMap<tokio::task::Id, Key> = HashMap::new();
+    let mut probes = Probes {
+        set: JoinSet::new(),
+        in_flight: HashSet::new(),
+        task_of: HashMap::new(),
+        latency: metrics.map(|m| m.lb_check_seconds.clone()),
+    };
     loop {
+        // The same across reloads; cloned so that waiting on it borrows nothing.
+        let failures = Arc::clone(&pools.load().failures);
         tokio::select! {
             () = token.cancelled() => return Ok(()),
-            Some(joined) = probes.join_next_with_id(), if !probes.is_empty() => {
+            Some(joined) = probes.set.join_next_with_id(), if !probes.set.is_empty() => {
                 let (id, ok) = match joined {
                     Ok((id, ok)) => (id, ok),
                     // A probe that panicked counts as a failed check.
                     Err(e) => (e.id(), false),
                 };
-                if let Some(key) = task_of.remove(&id) {
-                    in_flight.remove(&key);
-                    observe(&mut health, &pools.load(), &journal, key, ok);
+                if let Some(key) = probes.task_of.remove(&id) {
+                    probes.in_flight.remove(&key);
+                    let snapshot = pools.load_full();
+                    let kind = key.0;
+                    if let Some(backend) = observe(&mut health, &snapshot, &journal, key, ok) {
+                        // A suspected backend is checked again soon until its verdict settles.
+                        if backend.is_suspected() {
+                            if ok || !backend.is_up() {
+                                backend.clear_suspicion();
+                            } else if let Some(pool) = snapshot.pool(kind).filter(|p| p.served) {
+                                probes.start(pool, &backend, &tls, FAST_RECHECK);
+                            }
+                        }
+                    }
+                }
+            }
+            () = failures.notified() => {
+                let snapshot = pools.load_full();
+                for pool in snapshot.frontends.iter().filter(|p| p.served) {
+                    for backend in pool.backends.iter().filter(|b| b.is_suspected()) {
+                        probes.start(pool, backend, &tls, Duration::ZERO);
+                    }
                 }
             }
             event = plan_loaded.recv() => {
@@ -101,28 +125,45 @@ pub async fn run(
                 // A frontend with no listener carries no traffic: its nodes are not probed.
                 for pool in snapshot.frontends.iter().filter(|p| p.served) {
                     for backend in &pool.backends {
-                        let key = (pool.kind, backend.addr, backend.name.clone());
-                        if !in_flight.insert(key.clone()) {
-                            continue;
-                        }
-                        let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
-                        let (tls, addr) = (tls.clone(), backend.addr);
-                        let latency = metrics.as_ref().map(|m| m.lb_check_seconds.clone());
-                        let task = probes.spawn(async move {
-                            let started = std::time::Instant::now();
-                            let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
-                                .await
-                                .unwrap_or(false);
-                            if let Some(h) = latency {
-                                h.observe(started.elapsed().as_secs_f64());
-                            }
-                            ok
-                        });
-                        task_of.insert(task.id(), key);
+                        probes.start(pool, backend, &tls, Duration::ZERO);
                     }
                 }
             }
         }
+    }
+}
+
+/// The probes running now. Each backend has at most one, so a probe that waits for its timeout
+/// (an unreachable node) never delays the checks of the others, nor piles up behind itself.
+struct Probes {
+    set: JoinSet<bool>,
+    in_flight: HashSet<Key>,
+    /// Which backend each probe task is for, so even a probe that panicked frees its backend.
+    task_of: HashMap<tokio::task::Id, Key>,
+    latency: Option<prometheus_client::metrics::histogram::Histogram>,
+}
+
+impl Probes {
+    /// Starts a probe of `backend` after `delay`, unless one is running already.
+    fn start(&mut self, pool: &Pool, backend: &Backend, tls: &TlsConnector, delay: Duration) {
+        let key = (pool.kind, backend.addr, backend.name.clone());
+        if !self.in_flight.insert(key.clone()) {
+            return;
+        }
+        let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
+        let (tls, addr, latency) = (tls.clone(), backend.addr, self.latency.clone());
+        let task = self.set.spawn(async move {
+            tokio::time::sleep(delay).await;
+            let started = std::time::Instant::now();
+            let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
+                .await
+                .unwrap_or(false);
+            if let Some(h) = latency {
+                h.observe(started.elapsed().as_secs_f64());
+            }
+            ok
+        });
+        self.task_of.insert(task.id(), key);
     }
 }
 
@@ -168,29 +209,25 @@ fn ticker(period: Duration) -> tokio::time::Interval {
     t
 }
 
-/// Feeds one probe result to the backend's state machine and flips the backend on a change.
+/// Feeds one probe result to the backend's state machine and flips the backend on a change:
+/// the backend, when the pools still have it.
 fn observe(
     health: &mut HashMap<Key, Health>,
     pools: &Pools,
     journal: &Journal,
     key: Key,
     ok: bool,
-) {
-    let Some(pool) = pools.pool(key.0) else {
-        return;
-    };
-    let Some(backend) = pool
+) -> Option<Arc<Backend>> {
+    let pool = pools.pool(key.0)?;
+    let backend = pool
         .backends
         .iter()
-        .find(|b| b.addr == key.1 && b.name == key.2)
-    else {
-        return;
-    };
+        .find(|b| b.addr == key.1 && b.name == key.2)?;
     let h = health
         .entry(key.clone())
         .or_insert_with(|| Health::new(pool.check.rise, pool.check.fall));
     let up = match h.observe(ok) {
-        Transition::None => return,
+        Transition::None => return Some(Arc::clone(backend)),
         t => t == Transition::WentUp,
     };
     backend.set_up(up);
@@ -202,6 +239,7 @@ fn observe(
             up,
         },
     );
+    Some(Arc::clone(backend))
 }
 
 /// Forgets the health of backends no pool has any more.

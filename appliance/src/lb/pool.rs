@@ -11,11 +11,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::plan::{FrontendKind, HealthCheck, LbPlan};
 use crate::vocabulary::Balance;
+
+/// How soon a suspected backend ([`Backend::suspect`]) is probed again while its checks fail
+/// and it is still up: with the default `fall` of 2, a dead backend leaves the pool about this
+/// long after the first refused connection.
+pub const FAST_RECHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 pub struct Pools {
@@ -23,6 +28,9 @@ pub struct Pools {
     pub balance: Balance,
     /// How long a drained backend's connections may go on (see `lb::drain`).
     pub drain_timeout: Duration,
+    /// Wakes the health checker when a connection to a backend failed ([`Backend::suspect`]);
+    /// the same across reloads.
+    pub failures: Arc<Notify>,
 }
 
 #[derive(Debug)]
@@ -59,6 +67,8 @@ pub struct Backend {
     pub connections: AtomicU64,
     pub bytes_to_backend: AtomicU64,
     pub bytes_to_client: AtomicU64,
+    /// A connection to it was refused or not answered since its last settled check.
+    suspected: AtomicBool,
 }
 
 /// A connection counted in [`Backend::active`] for as long as this lives.
@@ -102,7 +112,25 @@ impl Backend {
             connections: AtomicU64::new(0),
             bytes_to_backend: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
+            suspected: AtomicBool::new(false),
         }
+    }
+
+    /// A connection to this backend was refused or not answered. The checker then probes it at
+    /// once and again every [`FAST_RECHECK`] until its verdict settles, instead of waiting for
+    /// the interval (HAProxy's `observe layer4` with `on-error fastinter`). True when the
+    /// backend was not suspected already: the caller wakes the checker.
+    pub fn suspect(&self) -> bool {
+        !self.suspected.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn is_suspected(&self) -> bool {
+        self.suspected.load(Ordering::Acquire)
+    }
+
+    /// The checker's verdict settled: a probe passed, or the backend is down.
+    pub fn clear_suspicion(&self) {
+        self.suspected.store(false, Ordering::Release);
     }
 
     pub fn is_up(&self) -> bool {
@@ -236,6 +264,7 @@ impl Pools {
             frontends,
             balance: plan.balance,
             drain_timeout: plan.drain_timeout,
+            failures: previous.map_or_else(|| Arc::new(Notify::new()), |p| Arc::clone(&p.failures)),
         }
     }
 

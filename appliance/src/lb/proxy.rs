@@ -137,6 +137,10 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream>
                 backend.addr
             ),
         }
+        // The checker takes a look now rather than at its next interval.
+        if backend.suspect() {
+            snapshot.failures.notify_one();
+        }
     }
     None
 }
