@@ -444,6 +444,8 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         "{m:#?}"
     );
     assert!(m["okd_appliance_dhcp_leases{}"] >= 1.0, "{m:#?}");
+    // 21 pool addresses, one of them leased.
+    assert!(m["okd_appliance_dhcp_pool_free{}"] >= 1.0, "{m:#?}");
     let st = run(
         &["status", "--json", "--state-dir"],
         &[dirs[1].path().join("state").to_str().unwrap()],

@@ -309,6 +309,10 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         "health checks are timed"
     );
     assert!(
+        m["okd_appliance_http_response_bytes_total{}"] > 0.0,
+        "the script's bytes are counted"
+    );
+    assert!(
         m["okd_appliance_lb_backend_received_bytes_total{addr=\"10.99.0.11:6443\",backend=\"mst0\",frontend=\"api\"}"]
             > 1000.0,
         "the orchestration's API calls went through the balancer"
