@@ -50,6 +50,19 @@ fn get(ns: &Netns, url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The appliance's line when the second master leaves the API pool.
+const MST1_DOWN: &str = "mst1: api backend 10.99.0.12:6443 is down";
+
+/// Waits (`within` at most) until the appliance logged `line`: how long after `since` that was.
+fn logged_within(appliance: &Process, line: &str, within: Duration, since: Instant) -> Duration {
+    assert!(
+        wait_until(within, || appliance.stderr().contains(line)),
+        "never logged {line:?}\n{}",
+        appliance.log_tails()
+    );
+    since.elapsed()
+}
+
 fn site(root: &Path, name: &str, ready: bool) -> std::path::PathBuf {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("healthz")).unwrap();
@@ -157,14 +170,7 @@ listen:
     // Kill mst1: within fall x interval (+ timeout) it leaves the pool; afterwards nothing fails.
     servers[1] = None;
     let killed = Instant::now();
-    assert!(
-        wait_until(Duration::from_secs(3), || appliance
-            .stderr()
-            .contains("mst1: api backend 10.99.0.12:6443 is down")),
-        "{}",
-        appliance.log_tails()
-    );
-    let detected = killed.elapsed();
+    let detected = logged_within(&appliance, MST1_DOWN, Duration::from_secs(3), killed);
     assert!(
         detected < Duration::from_secs(2),
         "took {detected:?} to notice"
@@ -310,14 +316,7 @@ listen: {{ dns: [], dhcp: [], tftp: [], http: [], api: ["10.99.0.1:6443"], machi
             "a request failed"
         );
     }
-    assert!(
-        wait_until(Duration::from_secs(3), || appliance
-            .stderr()
-            .contains("mst1: api backend 10.99.0.12:6443 is down")),
-        "{}",
-        appliance.log_tails()
-    );
-    let detected = killed.elapsed();
+    let detected = logged_within(&appliance, MST1_DOWN, Duration::from_secs(3), killed);
     assert!(
         detected < Duration::from_secs(1),
         "took {detected:?} with checks every 10 s"
