@@ -187,8 +187,10 @@ struct UdpWorker {
     /// Length and source of each query the last receive took.
     queries: [(usize, Option<SockaddrStorage>); BATCH],
     replies: Vec<Vec<u8>>,
-    /// Length and destination of each reply queued for the next send.
-    queued: [(usize, Option<SockaddrStorage>); BATCH],
+    /// Length and destination of each reply queued for the next send (the destinations as
+    /// sendmmsg takes them).
+    reply_lens: [usize; BATCH],
+    destinations: [Option<SockaddrStorage>; BATCH],
     recv_headers: MultiHeaders<SockaddrStorage>,
     send_headers: MultiHeaders<SockaddrStorage>,
     lower: [u8; MAX_NAME],
@@ -213,7 +215,8 @@ impl UdpWorker {
             replies: (0..BATCH)
                 .map(|_| Vec::with_capacity(usize::from(EDNS_UDP) * 2))
                 .collect(),
-            queued: [(0, None); BATCH],
+            reply_lens: [0; BATCH],
+            destinations: [None; BATCH],
             recv_headers: MultiHeaders::preallocate(BATCH, None),
             send_headers: MultiHeaders::preallocate(BATCH, None),
             lower: [0u8; MAX_NAME],
@@ -248,7 +251,8 @@ impl UdpWorker {
                     continue;
                 };
                 if let Some(reply_len) = self.answer(i, len, client, queued) {
-                    self.queued[queued] = (reply_len, Some(from));
+                    self.reply_lens[queued] = reply_len;
+                    self.destinations[queued] = Some(from);
                     queued += 1;
                 }
             }
@@ -367,18 +371,16 @@ impl UdpWorker {
         let mut sent = 0;
         while sent < queued {
             let iovs: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|i| {
-                let len = self.queued.get(sent + i).map_or(0, |q| q.0);
+                let len = self.reply_lens.get(sent + i).copied().unwrap_or(0);
                 [IoSlice::new(
                     self.replies.get(sent + i).map_or(&[][..], |r| &r[..len]),
                 )]
             });
-            let addresses: [Option<SockaddrStorage>; BATCH] =
-                std::array::from_fn(|i| self.queued.get(sent + i).and_then(|q| q.1));
             let result = sendmmsg(
                 self.socket.as_raw_fd(),
                 &mut self.send_headers,
                 iovs[..queued - sent].iter(),
-                addresses,
+                &self.destinations[sent..queued],
                 [],
                 MsgFlags::empty(),
             )
@@ -390,7 +392,7 @@ impl UdpWorker {
                 Err(e) => {
                     tracing::debug!(
                         "dns/udp on {local}: a reply to {:?}: {e}",
-                        self.queued[sent].1
+                        self.destinations[sent]
                     );
                     sent += 1;
                 }
