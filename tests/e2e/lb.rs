@@ -356,16 +356,18 @@ fn drain_lets_connections_finish_until_the_timeout() {
     );
 
     // At the timeout the balancer closes it and says so.
-    assert!(
-        on0.closed_within(Duration::from_secs(5)),
-        "still open {:?} after the drain\n{}",
-        drained.elapsed(),
-        c.appliance().log_tails()
-    );
+    let how = on0.closed_within(Duration::from_secs(5));
     let closed_after = drained.elapsed();
+    let Some(how) = how else {
+        panic!(
+            "still open {closed_after:?} after the drain\n{}",
+            c.appliance().log_tails()
+        );
+    };
     assert!(
         closed_after >= Duration::from_secs(3),
-        "closed after {closed_after:?}, before the 3s timeout"
+        "closed ({how}) after {closed_after:?}, before the 3s timeout\n{}",
+        c.appliance().log_tails()
     );
     c.wait_log(
         "mst0: api backend 10.99.0.11:6443 drain timeout: closed 1 connection",
@@ -402,10 +404,12 @@ fn drain_lets_connections_finish_until_the_timeout() {
     c.lb(&["drain", "mst0"]);
     std::thread::sleep(Duration::from_secs(1));
     c.lb(&["undrain", "mst0"]);
-    assert!(
-        !kept.closed_within(Duration::from_secs(3)),
-        "closed though undrained"
-    );
+    if let Some(how) = kept.closed_within(Duration::from_secs(3)) {
+        panic!(
+            "closed ({how}) though undrained\n{}",
+            c.appliance().log_tails()
+        );
+    }
     kept.ping()
         .expect("still open after the timeout would have passed");
     assert_eq!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use harness::{Netns, Node, Process, Topology, appliance_bin, wait_until};
 
-use crate::dns_support::{start_appliance, write_config};
+use crate::dns_support::{start_appliance_env, write_config};
 
 /// The API frontend, on the services namespace's bridge address.
 pub const API: &str = "10.99.0.1:6443";
@@ -147,8 +147,10 @@ impl Conn {
         Ok(())
     }
 
-    /// Waits at most `within` for the balancer to close this connection (EOF or reset).
-    pub fn closed_within(&mut self, within: Duration) -> bool {
+    /// Waits at most `within` for the balancer to close this connection: how it ended (EOF or
+    /// the error a read returned), or `None` when it is still open. Bytes that arrive meanwhile
+    /// are read and ignored; an interrupted read is tried again.
+    pub fn closed_within(&mut self, within: Duration) -> Option<Closed> {
         let deadline = Instant::now() + within;
         let mut buf = [0u8; 64];
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
@@ -157,17 +159,37 @@ impl Conn {
                 .get_ref()
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))));
             match self.reader.read(&mut buf) {
-                Ok(0) => return true,
+                Ok(0) => return Some(Closed::Eof),
                 Ok(_) => {}
                 Err(e)
                     if matches!(
                         e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
                     ) => {}
-                Err(_) => return true,
+                Err(e) => return Some(Closed::Error(e)),
             }
         }
-        false
+        None
+    }
+}
+
+/// How a connection the test held was closed.
+#[derive(Debug)]
+pub enum Closed {
+    /// The balancer's FIN.
+    Eof,
+    /// A read failed (a reset, typically).
+    Error(io::Error),
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Closed::Eof => f.write_str("EOF"),
+            Closed::Error(e) => write!(f, "read error: {e}"),
+        }
     }
 }
 
@@ -257,7 +279,12 @@ lb:
 
     /// Starts the appliance on `config` and waits until the API backends of `members` are up.
     pub fn start(&mut self, config: &Path, members: &[usize]) {
-        let appliance = start_appliance(self.topo.services(), config);
+        // The data path's debug lines say why each relay ended: a failing test shows them.
+        let log = (
+            "RUST_LOG".to_owned(),
+            "info,okd_appliance::lb::proxy=debug".into(),
+        );
+        let appliance = start_appliance_env(self.topo.services(), config, &[log]);
         self.appliance = Some(appliance);
         for &i in members {
             self.wait_log(&up_line(i), Duration::from_secs(10));
