@@ -9,6 +9,7 @@
 pub mod check;
 pub mod drain;
 pub mod health;
+pub mod pipes;
 pub mod pool;
 pub mod proxy;
 pub mod tls;

@@ -13,19 +13,19 @@
 //! `CancellationToken` takes its mutex, one shared by every connection, and a timer per read
 //! takes the timer wheel's.
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use nix::fcntl::{OFlag, SpliceFFlags, splice};
+use nix::fcntl::{SpliceFFlags, splice};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::pipes::{self, Pipe};
 use super::pool::{Claim, Pools};
 use crate::idle::Progress;
 use crate::plan::FrontendKind;
@@ -158,18 +158,27 @@ async fn relay(
     let _ = upstream.set_nodelay(true);
     // splice(2) through a pipe per direction: the bytes never enter user space (bench/lb.sh:
     // ~1.5x the throughput of read/write). Without pipes (out of descriptors), copy instead.
-    match (pipe(), pipe()) {
+    match (pipes::take(), pipes::take()) {
         (Ok(up), Ok(down)) => {
             tokio::try_join!(
-                splice_pump(&client, &upstream, up, &backend.bytes_to_backend, &progress),
+                splice_pump(
+                    &client,
+                    &upstream,
+                    &up,
+                    &backend.bytes_to_backend,
+                    &progress
+                ),
                 splice_pump(
                     &upstream,
                     &client,
-                    down,
+                    &down,
                     &backend.bytes_to_client,
                     &progress
                 ),
             )?;
+            // Both directions ended at EOF with every byte written on: the pipes are empty.
+            pipes::give_back(up);
+            pipes::give_back(down);
             return Ok(());
         }
         (Err(e), _) | (_, Err(e)) => {
@@ -208,18 +217,13 @@ async fn pump(
 /// Size asked of each splice: a default Linux pipe holds 64 KiB.
 const PIPE_CHUNK: usize = 64 * 1024;
 
-/// A non-blocking pipe: (read end, write end).
-fn pipe() -> nix::Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)
-}
-
 /// Moves one direction through `pipe` with splice(2), socket to pipe then pipe to socket,
 /// emptying the pipe before reading more; at EOF shuts down the other side's write half
 /// (half-close).
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
-    (pipe_r, pipe_w): (OwnedFd, OwnedFd),
+    pipe: &Pipe,
     counter: &AtomicU64,
     progress: &Progress,
 ) -> std::io::Result<()> {
@@ -228,7 +232,7 @@ async fn splice_pump(
         let n = loop {
             from.readable().await?;
             match from.try_io(Interest::READABLE, || {
-                Ok(splice(from, None, &pipe_w, None, PIPE_CHUNK, flags)?)
+                Ok(splice(from, None, &pipe.write, None, PIPE_CHUNK, flags)?)
             }) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -242,7 +246,7 @@ async fn splice_pump(
         while left > 0 {
             to.writable().await?;
             match to.try_io(Interest::WRITABLE, || {
-                Ok(splice(&pipe_r, None, to, None, left, flags)?)
+                Ok(splice(&pipe.read, None, to, None, left, flags)?)
             }) {
                 Ok(k) => left -= k,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
