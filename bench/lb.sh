@@ -26,6 +26,9 @@
 #   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
 #   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
+#   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
+#              samples: this VM has no PMU) during the conn/s load; the shares by binary and
+#              the top functions go into the report (needs perf: apt-get install linux-perf)
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,6 +59,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 for tool in curl taskset haproxy nginx wrk; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk)"
 done
+
+if [[ ${PROFILE:-0} == 1 ]]; then
+  command -v perf >/dev/null 2>&1 || die "PROFILE=1 needs perf (apt-get install linux-perf)"
+fi
 
 build_appliance
 BUSY_AT_START=$(busy_pct)
@@ -271,6 +278,34 @@ for s in "${SERVERS[@]}"; do
   }
 done
 
+# --- profile ---------------------------------------------------------------------------------
+# Where okd-appliance's CPU goes under the conn/s load: samples of its threads (user and kernel
+# stacks) while wrk opens a connection per request, summed by binary and by function.
+PROFILE_MD=$W/profile.md
+if [[ ${PROFILE:-0} == 1 ]]; then
+  log "profile: okd-appliance under the conn/s load"
+  start_lb okd-appliance
+  perf record -q -e cpu-clock -F 1999 -g -p "$LB_PID" -o "$W/perf.data" -- sleep "$SECS" \
+    >"$W/perf-record.log" 2>&1 &
+  perf_pid=$!
+  r=$(wrk_rate close)
+  wait "$perf_pid" || die "perf record failed: $(cat "$W/perf-record.log")"
+  stop_pid "$LB_PID" 5 || true
+  {
+    echo "### Where okd-appliance's CPU goes (conn/s load)"
+    echo
+    echo "\`sudo PROFILE=1 bash bench/lb.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the conn/s load ($r conn/s in that run), \`perf report --no-children\`: the share of samples by binary, then the functions with the most samples of their own."
+    echo
+    echo '```'
+    perf report -i "$W/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n 6
+    echo
+    perf report -i "$W/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n 25
+    echo '```'
+  } >"$PROFILE_MD"
+fi
+
 # --- report ----------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}'; }
 REPORT=$W/lb.md
@@ -291,6 +326,10 @@ REPORT=$W/lb.md
   echo "okd-appliance vs HAProxy: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "${KEEP[haproxy]}"), CPU per request $(ratio "${KCPU[okd-appliance]}" "${KCPU[haproxy]}") (lower is better), conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
   echo
   echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch)."
+  if [[ -s $PROFILE_MD ]]; then
+    echo
+    cat "$PROFILE_MD"
+  fi
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then
