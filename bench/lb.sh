@@ -280,7 +280,7 @@ done
 
 # --- profile ---------------------------------------------------------------------------------
 # Where okd-appliance's CPU goes under the conn/s load: samples of its threads (user and kernel
-# stacks) while wrk opens a connection per request, summed by binary and by function.
+# stacks) while wrk opens a connection per request, summed by binary, system call and function.
 PROFILE_MD=$W/profile.md
 if [[ ${PROFILE:-0} == 1 ]]; then
   log "profile: okd-appliance under the conn/s load"
@@ -291,17 +291,22 @@ if [[ ${PROFILE:-0} == 1 ]]; then
   r=$(wrk_rate close)
   wait "$perf_pid" || die "perf record failed: $(cat "$W/perf-record.log")"
   stop_pid "$LB_PID" 5 || true
+  # Reports into files first: a reader that stops early would kill perf with SIGPIPE.
+  perf report -i "$W/perf.data" --no-children --sort dso --stdio -g none >"$W/perf-dso.txt" 2>/dev/null
+  perf report -i "$W/perf.data" --children --sort sym --stdio -g none >"$W/perf-calls.txt" 2>/dev/null
+  perf report -i "$W/perf.data" --no-children --dsos okd-appliance,libc.so.6 --sort dso,sym \
+    --stdio -g none >"$W/perf-user.txt" 2>/dev/null
   {
     echo "### Where okd-appliance's CPU goes (conn/s load)"
     echo
-    echo "\`sudo PROFILE=1 bash bench/lb.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the conn/s load ($r conn/s in that run), \`perf report --no-children\`: the share of samples by binary, then the functions with the most samples of their own."
+    echo "\`sudo PROFILE=1 bash bench/lb.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the conn/s load ($r conn/s in that run). Shares of all samples: by binary; by system call (with what the kernel did inside it, softirq work for the other end of the veth pair included); and the user-space functions with the most samples of their own."
     echo
     echo '```'
-    perf report -i "$W/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n 6
+    awk '/^ +[0-9.]+%/ && n < 6 {print; n++}' "$W/perf-dso.txt"
     echo
-    perf report -i "$W/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n 25
+    awk '/\] __x64_sys_/ && n < 12 {print; n++}' "$W/perf-calls.txt"
+    echo
+    awk '/^ +[0-9.]+%/ && n < 12 {print; n++}' "$W/perf-user.txt"
     echo '```'
   } >"$PROFILE_MD"
 fi
