@@ -82,6 +82,23 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     specs
 }
 
+/// Raises the soft limit on open descriptors to the hard one, as the unit's `LimitNOFILE` does
+/// for both: a balanced connection holds up to six (two sockets, two splice pipes), so a login
+/// shell's soft limit of 1024 would cap `serve` started by hand at about 170 connections before
+/// they fall back to copying and then fail to connect. Where it can't (a seccomp filter such as
+/// the unit's, which forbids setrlimit), the limit stays as it is.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!("open descriptors: soft limit raised from {soft} to {hard}"),
+            Err(e) => tracing::debug!("open descriptors: soft limit stays at {soft}: {e}"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::debug!("open descriptors: getrlimit: {e}"),
+    }
+}
+
 /// Runs the appliance until SIGTERM or SIGINT, or until a service fails.
 pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // Handlers before anything slow: a SIGHUP or SIGTERM during start-up is queued for the loop
@@ -92,6 +109,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let loaded = load(config_path).await?;
     log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
+    raise_descriptor_limit();
 
     // The account first: a wrong run_as is a mistake to report before anything is bound.
     let account = loaded
@@ -578,6 +596,16 @@ fn notify_reloading() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        // As a login shell starts it: the soft limit below the hard one.
+        setrlimit(Resource::RLIMIT_NOFILE, hard.min(1024), hard).unwrap();
+        raise_descriptor_limit();
+        assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
+    }
 
     #[test]
     fn a_failure_prints_each_cause_once() {
