@@ -45,6 +45,9 @@
 #   KEEP=1              keep the work directory (configs, logs, perfdhcp outputs)
 #   LIKE_KEA=1          okd-appliance's state directory on tmpfs (durable like Kea's memfile);
 #                       needs PEER=kea
+#   PROFILE=1           after the ladders, one more okd-appliance run under `perf record`
+#                       (cpu-clock samples) at PROFILE_RATE [4000] exchanges/s for STEP seconds;
+#                       the shares by binary, system call and function go into the section
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -91,6 +94,12 @@ case $PEER in
   dnsmasq) command -v dnsmasq >/dev/null 2>&1 || die "dnsmasq missing" ;;
   kea) command -v kea-dhcp4 >/dev/null 2>&1 || die "kea-dhcp4 missing (apt-get install kea-dhcp4-server)" ;;
 esac
+
+PROFILE=${PROFILE:-0}
+PROFILE_RATE=${PROFILE_RATE:-4000}
+if ((PROFILE)); then
+  command -v perf >/dev/null 2>&1 || die "PROFILE=1 needs perf (apt-get install linux-perf)"
+fi
 
 build_appliance
 BUSY_AT_START=$(busy_pct)
@@ -359,6 +368,30 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 ELAPSED=$((SECONDS - START))
 
+# --- profile -----------------------------------------------------------------------------------
+# Where okd-appliance's CPU goes at a rate it sustains: a fresh server, one perfdhcp run of
+# STEP seconds at PROFILE_RATE under `perf record`.
+PROFILE_MD=$W/profile.md
+if ((PROFILE)); then
+  d=$W/profile
+  log "profile: okd-appliance at $PROFILE_RATE exchanges/s"
+  start okd-appliance "$d" || die "okd-appliance did not start"
+  profile_start "$PID" "$d/perf.data" "$STEP"
+  timeout $((STEP + 15)) ip netns exec "$CLI_NS" taskset -c "$LOAD_CPU" \
+    perfdhcp -4 -l "$CLI_IF" -r "$PROFILE_RATE" -R "$CLIENTS" -p "$STEP" -W 1000000 -s 7 \
+    "$SRV_IP" >"$d/perfdhcp.txt" 2>&1 || true
+  profile_wait
+  stop_pid "$PID" 5 || log "warning: okd-appliance (PID $PID) did not stop cleanly"
+  done_=$(awk '/Statistics for: REQUEST-ACK/ { ra = 1 } ra && /^received packets:/ { print $3; exit }' "$d/perfdhcp.txt")
+  {
+    echo "### Where okd-appliance's CPU goes (DHCP)"
+    echo
+    echo "\`PROFILE=1\`: \`perf record -e cpu-clock -F 1999 -g\` of okd-appliance for a ${STEP} s perfdhcp run at $PROFILE_RATE exchanges/s (${done_:-no} ACKs), a fresh server with an empty lease table, its journal synced before each batch's ACKs as in the ladder$([[ $LIKE_KEA == 1 ]] && echo ' (on tmpfs)'). $PROFILE_HOW"
+    echo
+    profile_md "$d/perf.data"
+  } >"$PROFILE_MD"
+fi
+
 # --- results ---------------------------------------------------------------------------------
 # Per round and server: the highest passing step and the next (failing) one. "Common rate":
 # the highest rate both servers passed in the round, to compare latency and CPU at one load.
@@ -510,6 +543,10 @@ EOF
         verdict="**not met**"
       fi
       echo "Target (performance issue): $target: measured ${ratio:-n/a}×: $verdict."
+      if [[ -s $PROFILE_MD ]]; then
+        echo
+        cat "$PROFILE_MD"
+      fi
     } >"$body"
     replace_doc_section "$DOC" "$heading" "$body"
     log "wrote the $heading section of $DOC"
@@ -569,6 +606,10 @@ EOF
     echo
     cat "$RESULT"
     echo
+    if [[ -s $PROFILE_MD ]]; then
+      cat "$PROFILE_MD"
+      echo
+    fi
   } >"$body"
   replace_doc_section "$DOC" DHCP "$body"
   log "wrote the DHCP section of $DOC"

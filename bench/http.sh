@@ -20,6 +20,9 @@
 # Environment knobs (defaults in brackets):
 #   BIG_MB [1024]  PARALLEL [20]  RANGE_MB [128]  MANY [50]  CONNS [32]  SMALL_SECS [5]
 #   ROUNDS [3]  CLIENTS [4]  REQS [2000]  SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
+#   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
+#              samples) during the small-file load; the shares by binary, system call and
+#              function go into the report (needs perf: apt-get install linux-perf)
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,6 +63,9 @@ else
 fi
 SERVERS+=(busybox-httpd)
 
+if [[ ${PROFILE:-0} == 1 ]]; then
+  command -v perf >/dev/null 2>&1 || die "PROFILE=1 needs perf (apt-get install linux-perf)"
+fi
 build_appliance
 BUSY_AT_START=$(busy_pct)
 NOISE_MAX=$(noise_count curl)
@@ -244,6 +250,27 @@ for s in "${SERVERS[@]}"; do
   RPS[$s]=$(median ${SMALL[$s]})
 done
 
+# --- profile ---------------------------------------------------------------------------------
+# Where okd-appliance's CPU goes serving the small file (the closest ratio to nginx).
+PROFILE_MD=$W/profile.md
+if [[ ${PROFILE:-0} == 1 ]]; then
+  log "profile: okd-appliance under the small-file load"
+  CURRENT=okd-appliance
+  start_server okd-appliance
+  sleep 0.3
+  profile_start "$SERVER_PID" "$W/perf.data" "$SMALL_SECS"
+  v=$(small_rps)
+  profile_wait
+  stop_pid "$SERVER_PID" 5 || true
+  {
+    echo "### Where okd-appliance's CPU goes (small files)"
+    echo
+    echo "\`sudo PROFILE=1 bash bench/http.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of okd-appliance for ${SMALL_SECS} s of the small-file load ($v req/s in that run). $PROFILE_HOW"
+    echo
+    profile_md "$W/perf.data"
+  } >"$PROFILE_MD"
+fi
+
 # --- report ----------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}'; }
 mib() { [[ $1 == - ]] && echo - || echo "$(($1 / 1024))"; }
@@ -274,6 +301,10 @@ REPORT=$W/http.md
   command -v nginx >/dev/null 2>&1 || echo "nginx is not installed (apt-get install nginx-light): the busybox httpd figures are a floor, not the target."
   echo
   echo "Reading the figures: all three servers send file bodies with sendfile(2) (okd-appliance through hyper, see docs/architecture.md), so file pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; busybox httpd forks a process per connection instead. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs. Small files: hyper keeps connections alive, busybox httpd closes each one."
+  if [[ -s $PROFILE_MD ]]; then
+    echo
+    cat "$PROFILE_MD"
+  fi
 } >"$REPORT"
 cat "$REPORT"
 if [[ ${NO_DOC:-0} != 1 ]]; then

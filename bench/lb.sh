@@ -285,29 +285,16 @@ PROFILE_MD=$W/profile.md
 if [[ ${PROFILE:-0} == 1 ]]; then
   log "profile: okd-appliance under the conn/s load"
   start_lb okd-appliance
-  perf record -q -e cpu-clock -F 1999 -g -p "$LB_PID" -o "$W/perf.data" -- sleep "$SECS" \
-    >"$W/perf-record.log" 2>&1 &
-  perf_pid=$!
+  profile_start "$LB_PID" "$W/perf.data" "$SECS"
   r=$(wrk_rate close)
-  wait "$perf_pid" || die "perf record failed: $(cat "$W/perf-record.log")"
+  profile_wait
   stop_pid "$LB_PID" 5 || true
-  # Reports into files first: a reader that stops early would kill perf with SIGPIPE.
-  perf report -i "$W/perf.data" --no-children --sort dso --stdio -g none >"$W/perf-dso.txt" 2>/dev/null
-  perf report -i "$W/perf.data" --children --sort sym --stdio -g none >"$W/perf-calls.txt" 2>/dev/null
-  perf report -i "$W/perf.data" --no-children --dsos okd-appliance,libc.so.6 --sort dso,sym \
-    --stdio -g none >"$W/perf-user.txt" 2>/dev/null
   {
     echo "### Where okd-appliance's CPU goes (conn/s load)"
     echo
-    echo "\`sudo PROFILE=1 bash bench/lb.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the conn/s load ($r conn/s in that run). Shares of all samples: by binary; by system call (with what the kernel did inside it, softirq work for the other end of the veth pair included); and the user-space functions with the most samples of their own."
+    echo "\`sudo PROFILE=1 bash bench/lb.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the conn/s load ($r conn/s in that run). $PROFILE_HOW"
     echo
-    echo '```'
-    awk '/^ +[0-9.]+%/ && n < 6 {print; n++}' "$W/perf-dso.txt"
-    echo
-    awk '/\] __x64_sys_/ && n < 12 {print; n++}' "$W/perf-calls.txt"
-    echo
-    awk '/^ +[0-9.]+%/ && n < 12 {print; n++}' "$W/perf-user.txt"
-    echo '```'
+    profile_md "$W/perf.data"
   } >"$PROFILE_MD"
 fi
 

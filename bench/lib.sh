@@ -219,3 +219,38 @@ busy_pct() {
     -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
     'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
 }
+
+# --- profiles (PROFILE=1 in lb.sh and dhcp.sh) ------------------------------------------------
+# What profile_md shows, for the text before it.
+PROFILE_HOW="Shares of all samples: by binary; by system call (with what the kernel did inside it, softirq work for the other end of the veth pair included); and the user-space functions with the most samples of their own."
+
+# profile_start PID DATA SECONDS: `perf record` of PID's threads (cpu-clock samples, since this
+# VM has no PMU; user and kernel call chains) for SECONDS, in the background; profile_wait
+# waits for it.
+profile_start() {
+  perf record -q -e cpu-clock -F 1999 -g -p "$1" -o "$2" -- sleep "$3" >"$2.log" 2>&1 &
+  PROFILE_PID=$!
+  PROFILE_DATA=$2
+}
+profile_wait() {
+  wait "$PROFILE_PID" || die "perf record failed: $(cat "$PROFILE_DATA.log" 2>/dev/null)"
+}
+
+# profile_md DATA: a markdown code block with the shares of the profile DATA by binary, by
+# system call (children included: the kernel's work inside each call) and the top user-space
+# functions of okd-appliance and libc. perf's reports go to files first: a reader that stops
+# early would kill perf with SIGPIPE.
+profile_md() {
+  local data=$1
+  perf report -i "$data" --no-children --sort dso --stdio -g none >"$data.dso" 2>/dev/null
+  perf report -i "$data" --children --sort sym --stdio -g none >"$data.calls" 2>/dev/null
+  perf report -i "$data" --no-children --dsos okd-appliance,libc.so.6 --sort dso,sym \
+    --stdio -g none >"$data.user" 2>/dev/null
+  echo '```'
+  awk '/^ +[0-9.]+%/ && n < 6 {print; n++}' "$data.dso"
+  echo
+  awk '/\] __x64_sys_/ && n < 12 {print; n++}' "$data.calls"
+  echo
+  awk '/^ +[0-9.]+%/ && n < 12 {print; n++}' "$data.user"
+  echo '```'
+}
