@@ -119,8 +119,8 @@ notify socket; memory is read after ${IDLE} s idle (VmRSS, and VmHWM, the peak s
 | RSS idle | $(printf '%.1f' "$RSS_MIB") MiB | <= 20 MB (19.07 MiB): $(verdict "$RSS_MIB" 19.07) |
 | peak RSS up to then | $(printf '%.1f' "$HWM_MIB") MiB | |
 
-Not measured here: the RSS under the full mixed load (DNS + DHCP + LB + HTTP at once) against
-the peers' sum.
+The RSS under the full mixed load (DNS + DHCP + LB + HTTP at once) against the peers' sum is
+measured by bench/mixed.sh: \`## Memory under the mixed load\`.
 EOF
 } >"$report"
 cat "$report"

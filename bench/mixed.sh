@@ -239,12 +239,13 @@ tree_rss_kb() {
   echo "$total"
 }
 
-declare -A IDLE PEAK
+# Per server (okd-appliance, bind, kea, haproxy, nginx) and per side (okd-appliance, peers).
+declare -A IDLE PEAK SIDE_IDLE SIDE_PEAK
 # measure SIDE: idle memory, then SECS seconds of the four loads at once with memory sampled.
 measure() {
   local side=$1 name sum t end
   for name in "${!SERVER_PIDS[@]}"; do IDLE[$name]=$(tree_rss_kb "${SERVER_PIDS[$name]}"); PEAK[$name]=0; done
-  PEAK[$side]=0
+  SIDE_PEAK[$side]=0
   local loads=()
   in_cli timeout $((SECS + 15)) dnsperf -s "$SRV_IP" -d "$W/queries.txt" -l "$SECS" -Q "$DNS_QPS" \
     -c 4 -q 100 -t 2 >"$W/$side.dnsperf" 2>&1 &
@@ -272,19 +273,19 @@ measure() {
       ((t > PEAK[$name])) && PEAK[$name]=$t
       sum=$((sum + t))
     done
-    ((sum > PEAK[$side])) && PEAK[$side]=$sum
+    ((sum > SIDE_PEAK[$side])) && SIDE_PEAK[$side]=$sum
     sleep 0.2
   done
   wait "${loads[@]}" 2>/dev/null || true
-  IDLE[$side]=0
-  for name in "${!SERVER_PIDS[@]}"; do IDLE[$side]=$((IDLE[$side] + IDLE[$name])); done
+  SIDE_IDLE[$side]=0
+  for name in "${!SERVER_PIDS[@]}"; do SIDE_IDLE[$side]=$((SIDE_IDLE[$side] + IDLE[$name])); done
   # What each load got done.
   WORK[$side]="DNS $(awk '/Queries completed:/ {print $3; exit}' "$W/$side.dnsperf") answers, DHCP $(awk '/Statistics for: REQUEST-ACK/ { ra = 1 } ra && /^received packets:/ { print $3; exit }' "$W/$side.perfdhcp") ACKs, LB $(awk '/requests in/ {print $1; exit}' "$W/$side.wrk") requests, HTTP $(grep -cx "$((BIG_MB * 1024 * 1024))" "$W/$side.downloads" || true) whole downloads of $BIG_MB MiB"
   for name in "${!SERVER_PIDS[@]}"; do
     pid_alive "${SERVER_PIDS[$name]}" || die "$name died under the load (see $W)"
     stop_pid "${SERVER_PIDS[$name]}" 5 || log "warning: $name did not stop cleanly"
   done
-  log "$side: idle $((IDLE[$side] / 1024)) MiB, peak $((PEAK[$side] / 1024)) MiB; ${WORK[$side]}"
+  log "$side: idle $((SIDE_IDLE[$side] / 1024)) MiB, peak $((SIDE_PEAK[$side] / 1024)) MiB; ${WORK[$side]}"
 }
 
 declare -A WORK
@@ -305,15 +306,15 @@ REPORT=$W/mixed.md
   echo
   echo "| server | idle MiB | peak MiB under the load |"
   echo "| --- | ---: | ---: |"
-  echo "| okd-appliance | $(mib "${IDLE[okd-appliance]}") | $(mib "${PEAK[okd-appliance]}") |"
+  echo "| okd-appliance | $(mib "${SIDE_IDLE[okd-appliance]}") | $(mib "${SIDE_PEAK[okd-appliance]}") |"
   for name in bind kea haproxy nginx; do
     echo "| $name | $(mib "${IDLE[$name]}") | $(mib "${PEAK[$name]}") |"
   done
-  echo "| **the four peers together** | $(mib "${IDLE[peers]}") | $(mib "${PEAK[peers]}") |"
+  echo "| **the four peers together** | $(mib "${SIDE_IDLE[peers]}") | $(mib "${SIDE_PEAK[peers]}") |"
   echo
   echo "Work done in the $SECS s: okd-appliance: ${WORK[okd-appliance]}; the peers: ${WORK[peers]}."
   echo
-  ratio=$(awk -v a="${PEAK[okd-appliance]}" -v b="${PEAK[peers]}" 'BEGIN {printf "%.2f", a / b}')
+  ratio=$(awk -v a="${SIDE_PEAK[okd-appliance]}" -v b="${SIDE_PEAK[peers]}" 'BEGIN {printf "%.2f", a / b}')
   if awk -v r="$ratio" 'BEGIN {exit !(r < 1)}'; then verdict="**met**"; else verdict="**not met**"; fi
   echo "Target (performance issue): under the full mixed load, less memory than the peers' sum: okd-appliance's peak is ${ratio}× the peers' summed peak: $verdict."
 } >"$REPORT"
