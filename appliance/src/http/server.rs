@@ -377,27 +377,25 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     }
     if let Some(binary) = files.ipxe_binary(path) {
         let opened = open_file(&binary);
-        return match opened {
-            Ok((_, ref m)) if m.is_file() => file(
-                req,
-                opened,
-                &binary,
-                "application/octet-stream",
-                true,
-                segments,
-            ),
-            // Missing (or not a file): say what to install.
-            Ok(_) => not_installed(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => not_installed(),
-            Err(_) => file(
-                req,
-                opened,
-                &binary,
-                "application/octet-stream",
-                true,
-                segments,
-            ),
+        // Missing (or not a file): say what to install. Other errors are `file`'s 500.
+        let missing = match &opened {
+            Ok((_, m)) => !m.is_file(),
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
         };
+        if missing {
+            return text(
+                StatusCode::NOT_FOUND,
+                "iPXE binary not installed (Debian: apt install ipxe)\n",
+            );
+        }
+        return file(
+            req,
+            opened,
+            &binary,
+            "application/octet-stream",
+            true,
+            segments,
+        );
     }
     text(StatusCode::NOT_FOUND, "not found\n")
 }
@@ -600,13 +598,6 @@ fn generated(req: &Request<Incoming>, body: String, content_type: &'static str) 
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
-}
-
-fn not_installed() -> Response<Body> {
-    text(
-        StatusCode::NOT_FOUND,
-        "iPXE binary not installed (Debian: apt install ipxe)\n",
-    )
 }
 
 /// Opens a file and reads its metadata, on the runtime thread: the file's bytes are read there
