@@ -107,4 +107,10 @@ fn ipxe_efi_is_served_through_debians_symlink_and_nothing_else_is() {
         let answer = get(other);
         assert!(answer.starts_with("HTTP/1.1 404"), "{other}: {answer}");
     }
+    // A boot file the DHCP server hands out but `ipxe_dir` lacks: the 404 says what to install.
+    let missing = get("/undionly.kpxe");
+    assert!(
+        missing.ends_with("\r\n\r\niPXE binary not installed (Debian: apt install ipxe)\n"),
+        "{missing}"
+    );
 }
