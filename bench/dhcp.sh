@@ -206,23 +206,9 @@ start_okd() {
 start_kea() {
   local d=$1
   rm -f "$d/leases.csv"
-  cat >"$d/kea.json" <<KEA
-{ "Dhcp4": {
-  "interfaces-config": { "interfaces": [ "$SRV_IF" ], "dhcp-socket-type": "udp" },
-  "lease-database": { "type": "memfile", "persist": true, "name": "$d/leases.csv", "lfc-interval": 0 },
-  "valid-lifetime": 43200, "authoritative": true,
-  "subnet4": [ { "id": 1, "subnet": "10.97.0.0/$PREFIX", "pools": [ { "pool": "$POOL_START - $POOL_END" } ],
-    "relay": { "ip-addresses": [ "$CLI_IP" ] },
-    "option-data": [ { "name": "routers", "data": "$SRV_IP" } ],
-    "reservations": [
-      { "hw-address": "52:54:00:00:00:07", "ip-address": "10.97.0.7" },
-      { "hw-address": "52:54:00:00:00:02", "ip-address": "10.97.0.2" },
-      { "hw-address": "52:54:00:00:00:03", "ip-address": "10.97.0.3" },
-      { "hw-address": "52:54:00:00:00:04", "ip-address": "10.97.0.4" },
-      { "hw-address": "52:54:00:00:00:05", "ip-address": "10.97.0.5" } ] } ],
-  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "stdout" } ] } ]
-} }
-KEA
+  kea_config "$d/leases.csv" "$SRV_IF" "10.97.0.0/$PREFIX" "$POOL_START" "$POOL_END" "$CLI_IP" \
+    "$SRV_IP" 52:54:00:00:00:07=10.97.0.7 52:54:00:00:00:02=10.97.0.2 52:54:00:00:00:03=10.97.0.3 \
+    52:54:00:00:00:04=10.97.0.4 52:54:00:00:00:05=10.97.0.5 >"$d/kea.json"
   spawn "$d" env KEA_LOCKFILE_DIR="$d" KEA_PIDFILE_DIR="$d" kea-dhcp4 -c "$d/kea.json"
 }
 
@@ -560,7 +546,7 @@ Command: \`sudo bash bench/dhcp.sh\` (bench/dhcp.sh), run $(date -u '+%Y-%m-%d %
 Machine: $(nproc) cores ($cpu), no KVM; work directory on $FS_TYPE. perfdhcp $perfdhcp_v, dnsmasq $dnsmasq_v.
 Absolute numbers from this machine are noise: the ratio against the peer in the same run is the figure.
 
-The target (leases per second at least 1.5× Kea) is measured in the `DHCP vs Kea` section
+The target (leases per second at least 1.5× Kea) is measured in the \`DHCP vs Kea\` section
 (\`PEER=kea\`); this one compares with dnsmasq.
 
 Durability, as both run here: okd-appliance appends the lease changes of a batch of requests

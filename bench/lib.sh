@@ -254,3 +254,31 @@ profile_md() {
   awk '/^ +[0-9.]+%/ && n < 12 {print; n++}' "$data.user"
   echo '```'
 }
+
+# kea_config LEASES IFACE SUBNET POOL_START POOL_END RELAY ROUTER MAC=IP...: kea-dhcp4's JSON, on
+# stdout, as the benchmarks run it: memfile persisting to LEASES (Kea never syncs it), one subnet
+# with the pool and the reservations, 12 h leases, UDP sockets (the load comes through a relay
+# at RELAY), warnings only.
+kea_config() {
+  local leases=$1 iface=$2 subnet=$3 start=$4 end=$5 relay=$6 router=$7 r sep=""
+  shift 7
+  cat <<KEA
+{ "Dhcp4": {
+  "interfaces-config": { "interfaces": [ "$iface" ], "dhcp-socket-type": "udp" },
+  "lease-database": { "type": "memfile", "persist": true, "name": "$leases", "lfc-interval": 0 },
+  "valid-lifetime": 43200, "authoritative": true,
+  "subnet4": [ { "id": 1, "subnet": "$subnet", "pools": [ { "pool": "$start - $end" } ],
+    "relay": { "ip-addresses": [ "$relay" ] },
+    "option-data": [ { "name": "routers", "data": "$router" } ],
+    "reservations": [
+KEA
+  for r in "$@"; do
+    printf '%s      { "hw-address": "%s", "ip-address": "%s" }' "$sep" "${r%%=*}" "${r#*=}"
+    sep=$',\n'
+  done
+  cat <<KEA
+ ] } ],
+  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "stdout" } ] } ]
+} }
+KEA
+}

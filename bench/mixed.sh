@@ -164,24 +164,10 @@ sed -e 's/^global$/global\n    nbthread 1/' -e 's/maxconn 20000/maxconn 6000/' \
   "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
 haproxy -c -f "$W/haproxy.cfg" >/dev/null || die "haproxy -c rejected the rendered config"
 # Kea as bench/dhcp.sh runs it: memfile persisting, the pool, the reservations, the lease time.
-cat >"$W/kea.json" <<KEA
-{ "Dhcp4": {
-  "interfaces-config": { "interfaces": [ "$SRV_IF" ], "dhcp-socket-type": "udp" },
-  "lease-database": { "type": "memfile", "persist": true, "name": "$W/kea-leases.csv", "lfc-interval": 0 },
-  "valid-lifetime": 43200, "authoritative": true,
-  "subnet4": [ { "id": 1, "subnet": "10.96.0.0/20", "pools": [ { "pool": "$POOL_START - $POOL_END" } ],
-    "relay": { "ip-addresses": [ "$CLI_IP" ] },
-    "option-data": [ { "name": "routers", "data": "$SRV_IP" } ],
-    "reservations": [
-      { "hw-address": "52:54:00:00:00:07", "ip-address": "10.96.0.7" },
-      { "hw-address": "52:54:00:00:00:02", "ip-address": "10.96.0.2" },
-      { "hw-address": "52:54:00:00:00:03", "ip-address": "10.96.0.3" },
-      { "hw-address": "52:54:00:00:00:04", "ip-address": "10.96.0.4" },
-      { "hw-address": "52:54:00:00:00:21", "ip-address": "${BACKENDS[0]}" },
-      { "hw-address": "52:54:00:00:00:22", "ip-address": "${BACKENDS[1]}" } ] } ],
-  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "stdout" } ] } ]
-} }
-KEA
+kea_config "$W/kea-leases.csv" "$SRV_IF" 10.96.0.0/20 "$POOL_START" "$POOL_END" "$CLI_IP" "$SRV_IP" \
+  52:54:00:00:00:07=10.96.0.7 52:54:00:00:00:02=10.96.0.2 52:54:00:00:00:03=10.96.0.3 \
+  52:54:00:00:00:04=10.96.0.4 "52:54:00:00:00:21=${BACKENDS[0]}" "52:54:00:00:00:22=${BACKENDS[1]}" \
+  >"$W/kea.json"
 nginx_conf files "$SRV_IP:8080" "$W/www"
 
 # The DNS queries: api and api-int, names under *.apps, the nodes, PTRs.
