@@ -138,14 +138,6 @@ start_server() {
     die "$1 did not start (log: $W/$1.log)"
 }
 
-# Resident KiB of the whole server tree (nginx's master + worker).
-tree_rss_kb() {
-  local total=0 p
-  for p in $(proc_tree "$SERVER_PID"); do
-    total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
 
 # Runs N downloads (curl ARGS...) at once; prints "seconds peak_rss_kb"; fails on a short one.
 downloads() {
@@ -158,7 +150,7 @@ downloads() {
     pids+=($!)
   done
   while :; do
-    rss=$(tree_rss_kb)
+    rss=$(proc_tree_rss_kb "$SERVER_PID")
     ((rss > peak)) && peak=$rss
     local running=0 p
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
@@ -210,7 +202,7 @@ for s in "${SERVERS[@]}"; do
   log "$s: starting"
   start_server "$s"
   sleep 0.5
-  IDLE[$s]=$(tree_rss_kb)
+  IDLE[$s]=$(proc_tree_rss_kb "$SERVER_PID")
   read -r secs peak < <(downloads "$PARALLEL" "$BIG_BYTES" "$URL")
   TPUT[$s]=$(awk -v b=$((BIG_BYTES * PARALLEL)) -v s="$secs" 'BEGIN {printf "%.0f", b / s / 1048576}')
   PEAK[$s]=$peak

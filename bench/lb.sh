@@ -91,20 +91,7 @@ head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/big.bin"
 chmod -R a+rX "$W/www"
 declare -A BACKEND_PID
 start_backend() {
-  cat >"$W/nginx-$1.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $W/nginx-$1.pid;
-error_log $W/nginx-$1.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  sendfile on;
-  keepalive_requests 1000000;
-  types { application/octet-stream bin; }
-  server { listen $1:80; root $W/www; }
-}
-NGINX
+  nginx_conf "$W/nginx-$1.conf" "$1:80" "$W/www"
   ip netns exec "$CLI_NS" taskset -c $LOAD_CPU nginx -c "$W/nginx-$1.conf" &
   BACKEND_PID[$1]=$!
   bench_track $!

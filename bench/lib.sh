@@ -79,6 +79,15 @@ proc_tree_ticks() {
   echo $((user + sys))
 }
 
+# Resident KiB (VmRSS) of a PID and all its descendants.
+proc_tree_rss_kb() {
+  local total=0 p
+  for p in $(proc_tree "$1"); do
+    total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+
 # True while PID exists and is not a zombie.
 pid_alive() {
   local state
@@ -281,4 +290,24 @@ KEA
   "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "stdout" } ] } ]
 } }
 KEA
+}
+
+# nginx_conf CONF LISTEN ROOT: an nginx config at CONF (its pid and error log beside it) serving
+# ROOT on LISTEN as the benchmarks run it: one worker in the foreground, sendfile, no access log,
+# keep-alive without a request limit.
+nginx_conf() {
+  cat >"$1" <<NGINX
+worker_processes 1;
+daemon off;
+pid ${1%.conf}.pid;
+error_log ${1%.conf}.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  types { application/octet-stream bin img; }
+  server { listen $2; root $3; }
+}
+NGINX
 }

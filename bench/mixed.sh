@@ -84,24 +84,8 @@ chmod -R a+rX "$W/www" "$W/backend"
 for role in bootstrap master worker; do
   printf '{"ignition":{"version":"3.2.0"}}\n' >"$W/install_dir/$role.ign"
 done
-nginx_conf() { # nginx_conf NAME LISTEN ROOT
-  cat >"$W/nginx-$1.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $W/nginx-$1.pid;
-error_log $W/nginx-$1.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  sendfile on;
-  keepalive_requests 1000000;
-  types { application/octet-stream bin img; }
-  server { listen $2; root $3; }
-}
-NGINX
-}
 for b in "${BACKENDS[@]}"; do
-  nginx_conf "$b" "$b:80" "$W/backend"
+  nginx_conf "$W/nginx-$b.conf" "$b:80" "$W/backend"
   in_cli nginx -c "$W/nginx-$b.conf" &
   bench_track $!
   wait_until 10 in_cli curl -sf -o /dev/null "http://$b/small.bin" || die "backend $b did not start"
@@ -168,7 +152,7 @@ kea_config "$W/kea-leases.csv" "$SRV_IF" 10.96.0.0/20 "$POOL_START" "$POOL_END" 
   52:54:00:00:00:07=10.96.0.7 52:54:00:00:00:02=10.96.0.2 52:54:00:00:00:03=10.96.0.3 \
   52:54:00:00:00:04=10.96.0.4 "52:54:00:00:00:21=${BACKENDS[0]}" "52:54:00:00:00:22=${BACKENDS[1]}" \
   >"$W/kea.json"
-nginx_conf files "$SRV_IP:8080" "$W/www"
+nginx_conf "$W/nginx-files.conf" "$SRV_IP:8080" "$W/www"
 
 # The DNS queries: api and api-int, names under *.apps, the nodes, PTRs.
 {
@@ -216,21 +200,13 @@ start_side() {
   sleep 2 # health checks settle
 }
 
-# Resident KiB of one server's whole process tree.
-tree_rss_kb() {
-  local total=0 p
-  for p in $(proc_tree "$1"); do
-    total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
 
 # Per server (okd-appliance, bind, kea, haproxy, nginx) and per side (okd-appliance, peers).
 declare -A IDLE PEAK SIDE_IDLE SIDE_PEAK
 # measure SIDE: idle memory, then SECS seconds of the four loads at once with memory sampled.
 measure() {
   local side=$1 name sum t end
-  for name in "${!SERVER_PIDS[@]}"; do IDLE[$name]=$(tree_rss_kb "${SERVER_PIDS[$name]}"); PEAK[$name]=0; done
+  for name in "${!SERVER_PIDS[@]}"; do IDLE[$name]=$(proc_tree_rss_kb "${SERVER_PIDS[$name]}"); PEAK[$name]=0; done
   SIDE_PEAK[$side]=0
   local loads=()
   in_cli timeout $((SECS + 15)) dnsperf -s "$SRV_IP" -d "$W/queries.txt" -l "$SECS" -Q "$DNS_QPS" \
@@ -255,7 +231,7 @@ measure() {
   while ((SECONDS < end)); do
     sum=0
     for name in "${!SERVER_PIDS[@]}"; do
-      t=$(tree_rss_kb "${SERVER_PIDS[$name]}")
+      t=$(proc_tree_rss_kb "${SERVER_PIDS[$name]}")
       ((t > PEAK[$name])) && PEAK[$name]=$t
       sum=$((sum + t))
     done
