@@ -4,7 +4,8 @@
 //! journal stays bounded.
 //!
 //! The process that writes the journal is this test binary run again (`lease_writer`, which
-//! does nothing unless `OKD_LEASE_WRITER_DIR` is set): it renews leases batch after batch and
+//! does nothing unless `OKD_LEASE_WRITER_DIR` is set): it renews leases batch after batch,
+//! syncing each on another thread while it records the next (as the DHCP server does), and
 //! notes each synced batch in a progress file. The kills come from `strace -e inject=...`
 //! (SIGKILL on entering the Nth `rename` or `fsync`, so exactly between the compaction's write
 //! and its rename, or between the rename and the directory sync) and from the test itself.
@@ -78,13 +79,33 @@ fn lease_writer() {
     let dir = Path::new(&dir);
     let (mut leases, _) = Leases::open_with(&dir.join("state"), T0, LIMITS).unwrap();
     let mut progress = std::fs::File::create(dir.join("progress")).unwrap();
+    // One write per line; a process crash keeps what reached the page cache.
+    let mut note = |k: u64| progress.write_all(format!("{k}\n").as_bytes()).unwrap();
+    // As the DHCP server does it: batch k is recorded while batch k-1 is synced on another
+    // thread; a compaction that is due runs in a blocking sync.
+    let mut in_flight: Option<(u64, std::thread::JoinHandle<_>)> = None;
     for k in 0..MAX_BATCHES {
         for l in batch(k) {
             leases.record(l);
         }
-        leases.sync().unwrap();
-        // One write per line; a process crash keeps what reached the page cache.
-        progress.write_all(format!("{k}\n").as_bytes()).unwrap();
+        if let Some((done, sync)) = in_flight.take() {
+            let (job, result) = sync.join().unwrap();
+            leases.finish_sync(job, result).unwrap();
+            note(done);
+        }
+        if leases.compaction_due() {
+            leases.sync().unwrap();
+            note(k);
+            continue;
+        }
+        let job = leases.start_sync().unwrap().expect("batch k is pending");
+        in_flight = Some((
+            k,
+            std::thread::spawn(move || {
+                let result = job.run();
+                (job, result)
+            }),
+        ));
     }
 }
 

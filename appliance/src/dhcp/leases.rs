@@ -23,6 +23,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::vocabulary::MacAddr;
 
@@ -106,13 +107,47 @@ pub struct Leases {
     /// Leases recorded since [`Leases::take_changes`], when they are tracked (a pair's active
     /// host replicates them).
     changes: Option<Vec<Lease>>,
+    /// A [`SyncJob`] was started and not yet finished: no other write, sync or compaction.
+    in_flight: bool,
+}
+
+/// The lines recorded since the last sync, on their way to disk: [`SyncJob::run`] writes and
+/// syncs them on any thread while the table goes on taking records, and
+/// [`Leases::finish_sync`] takes the outcome back. One job at a time.
+#[derive(Debug)]
+pub struct SyncJob {
+    /// `None` for a table kept in memory only.
+    file: Option<Arc<File>>,
+    text: String,
+    /// The journal's length before this job: a failed job cuts the file back to it.
+    synced_len: u64,
+}
+
+impl SyncJob {
+    /// Appends the lines and waits for them to reach the disk (`fdatasync`). Blocks.
+    pub fn run(&self) -> io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let mut writer: &File = file;
+        let written = writer
+            .write_all(self.text.as_bytes())
+            .and_then(|()| file.sync_data());
+        if written.is_err() {
+            // Cut off whatever part of the batch reached the file, so the retry (the lines go
+            // back to pending) does not append to a torn line.
+            let _ = file.set_len(self.synced_len);
+        }
+        written
+    }
 }
 
 #[derive(Debug)]
 struct Journal {
     dir: PathBuf,
     path: PathBuf,
-    file: File,
+    /// Shared with the [`SyncJob`] in flight, which appends to it on another thread.
+    file: Arc<File>,
     /// The length up to which the file holds whole, synced lines.
     synced_len: u64,
     /// The length right after the last compaction: about what the live leases take.
@@ -133,6 +168,7 @@ impl Leases {
             journal: None,
             pending: String::new(),
             changes: None,
+            in_flight: false,
         }
     }
 
@@ -181,7 +217,7 @@ impl Leases {
         leases.journal = Some(Journal {
             dir: dir.to_owned(),
             path: path.clone(),
-            file,
+            file: Arc::new(file),
             synced_len: len,
             compacted_len: len,
             limits,
@@ -227,9 +263,7 @@ impl Leases {
         let Some(j) = &self.journal else {
             return Ok(());
         };
-        let due = j.synced_len > j.limits.min_bytes
-            && j.synced_len > j.limits.factor.saturating_mul(j.compacted_len);
-        if !due {
+        if !self.compaction_due() {
             return Ok(());
         }
         let (dir, path) = (j.dir.clone(), j.path.clone());
@@ -238,7 +272,7 @@ impl Leases {
                 let j = self.journal.as_mut().expect("checked above");
                 let before = j.synced_len;
                 // The old handle now points at the replaced file: appends must go to the new one.
-                j.file = file;
+                j.file = Arc::new(file);
                 j.synced_len = len;
                 j.compacted_len = len;
                 j.dir_unsynced = true;
@@ -321,32 +355,96 @@ impl Leases {
             .unwrap_or_default()
     }
 
+    /// Records a lease learnt from the other host of a pair: like [`Leases::record`], but not
+    /// among the changes this host replicates.
+    pub fn record_replicated(&mut self, lease: Lease) {
+        push_line(&mut self.pending, &lease);
+        self.apply(lease);
+    }
+
     /// Writes and syncs everything recorded since the last call, then compacts the journal if
-    /// it has outgrown its limits. ACKs wait for this.
+    /// it has outgrown its limits. Blocks; [`Leases::start_sync`] is the same off the caller's
+    /// thread.
     pub fn sync(&mut self) -> Result<(), LeaseError> {
+        let Some(job) = self.start_sync()? else {
+            return Ok(());
+        };
+        let result = job.run();
+        self.finish_sync(job, result)
+    }
+
+    /// Whether anything was recorded since the last sync started.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Takes everything recorded since the last sync as a [`SyncJob`] (`None`: nothing to
+    /// write). ACKs for those records wait for [`Leases::finish_sync`]. Call it only when no
+    /// job is in flight.
+    pub fn start_sync(&mut self) -> Result<Option<SyncJob>, LeaseError> {
+        debug_assert!(!self.in_flight, "one lease sync at a time");
         // A compaction's rename must be durable before anything appended after it counts.
         self.sync_dir()?;
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(None);
+        }
+        self.in_flight = true;
+        Ok(Some(SyncJob {
+            file: self.journal.as_ref().map(|j| Arc::clone(&j.file)),
+            text: std::mem::take(&mut self.pending),
+            synced_len: self.journal.as_ref().map_or(0, |j| j.synced_len),
+        }))
+    }
+
+    /// Takes back a job and what [`SyncJob::run`] returned. On success its records are durable
+    /// and, when nothing new was recorded meanwhile, the journal is compacted if it has
+    /// outgrown its limits (with new records, [`Leases::compaction_due`] says so and a blocking
+    /// [`Leases::sync`] does it). On failure the lines are pending again, ahead of newer ones.
+    pub fn finish_sync(&mut self, job: SyncJob, result: io::Result<()>) -> Result<(), LeaseError> {
+        self.in_flight = false;
+        if let Err(source) = result {
+            let mut pending = job.text;
+            pending.push_str(&self.pending);
+            self.pending = pending;
+            return Err(LeaseError::Io {
+                path: self.journal_path(),
+                source,
+            });
         }
         if let Some(j) = &mut self.journal {
-            let written = j
-                .file
-                .write_all(self.pending.as_bytes())
-                .and_then(|()| j.file.sync_data());
-            if let Err(source) = written {
-                // Cut off whatever part of the batch reached the file, so the retry (the
-                // lines stay pending) does not append to a torn line.
-                let _ = j.file.set_len(j.synced_len);
-                return Err(LeaseError::Io {
-                    path: j.path.clone(),
-                    source,
-                });
-            }
-            j.synced_len += self.pending.len() as u64;
+            j.synced_len += job.text.len() as u64;
         }
-        self.pending.clear();
-        self.compact_if_due()
+        if self.pending.is_empty() {
+            self.compact_if_due()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Gives up on a job that never returned (its thread panicked): its lines are not on disk
+    /// and no ACK waits for them any more; a client that retries is recorded again.
+    pub fn abandon_sync(&mut self, source: io::Error) -> Result<(), LeaseError> {
+        self.in_flight = false;
+        Err(LeaseError::Io {
+            path: self.journal_path(),
+            source,
+        })
+    }
+
+    fn journal_path(&self) -> PathBuf {
+        self.journal
+            .as_ref()
+            .map(|j| j.path.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the journal has outgrown its limits and waits for a sync with nothing recorded
+    /// after it.
+    pub fn compaction_due(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| {
+            j.synced_len > j.limits.min_bytes
+                && j.synced_len > j.limits.factor.saturating_mul(j.compacted_len)
+        })
     }
 
     /// The live lease of `mac`, if any.
@@ -537,6 +635,67 @@ mod tests {
         leases.sync().unwrap();
         let on_disk = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
         assert!(on_disk.starts_with("10.0.0.100 52:54:00:00:01:01 1000 "));
+    }
+
+    /// The server's group commit: a job runs on another thread while new leases are
+    /// recorded; they are not in it, and they are durable only after the next sync.
+    #[test]
+    fn records_made_while_a_sync_runs_wait_for_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut leases, _) = Leases::open(dir.path(), 0).unwrap();
+        leases.record(lease(100, 1, 1000));
+        let job = leases.start_sync().unwrap().expect("a lease is pending");
+        assert!(!leases.has_pending());
+        let running = std::thread::spawn(move || {
+            let result = job.run();
+            (job, result)
+        });
+        leases.record(lease(101, 2, 1000));
+        let (job, result) = running.join().unwrap();
+        leases.finish_sync(job, result).unwrap();
+        let on_disk = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(on_disk.lines().count(), 1, "{on_disk}");
+        assert!(on_disk.starts_with("10.0.0.100 "));
+        assert!(leases.has_pending());
+        leases.sync().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
+        assert_eq!(
+            leases.journal_len(),
+            std::fs::metadata(&path).unwrap().len()
+        );
+    }
+
+    /// A failed sync loses nothing: its lines are pending again, ahead of the ones recorded
+    /// while it ran, and the next sync writes both in order.
+    #[test]
+    fn a_failed_sync_puts_its_lines_back_ahead_of_newer_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let (mut leases, _) = Leases::open(dir.path(), 0).unwrap();
+        leases.record(lease(100, 1, 1000));
+        let job = leases.start_sync().unwrap().unwrap();
+        // The client moves to another address while the sync fails.
+        leases.record(lease(105, 1, 2000));
+        let failed = leases.finish_sync(job, Err(io::Error::other("disk gone")));
+        assert!(
+            failed.unwrap_err().to_string().contains("dhcp-leases"),
+            "the error names the journal"
+        );
+        assert!(std::fs::read_to_string(&path).unwrap().is_empty());
+        leases.sync().unwrap();
+        let on_disk = std::fs::read_to_string(&path).unwrap();
+        let ips: Vec<_> = on_disk
+            .lines()
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(ips, ["10.0.0.100", "10.0.0.105"]);
+        drop(leases);
+        let (recovered, _) = Leases::open(dir.path(), 0).unwrap();
+        assert_eq!(
+            table(&recovered),
+            [(Ipv4Addr::new(10, 0, 0, 105), mac(1), 2000)]
+        );
     }
 
     /// Sorted (ip, mac, expires) of every lease in the table.

@@ -1,24 +1,32 @@
 //! The DHCP socket: requests are read in batches and decided; replies that promise no lease
-//! (OFFER, NAK, INFORM) leave at once, the batch's lease changes are synced to disk once, and
-//! only then do the ACKs leave. A failed sync sends no ACK: a client without one retries, a
-//! client with an ACK for a lost lease could see its address given twice.
+//! (OFFER, NAK, INFORM) leave at once. ACKs wait for the lease changes behind them to be on
+//! disk: the changes are synced in groups off the event loop (group commit), so while one
+//! group is being synced the socket is still read and answered, and the ACKs of the group
+//! leave as soon as its sync returns. A failed sync sends no ACK: a client without one retries,
+//! a client with an ACK for a lost lease could see its address given twice.
 
+use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use dhcproto::Encodable;
 use dhcproto::v4::Message;
 use tokio::net::UdpSocket;
+use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use super::leases::Leases;
+use super::leases::{Lease, Leases, SyncJob};
 use super::reply::{Outgoing, State, handle};
 use crate::journal::{EventKind, Journal};
 use crate::plan;
 
-/// Requests handled per disk sync at most.
+/// Requests read from the socket before their replies are decided, at most.
 const BATCH: usize = 64;
+
+/// How often the lease gauges are brought up to date, at most (counting the pool's free
+/// addresses walks the table).
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 pub(super) fn unix_now() -> u64 {
     SystemTime::now()
@@ -32,12 +40,35 @@ pub fn prepare(socket: &UdpSocket) -> anyhow::Result<()> {
     socket
         .set_broadcast(true)
         .context("enabling broadcast on the DHCP socket")?;
-    // Room for the requests that arrive while a batch is being synced to disk; the kernel caps
-    // it at net.core.rmem_max.
+    // Room for bursts of requests; the kernel caps it at net.core.rmem_max.
     if let Err(e) = socket2::SockRef::from(socket).set_recv_buffer_size(4 << 20) {
         tracing::debug!("dhcp: can't enlarge the receive buffer: {e}");
     }
     Ok(())
+}
+
+/// A group of lease changes being synced, and what waits for it.
+struct Group {
+    sync: JoinHandle<(SyncJob, io::Result<()>)>,
+    /// ACKs that leave once the sync returned.
+    acks: Vec<Outgoing>,
+    /// Leases the pair's replication learns once they are durable.
+    changes: Vec<Lease>,
+}
+
+/// What the serving loop keeps between events.
+struct Server<'a> {
+    socket: &'a UdpSocket,
+    journal: &'a Journal,
+    metrics: &'a crate::metrics::Metrics,
+    state: State,
+    /// ACKs decided since the group in flight started: they wait for the next group.
+    acks: Vec<Outgoing>,
+    /// Changes of a failed group, replicated with the next one.
+    changes: Vec<Lease>,
+    syncing: Option<Group>,
+    /// The lease gauges are behind the table.
+    gauges_stale: bool,
 }
 
 /// Serves DHCP on `socket` with the lease table `leases` until `token` is cancelled.
@@ -60,79 +91,162 @@ pub async fn serve(
         state.leases.track_changes();
         journal.subscribe()
     });
+    let mut server = Server {
+        socket: &socket,
+        journal: &journal,
+        metrics: &metrics,
+        state,
+        acks: Vec::with_capacity(BATCH),
+        changes: Vec::new(),
+        syncing: None,
+        gauges_stale: false,
+    };
     let mut packets: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut buf = vec![0u8; 65_535];
-    let mut replies: Vec<Outgoing> = Vec::with_capacity(BATCH);
+    let mut gauges = tokio::time::interval(GAUGES_EVERY);
+    gauges.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let first = tokio::select! {
-            () = token.cancelled() => return Ok(()),
-            r = socket.recv_from(&mut buf) => r,
-            event = next_event(&mut replicated) => {
-                if let EventKind::LeaseReplicated { mac, ip, expires } = event.kind {
-                    state.leases.record(super::leases::Lease { ip, mac, expires });
-                    state.leases.take_changes();
-                    if let Err(e) = tokio::task::block_in_place(|| state.leases.sync()) {
-                        tracing::error!("{:#}: a replicated lease is not on disk", anyhow::Error::new(e));
+        tokio::select! {
+            () = token.cancelled() => break,
+            first = socket.recv_from(&mut buf) => {
+                packets.clear();
+                match first {
+                    Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+                    Err(e) => {
+                        tracing::debug!("dhcp receive: {e}");
+                        continue;
                     }
                 }
-                continue;
+                while packets.len() < BATCH {
+                    match socket.try_recv_from(&mut buf) {
+                        Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+                        Err(_) => break,
+                    }
+                }
+                // The standby of a pair stays silent: one DHCP server answers a node.
+                if active.is_active() {
+                    server.decide(&packets, &plan.load().dhcp).await;
+                }
             }
-        };
-        packets.clear();
-        match first {
-            Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
-            Err(e) => {
-                tracing::debug!("dhcp receive: {e}");
-                continue;
+            event = next_event(&mut replicated) => {
+                if let EventKind::LeaseReplicated { mac, ip, expires } = event.kind {
+                    server.state.leases.record_replicated(Lease { ip, mac, expires });
+                }
             }
+            done = synced(&mut server.syncing) => server.group_synced(done).await,
+            _ = gauges.tick(), if server.gauges_stale => server.update_gauges(&plan.load().dhcp),
         }
-        while packets.len() < BATCH {
-            match socket.try_recv_from(&mut buf) {
-                Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
-                Err(_) => break,
-            }
+        if server.syncing.is_none() {
+            server.start_group().await;
         }
-        // The standby of a pair stays silent: one DHCP server answers a node.
-        if !active.is_active() {
-            continue;
-        }
-        let current = plan.load();
+    }
+    // Whatever was decided still gets its ACK once it is on disk.
+    if server.syncing.is_some() {
+        let done = synced(&mut server.syncing).await;
+        server.group_synced(done).await;
+    }
+    server.start_group().await;
+    if server.syncing.is_some() {
+        let done = synced(&mut server.syncing).await;
+        server.group_synced(done).await;
+    }
+    Ok(())
+}
+
+impl Server<'_> {
+    /// Decides the replies to `packets`: those that promise no lease leave now, ACKs wait for
+    /// the next group.
+    async fn decide(&mut self, packets: &[(Vec<u8>, SocketAddr)], dhcp: &plan::DhcpPlan) {
         let now = unix_now();
-        replies.clear();
-        for (packet, from) in &packets {
+        for (packet, from) in packets {
             let Some(request) = super::decode(packet) else {
                 tracing::debug!("dhcp: undecodable packet from {from}");
                 continue;
             };
             if let Some(kind) = request.opts().msg_type() {
-                metrics.dhcp_message(u8::from(kind));
+                self.metrics.dhcp_message(u8::from(kind));
             }
-            match handle(&request, &current.dhcp, &mut state, now) {
+            match handle(&request, dhcp, &mut self.state, now) {
                 // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.
-                Some(out) if out.acked.is_none() => send(&socket, &out.message, out.to).await,
-                Some(out) => replies.push(out),
+                Some(out) if out.acked.is_none() => send(self.socket, &out.message, out.to).await,
+                Some(out) => self.acks.push(out),
                 None => {}
             }
         }
-        // Durable before any ACK leaves.
-        let synced = tokio::task::block_in_place(|| state.leases.sync());
+    }
+
+    /// Starts syncing what was recorded since the last group, with the ACKs decided since.
+    /// Only with no group in flight.
+    async fn start_group(&mut self) {
+        if self.acks.is_empty() && !self.state.leases.has_pending() {
+            return;
+        }
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.extend(self.state.leases.take_changes());
+        let acks = std::mem::take(&mut self.acks);
+        if self.state.leases.compaction_due() {
+            // Compaction needs a sync with nothing recorded after it: rare (the journal grew
+            // fourfold), so it runs here, holding the socket for the few milliseconds it takes.
+            let compacted = tokio::task::block_in_place(|| self.state.leases.sync());
+            self.group_done(acks, changes, compacted).await;
+            return;
+        }
+        match self.state.leases.start_sync() {
+            // ACKs without a lease change behind them (reservations) need no sync.
+            Ok(None) => self.group_done(acks, changes, Ok(())).await,
+            Ok(Some(job)) => {
+                let sync = tokio::task::spawn_blocking(move || {
+                    let result = job.run();
+                    (job, result)
+                });
+                self.syncing = Some(Group {
+                    sync,
+                    acks,
+                    changes,
+                });
+            }
+            Err(e) => self.group_done(acks, changes, Err(e)).await,
+        }
+    }
+
+    /// Takes back the group whose sync returned `done`.
+    async fn group_synced(&mut self, done: Result<(SyncJob, io::Result<()>), JoinError>) {
+        let Some(group) = self.syncing.take() else {
+            return;
+        };
+        let synced = match done {
+            Ok((job, result)) => self.state.leases.finish_sync(job, result),
+            Err(e) => self.state.leases.abandon_sync(io::Error::other(e)),
+        };
+        self.group_done(group.acks, group.changes, synced).await;
+    }
+
+    /// Sends the ACKs of a group whose sync returned `synced`, or drops them if it failed.
+    async fn group_done(
+        &mut self,
+        acks: Vec<Outgoing>,
+        changes: Vec<Lease>,
+        synced: Result<(), super::leases::LeaseError>,
+    ) {
         if let Err(e) = synced {
-            tracing::error!("{:#}: not answering this batch", anyhow::Error::new(e));
-            continue;
+            tracing::error!(
+                "{:#}: not answering {} requests",
+                anyhow::Error::new(e),
+                acks.len()
+            );
+            // The lines are pending again; the pair learns these leases with the next group.
+            self.changes = changes
+                .into_iter()
+                .chain(std::mem::take(&mut self.changes))
+                .collect();
+            return;
         }
-        let live = state.leases.len();
-        metrics
+        self.gauges_stale = true;
+        self.metrics
             .dhcp_leases
-            .set(i64::try_from(live).unwrap_or(i64::MAX));
-        if let Some(pool) = current.dhcp.pool {
-            let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
-            let used = state.leases.iter().filter(|l| pool.contains(l.ip)).count() as u64;
-            metrics
-                .dhcp_pool_free
-                .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
-        }
-        for lease in state.leases.take_changes() {
-            journal.publish(
+            .set(i64::try_from(self.state.leases.len()).unwrap_or(i64::MAX));
+        for lease in changes {
+            self.journal.publish(
                 None,
                 EventKind::LeaseRecorded {
                     mac: lease.mac,
@@ -141,10 +255,10 @@ pub async fn serve(
                 },
             );
         }
-        for out in replies.drain(..) {
-            send(&socket, &out.message, out.to).await;
+        for out in acks {
+            send(self.socket, &out.message, out.to).await;
             if let Some(acked) = out.acked {
-                journal.publish(
+                self.journal.publish(
                     acked.node,
                     EventKind::DhcpAck {
                         mac: acked.mac,
@@ -153,6 +267,31 @@ pub async fn serve(
                 );
             }
         }
+    }
+
+    /// Brings the pool's free-address gauge up to date.
+    fn update_gauges(&mut self, dhcp: &plan::DhcpPlan) {
+        self.gauges_stale = false;
+        if let Some(pool) = dhcp.pool {
+            let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
+            let used = self
+                .state
+                .leases
+                .iter()
+                .filter(|l| pool.contains(l.ip))
+                .count() as u64;
+            self.metrics
+                .dhcp_pool_free
+                .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// What the sync of the group in flight returned; never, without one.
+async fn synced(group: &mut Option<Group>) -> Result<(SyncJob, io::Result<()>), JoinError> {
+    match group {
+        Some(g) => (&mut g.sync).await,
+        None => std::future::pending().await,
     }
 }
 
