@@ -410,7 +410,7 @@ awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DR
       for (r = 1; r <= rounds; r++) {
         key = r SUBSEP s
         nxt = "none (top of ladder or time budget)"
-        if (key in fail) { split(fail[key], g, "\t"); nxt = sprintf("%d/s: %.1f%%, %d / %d, %.0f%%", g[3], g[9], g[18], g[19], g[15] / step * 100) }
+        if (key in fail) { split(fail[key], g, "\t"); nxt = sprintf("%d/s: %.1f%%, %d / %d, %.0f%%", g[3], g[9], g[18], g[19], g[15] / (step + 1) * 100) }
         if (!(key in best)) {
           printf "| %s | %d | none | | | | | | | | %s |\n", s, r, nxt
           continue
