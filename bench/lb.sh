@@ -14,17 +14,21 @@
 #      over long-lived connections through the balancer; and conn/s: the same with
 #      `Connection: close`, a new TCP connection through the balancer per request. Beside each,
 #      the balancer's CPU time (user+system, /proc) per request.
-#   2. throughput: PARALLEL curl downloads of a BIG_MB file through the balancer (MiB/s).
+#   2. throughput: iperf3 (PARALLEL streams, SECS s) through the ingress-https frontend (port
+#      443) to one iperf3 server on the first backend: the second backend has nothing on 443,
+#      so both balancers hold it down and every stream reaches the one server (iperf3's control
+#      and data connections must meet there). Beside it, PARALLEL curl downloads of a BIG_MB
+#      file from nginx through port 80 (MiB/s).
 #   3. added latency: SAMPLES sequential requests straight to a backend and through the
 #      balancer; the difference of the p50 and p99 of curl's time_total.
 #   4. failover: one backend is killed while a client sends requests one after another; the
-#      time until the balancer logs it down, and how many requests failed in the 4 s after.
-# Throughput is measured with curl downloads, not iperf3: iperf3's control and data connections
-# would be balanced to different backends.
+#      time until the balancer logs it down, and how many requests failed in the 4 s after:
+#      all of them, and those that started after the killed backend was gone (new connections
+#      the balancer should have sent to the live backend; the others were in flight on it).
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
-#   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  SAMPLES [300]
+#   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  SAMPLES [1000]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
@@ -40,7 +44,7 @@ CONNS=${CONNS:-32}
 SECS=${SECS:-5}
 PARALLEL=${PARALLEL:-4}
 BIG_MB=${BIG_MB:-512}
-SAMPLES=${SAMPLES:-300}
+SAMPLES=${SAMPLES:-1000}
 BENCH_KEEP_TMP=${KEEP:-0}
 SRV_NS=lbsrv$$
 CLI_NS=lbcli$$
@@ -56,8 +60,8 @@ SERVERS=(okd-appliance haproxy)
 [[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/lb.sh"
 (($(nproc) >= 2)) || die "needs at least 2 CPUs"
 export PATH="$PATH:/usr/sbin:/sbin"
-for tool in curl taskset haproxy nginx wrk; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk)"
+for tool in curl taskset haproxy nginx wrk iperf3 python3; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk iperf3)"
 done
 
 if [[ ${PROFILE:-0} == 1 ]]; then
@@ -98,6 +102,10 @@ start_backend() {
   wait_until 10 ip netns exec "$CLI_NS" curl -sf -o /dev/null "http://$1/small.bin" || die "backend $1"
 }
 for b in "${BACKENDS[@]}"; do start_backend "$b"; done
+# The iperf3 server behind port 443 (first backend only: see the header).
+ip netns exec "$CLI_NS" taskset -c $LOAD_CPU iperf3 -s -p 443 -B "${BACKENDS[0]}" >"$W/iperf3-server.log" 2>&1 &
+bench_track $!
+wait_until 10 bash -c "ip netns exec $CLI_NS bash -c 'exec 3<>/dev/tcp/${BACKENDS[0]}/443'" || die "iperf3 server"
 
 # --- the same pools for both balancers -----------------------------------------------------
 for role in bootstrap master worker; do
@@ -115,7 +123,7 @@ install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
 state_dir: ./state
 lb:
   health: { interval: 1s, timeout: 1s, rise: 2, fall: 2, ingress_check: tcp }
-listen: { dns: [], dhcp: [], tftp: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: ["$LB_IP:80"] }
+listen: { dns: [], dhcp: [], tftp: [], http: [], api: [], machine_config: [], ingress_https: ["$LB_IP:443"], ingress_http: ["$LB_IP:80"] }
 EOF
 (cd "$W" && "$BIN" render --format haproxy cluster.yml) >"$W/haproxy.cfg.in" || die "render haproxy"
 # One thread, as okd-appliance on one CPU; maxconn within this machine's descriptor limit (with
@@ -170,7 +178,22 @@ throughput() {
   awk -v a="$t0" -v b="$t1" -v n=$((want * PARALLEL)) 'BEGIN {printf "%.0f\n", n / (b - a) / 1048576}'
 }
 
-# p50 and p99 of curl's time_total in microseconds for SAMPLES requests to $1.
+# iperf3 with PARALLEL streams for SECS s to $1:443: prints the MiB/s the server received. A try
+# can meet the server busy with a health check's connection: up to three tries.
+iperf_rate() {
+  local try
+  for try in 1 2 3; do
+    if ip netns exec "$CLI_NS" taskset -c $LOAD_CPU timeout $((SECS + 20)) \
+      iperf3 -c "$1" -p 443 -P "$PARALLEL" -t "$SECS" -J >"$W/iperf3.json" 2>&1; then
+      python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8 / 1048576))' "$W/iperf3.json" && return
+    fi
+    log "iperf3 to $1, try $try: $(head -c 300 "$W/iperf3.json")"
+    sleep 1
+  done
+  die "iperf3 to $1 failed three times"
+}
+
+# p50 and p99 of curl's time_total in microseconds for SAMPLES requests to $1 (one curl each).
 latency() {
   local i
   for ((i = 0; i < SAMPLES; i++)); do
@@ -182,15 +205,16 @@ latency() {
 # balancer logged it down) and FAILED[$1] (requests that failed). Not in a subshell: it restarts
 # the backend, whose PID the next run needs.
 failover() {
-  local lb=$1 pattern t0 t1 loop victim=${BACKENDS[1]}
+  local lb=$1 pattern t0 t1 gone loop victim=${BACKENDS[1]}
   case $lb in
     okd-appliance) pattern="worker-1: ingress-http backend $victim:80 is down" ;;
-    haproxy) pattern="worker-1 is DOWN" ;;
+    haproxy) pattern="ingress-http/worker-1 is DOWN" ;;
   esac
+  # One line per request: when it started (s.us) and its HTTP status (000: no answer).
   ip netns exec "$CLI_NS" taskset -c $LOAD_CPU bash -c "
     end=\$((SECONDS + 5))
     while ((SECONDS < end)); do
-      curl -s -o /dev/null --max-time 2 -w '%{http_code}\n' http://$LB_IP/small.bin
+      echo \"\$EPOCHREALTIME \$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' http://$LB_IP/small.bin)\"
     done" >"$W/failover.$lb" &
   loop=$!
   sleep 1
@@ -202,6 +226,7 @@ failover() {
     for p in $(proc_tree "${BACKEND_PID[$victim]}"); do kill -KILL "$p" 2>/dev/null || true; done
   done
   wait "${BACKEND_PID[$victim]}" 2>/dev/null || true
+  gone=$(date +%s.%N) # every process of the backend reaped: its sockets are closed
   t1=""
   for ((i = 0; i < 200; i++)); do
     if grep -qF "$pattern" "$W/$lb.log"; then t1=$(date +%s%N); break; fi
@@ -209,15 +234,23 @@ failover() {
   done
   wait "$loop" || true
   start_backend "$victim"
-  FAILED[$lb]=$(grep -vc '^200$' "$W/failover.$lb" || true)
+  FAILED[$lb]=$(awk '$2 != 200' "$W/failover.$lb" | wc -l)
+  FAILED_NEW[$lb]=$(awk -v gone="$gone" '$2 != 200 && $1 > gone' "$W/failover.$lb" | wc -l)
+  if ((FAILED[$lb] > 0)); then
+    log "$lb failover: failed requests (start, status), the backend gone at $gone: $(awk '$2 != 200' "$W/failover.$lb" | tr '\n' ' ')"
+  fi
   if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
 }
 
-declare -A RATE CPU KEEP KCPU TPUT P50 P99 DOWN_MS FAILED ALL
+declare -A RATE CPU KEEP KCPU TPUT IPERF P50 P99 DOWN_MS FAILED FAILED_NEW ALL
+declare -A FAILED_ROUNDS
+sum() { printf '%s\n' "$@" | awk '{s += $1} END {print s + 0}'; }
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
 read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
 log "direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us"
+DIRECT_IPERF=$(iperf_rate "${BACKENDS[0]}")
+log "direct: iperf3 $DIRECT_IPERF MiB/s"
 for ((round = 1; round <= ROUNDS; round++)); do
   # Alternate the order, so drift in the machine hits both balancers alike.
   order=("${SERVERS[@]}")
@@ -235,18 +268,21 @@ for ((round = 1; round <= ROUNDS; round++)); do
     ticks1=$(proc_tree_ticks "$LB_PID")
     c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (r * SECS)))
     t=$(throughput)
+    ip=$(iperf_rate "$LB_IP")
     read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
     failover "$s"
-    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed"
+    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
     ALL[$s,rate]+=" $r"
     ALL[$s,cpu]+=" $c"
     ALL[$s,keep]+=" $k"
     ALL[$s,kcpu]+=" $kc"
     ALL[$s,tput]+=" $t"
+    ALL[$s,iperf]+=" $ip"
     ALL[$s,p50]+=" $((p50 - DIRECT50))"
     ALL[$s,p99]+=" $((p99 - DIRECT99))"
     ALL[$s,down]+=" ${DOWN_MS[$s]}"
     ALL[$s,failed]+=" ${FAILED[$s]}"
+    ALL[$s,failed_new]+=" ${FAILED_NEW[$s]}"
     stop_pid "$LB_PID" 5 || true
   done
 done
@@ -258,10 +294,14 @@ for s in "${SERVERS[@]}"; do
     KEEP[$s]=$(median ${ALL[$s,keep]})
     KCPU[$s]=$(median ${ALL[$s,kcpu]})
     TPUT[$s]=$(median ${ALL[$s,tput]})
+    IPERF[$s]=$(median ${ALL[$s,iperf]})
     P50[$s]=$(median ${ALL[$s,p50]})
     P99[$s]=$(median ${ALL[$s,p99]})
     DOWN_MS[$s]=$(median ${ALL[$s,down]})
-    FAILED[$s]=$(median ${ALL[$s,failed]})
+    # Failed requests: the sum over the rounds, and in how many rounds any failed.
+    FAILED[$s]=$(sum ${ALL[$s,failed]})
+    FAILED_NEW[$s]=$(sum ${ALL[$s,failed_new]})
+    FAILED_ROUNDS[$s]=$(printf '%s\n' ${ALL[$s,failed]} | awk '$1 > 0' | wc -l)
   }
 done
 
@@ -292,19 +332,19 @@ REPORT=$W/lb.md
   echo "## Load balancer"
   echo
   echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\` (splice-auto, redispatch))."
-  echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: $PARALLEL parallel curl downloads of ${BIG_MB} MiB. Added latency: p50/p99 of $SAMPLES sequential curl requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us)."
+  echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: iperf3 with $PARALLEL streams for ${SECS} s through port 443 to one iperf3 server (straight to it: $DIRECT_IPERF MiB/s; iperf3's client and server share CPU $LOAD_CPU), and $PARALLEL parallel curl downloads of ${BIG_MB} MiB from nginx through port 80. Added latency: p50/p99 of $SAMPLES sequential curl requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us)."
   echo
   echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
   echo
-  echo "| balancer | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| balancer | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | iperf3 MiB/s | curl MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests, all rounds (rounds with any) | of them started after the backend was gone |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} |"
+    echo "| $s | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${IPERF[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} (${FAILED_ROUNDS[$s]} of $ROUNDS) | ${FAILED_NEW[$s]} |"
   done
   echo
-  echo "okd-appliance vs HAProxy: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "${KEEP[haproxy]}"), CPU per request $(ratio "${KCPU[okd-appliance]}" "${KCPU[haproxy]}") (lower is better), conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}"), throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+  echo "okd-appliance vs HAProxy: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "${KEEP[haproxy]}"), CPU per request $(ratio "${KCPU[okd-appliance]}" "${KCPU[haproxy]}") (lower is better), conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}"), throughput with iperf3 $(ratio "${IPERF[okd-appliance]}" "${IPERF[haproxy]}"), with curl $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
   echo
-  echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch)."
+  echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch). A request that started before the backend was gone may have been in flight on it, where neither balancer can save it (its bytes were already relayed); one that started after it should never fail."
   if [[ -s $PROFILE_MD ]]; then
     echo
     cat "$PROFILE_MD"

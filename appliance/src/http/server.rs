@@ -346,10 +346,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
         // On the runtime thread, like `open_file`.
-        let found = files::resolve(&files.artifacts_dir, rest).map(|real| {
-            let opened = open_file(&real);
-            (real, opened)
-        });
+        let found = files::open_beneath(&files.artifacts_dir, rest);
         if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip))
             && req.method() == Method::GET
             && found.is_some()
