@@ -19,8 +19,9 @@
 #      so both balancers hold it down and every stream reaches the one server (iperf3's control
 #      and data connections must meet there). Beside it, PARALLEL curl downloads of a BIG_MB
 #      file from nginx through port 80 (MiB/s).
-#   3. added latency: SAMPLES sequential requests straight to a backend and through the
-#      balancer; the difference of the p50 and p99 of curl's time_total.
+#   3. added latency: wrk with one connection and `Connection: close` (LAT_SECS s, thousands
+#      of sequential requests, each on a new connection) straight to a backend, then through the
+#      balancer, in every round; the difference of wrk's p50 and p99 latencies.
 #   4. failover: one backend is killed while a client sends requests one after another; the
 #      time until the balancer logs it down, and how many requests failed in the 4 s after:
 #      all of them, and those that started after the killed backend was gone (new connections
@@ -28,7 +29,7 @@
 #
 # Environment knobs (defaults in brackets):
 #   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
-#   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  SAMPLES [1000]
+#   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  LAT_SECS [4]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
@@ -44,7 +45,7 @@ CONNS=${CONNS:-32}
 SECS=${SECS:-5}
 PARALLEL=${PARALLEL:-4}
 BIG_MB=${BIG_MB:-512}
-SAMPLES=${SAMPLES:-1000}
+LAT_SECS=${LAT_SECS:-4}
 BENCH_KEEP_TMP=${KEEP:-0}
 SRV_NS=lbsrv$$
 CLI_NS=lbcli$$
@@ -193,12 +194,21 @@ iperf_rate() {
   die "iperf3 to $1 failed three times"
 }
 
-# p50 and p99 of curl's time_total in microseconds for SAMPLES requests to $1 (one curl each).
+# p50 and p99 in microseconds of LAT_SECS s of sequential requests to $1, each on a new
+# connection (wrk -c1, `Connection: close`, --latency).
 latency() {
-  local i
-  for ((i = 0; i < SAMPLES; i++)); do
-    ip netns exec "$CLI_NS" taskset -c $LOAD_CPU curl -sf -o /dev/null -w '%{time_total}\n' "$1"
-  done | sort -n | awk '{v[NR] = $1 * 1e6} END {printf "%.0f %.0f\n", v[int(NR * 0.5)], v[int(NR * 0.99)]}'
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU wrk -t1 -c1 -d"${LAT_SECS}s" --latency \
+    -H "Connection: close" "$1" >"$W/wrk-latency.out" 2>&1 || die "wrk failed: $(cat "$W/wrk-latency.out")"
+  awk 'function us(v) {
+         if (v ~ /us$/) return v + 0
+         if (v ~ /ms$/) return v * 1000
+         if (v ~ /s$/) return v * 1e6
+         return v
+       }
+       $1 == "50.000%" || $1 == "50%" {p50 = us($2)}
+       $1 == "99.000%" || $1 == "99%" {p99 = us($2)}
+       END {if (p50 == "" || p99 == "") exit 1; printf "%.0f %.0f\n", p50, p99}' "$W/wrk-latency.out" ||
+    die "no latency distribution in wrk's output: $(cat "$W/wrk-latency.out")"
 }
 
 # Kills the second backend under a request loop and starts it again; sets DOWN_MS[$1] (until the
@@ -247,8 +257,6 @@ declare -A FAILED_ROUNDS
 sum() { printf '%s\n' "$@" | awk '{s += $1} END {print s + 0}'; }
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
-read -r DIRECT50 DIRECT99 < <(latency "http://${BACKENDS[0]}/small.bin")
-log "direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us"
 DIRECT_IPERF=$(iperf_rate "${BACKENDS[0]}")
 log "direct: iperf3 $DIRECT_IPERF MiB/s"
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -269,17 +277,21 @@ for ((round = 1; round <= ROUNDS; round++)); do
     c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (r * SECS)))
     t=$(throughput)
     ip=$(iperf_rate "$LB_IP")
+    # Straight to the backend just before, so the machine's drift cancels out.
+    read -r d50 d99 < <(latency "http://${BACKENDS[0]}/small.bin")
     read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
     failover "$s"
-    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - DIRECT50)) us p99 $((p99 - DIRECT99)) us, down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
+    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - d50)) us p99 $((p99 - d99)) us (direct $d50 / $d99 us), down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
     ALL[$s,rate]+=" $r"
     ALL[$s,cpu]+=" $c"
     ALL[$s,keep]+=" $k"
     ALL[$s,kcpu]+=" $kc"
     ALL[$s,tput]+=" $t"
     ALL[$s,iperf]+=" $ip"
-    ALL[$s,p50]+=" $((p50 - DIRECT50))"
-    ALL[$s,p99]+=" $((p99 - DIRECT99))"
+    ALL[$s,p50]+=" $((p50 - d50))"
+    ALL[$s,p99]+=" $((p99 - d99))"
+    ALL[direct,p50]+=" $d50"
+    ALL[direct,p99]+=" $d99"
     ALL[$s,down]+=" ${DOWN_MS[$s]}"
     ALL[$s,failed]+=" ${FAILED[$s]}"
     ALL[$s,failed_new]+=" ${FAILED_NEW[$s]}"
@@ -304,6 +316,11 @@ for s in "${SERVERS[@]}"; do
     FAILED_ROUNDS[$s]=$(printf '%s\n' ${ALL[$s,failed]} | awk '$1 > 0' | wc -l)
   }
 done
+
+# shellcheck disable=SC2086
+DIRECT50=$(median ${ALL[direct,p50]})
+# shellcheck disable=SC2086
+DIRECT99=$(median ${ALL[direct,p99]})
 
 # --- profile ---------------------------------------------------------------------------------
 # Where okd-appliance's CPU goes under the conn/s load: samples of its threads (user and kernel
@@ -332,7 +349,7 @@ REPORT=$W/lb.md
   echo "## Load balancer"
   echo
   echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\` (splice-auto, redispatch))."
-  echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: iperf3 with $PARALLEL streams for ${SECS} s through port 443 to one iperf3 server (straight to it: $DIRECT_IPERF MiB/s; iperf3's client and server share CPU $LOAD_CPU), and $PARALLEL parallel curl downloads of ${BIG_MB} MiB from nginx through port 80. Added latency: p50/p99 of $SAMPLES sequential curl requests through the balancer minus straight to a backend (direct: p50 ${DIRECT50} us, p99 ${DIRECT99} us)."
+  echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: iperf3 with $PARALLEL streams for ${SECS} s through port 443 to one iperf3 server (straight to it: $DIRECT_IPERF MiB/s; iperf3's client and server share CPU $LOAD_CPU), and $PARALLEL parallel curl downloads of ${BIG_MB} MiB from nginx through port 80. Added latency: wrk with one connection, \`Connection: close\`, ${LAT_SECS} s (each request a new connection): p50/p99 through the balancer minus straight to a backend, measured just before in the same round (direct, medians: p50 $DIRECT50 us, p99 $DIRECT99 us)."
   echo
   echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
   echo
