@@ -650,3 +650,59 @@ fn small_messages_and_their_fin_get_through_together() {
     }
     c.assert_peers_running();
 }
+
+/// Resident memory of process `pid` in KiB, and its command name.
+fn rss_kib(pid: u32) -> (u64, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let rss = field("VmRSS:").trim_end_matches(" kB").parse().unwrap();
+    (rss, field("Name:"))
+}
+
+/// Idle connections hold no copy buffer: 400 connections that moved bytes both ways (the
+/// greeting, a ping) and then sit idle grow the balancer's memory by a few KiB each (its tasks
+/// and the kernel's socket accounting are not in its RSS), not by the 32 KiB two buffers of
+/// their own would take.
+#[test]
+fn idle_connections_hold_no_copy_buffers() {
+    const CONNECTIONS: u64 = 400;
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    let mut c = LbCluster::new(1);
+    let config = c.write_config(&[0], "");
+    c.start(&config, &[0]);
+    let pid = c.appliance().pid();
+    // Warm up: the allocator's arenas and the runtime's first tasks.
+    for _ in 0..20 {
+        c.open().expect("connect").ping().expect("ping");
+    }
+    let (before, name) = rss_kib(pid);
+    assert!(name.starts_with("okd-appliance"), "measuring {name}");
+    let conns: Vec<Conn> = (0..CONNECTIONS)
+        .map(|i| {
+            let mut conn = c.open().unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            conn.ping()
+                .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            conn
+        })
+        .collect();
+    let (during, _) = rss_kib(pid);
+    let per_connection = during.saturating_sub(before) / CONNECTIONS;
+    eprintln!(
+        "RSS {before} KiB, {during} KiB with {CONNECTIONS} idle connections: {per_connection} KiB each"
+    );
+    assert!(
+        per_connection < 12,
+        "{per_connection} KiB per idle connection ({before} -> {during} KiB)"
+    );
+    drop(conns);
+    c.assert_peers_running();
+}

@@ -166,30 +166,29 @@ async fn relay(
 }
 
 /// Moves one direction until EOF, then shuts down the other side's write half (half-close).
-/// Messages are copied through a buffer (`recv`, `send`) until a read fills it: the direction
-/// then carries bulk data, and the rest goes with splice(2) through a pipe, the bytes never
-/// entering user space (bench/lb.sh: about 2x the throughput of copying). Requests and small
-/// responses stay on the copy path, which needs no pipe and, thanks to [`read_some`], one
-/// system call fewer per message than splicing.
+/// Messages are copied (`recv`, `send`) until a read fills the copy buffer: the direction then
+/// carries bulk data, and the rest goes with splice(2) through a pipe, the bytes never entering
+/// user space (bench/lb.sh: about 2x the throughput of copying). Requests and small responses
+/// stay on the copy path, which needs no pipe and, thanks to [`read_through`], one system call
+/// fewer per message than splicing, and no memory of its own between messages.
 async fn forward(
     from: &TcpStream,
     to: &TcpStream,
     counter: &AtomicU64,
     progress: &Progress,
 ) -> std::io::Result<()> {
-    let mut buf = vec![0u8; BUFFER];
     loop {
-        let n = read_some(from, &mut buf).await?;
-        if n == 0 {
+        let Some((n, rest)) = read_through(from, to).await? else {
             return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+        };
+        if let Some(rest) = rest {
+            write_all(to, &rest).await?;
         }
-        write_all(to, &buf[..n]).await?;
         counter.fetch_add(n as u64, Ordering::Relaxed);
         progress.touch();
-        if n == buf.len() {
+        if n == BUFFER {
             match pipes::take() {
                 Ok(pipe) => {
-                    drop(buf);
                     splice_pump(from, to, &pipe, counter, progress).await?;
                     // Ended at EOF with every byte written on: the pipe is empty.
                     pipes::give_back(pipe);
@@ -202,29 +201,52 @@ async fn forward(
     }
 }
 
-/// Reads what `from` has (0 at EOF). A read shorter than `buf` took everything the socket had
-/// queued (TCP hands over all queued bytes up to the length asked), so the socket's readiness is
-/// cleared then and there, instead of by one more read that would only say "would block": the
-/// next data or the FIN raises it again (epoll is edge-triggered, and tokio never clears a
-/// "closed" readiness). HAProxy's `raw_sock_to_buf` relies on the same rule.
-async fn read_some(from: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+thread_local! {
+    /// The copy buffer, one per runtime thread: [`read_through`] reads into it and writes from it
+    /// without an await in between, so an idle connection holds no buffer (as HAProxy and nginx
+    /// allocate theirs only while bytes wait in them).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; BUFFER]);
+}
+
+/// Reads what `from` has and writes at once what `to` takes: `None` at EOF, else the bytes
+/// read and a copy of those `to` did not take yet. A read shorter than the buffer took
+/// everything the socket had queued (TCP hands over all queued bytes up to the length asked),
+/// so the socket's readiness is cleared then and there, instead of by one more read that would
+/// only say "would block": the next data or the FIN raises it again (epoll is edge-triggered,
+/// and tokio never clears a "closed" readiness). nginx's `ngx_unix_recv` and HAProxy's
+/// `raw_sock_to_buf` rely on the same rule.
+async fn read_through(
+    from: &TcpStream,
+    to: &TcpStream,
+) -> std::io::Result<Option<(usize, Option<Vec<u8>>)>> {
     loop {
         from.readable().await?;
         let mut short = None;
         let read = from.try_io(Interest::READABLE, || {
-            let n = nix::sys::socket::recv(from.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT)?;
-            if n > 0 && n < buf.len() {
-                short = Some(n);
-                // Tells tokio the socket is drained.
-                return Err(std::io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
+            SCRATCH.with_borrow_mut(|buf| {
+                let n = nix::sys::socket::recv(from.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT)?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let sent = match to.try_write(&buf[..n]) {
+                    Ok(k) => k,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+                    Err(e) => return Err(e),
+                };
+                let moved = (n, (sent < n).then(|| buf[sent..n].to_vec()));
+                if n < buf.len() {
+                    short = Some(moved);
+                    // Tells tokio the socket is drained.
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                Ok(Some(moved))
+            })
         });
         match read {
-            Ok(n) => return Ok(n),
+            Ok(moved) => return Ok(moved),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if let Some(n) = short {
-                    return Ok(n);
+                if let Some(moved) = short {
+                    return Ok(Some(moved));
                 }
             }
             Err(e) => return Err(e),
