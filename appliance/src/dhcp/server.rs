@@ -229,8 +229,9 @@ impl Server<'_> {
         synced: Result<(), super::leases::LeaseError>,
     ) {
         if let Err(e) = synced {
+            // Lines of a failed write are pending again: the next group tries them.
             tracing::error!(
-                "{:#}: not answering {} requests",
+                "{:#}: lease changes not on disk; {} ACKs not sent (their clients will retry)",
                 anyhow::Error::new(e),
                 acks.len()
             );
