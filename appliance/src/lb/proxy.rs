@@ -168,9 +168,9 @@ async fn relay(
 /// Moves one direction until EOF, then shuts down the other side's write half (half-close).
 /// Messages are copied (`recv`, `send`) until a read fills the copy buffer: the direction then
 /// carries bulk data, and the rest goes with splice(2) through a pipe, the bytes never entering
-/// user space (bench/lb.sh: about 2x the throughput of copying). Requests and small responses
-/// stay on the copy path, which needs no pipe and, thanks to [`read_through`], one system call
-/// fewer per message than splicing, and no memory of its own between messages.
+/// user space (bench/lb.sh: ~1.5x the throughput of copying when splice came in). Requests and
+/// small responses stay on the copy path, which needs no pipe and, thanks to [`read_through`],
+/// one system call fewer per message than splicing, and no memory of its own between messages.
 async fn forward(
     from: &TcpStream,
     to: &TcpStream,
