@@ -370,7 +370,8 @@ impl Leases {
             return Ok(());
         };
         let result = job.run();
-        self.finish_sync(job, result)
+        self.finish_sync(job, result)?;
+        self.compact_if_due()
     }
 
     /// Whether anything was recorded since the last sync started.
@@ -396,10 +397,10 @@ impl Leases {
         }))
     }
 
-    /// Takes back a job and what [`SyncJob::run`] returned. On success its records are durable
-    /// and, when nothing new was recorded meanwhile, the journal is compacted if it has
-    /// outgrown its limits (with new records, [`Leases::compaction_due`] says so and a blocking
-    /// [`Leases::sync`] does it). On failure the lines are pending again, ahead of newer ones.
+    /// Takes back a job and what [`SyncJob::run`] returned. On success its records are durable;
+    /// on failure the lines are pending again, ahead of newer ones. It never compacts (that
+    /// blocks on the disk): when [`Leases::compaction_due`] says so, a blocking
+    /// [`Leases::sync`] does it.
     pub fn finish_sync(&mut self, job: SyncJob, result: io::Result<()>) -> Result<(), LeaseError> {
         self.in_flight = false;
         if let Err(source) = result {
@@ -414,11 +415,7 @@ impl Leases {
         if let Some(j) = &mut self.journal {
             j.synced_len += job.text.len() as u64;
         }
-        if self.pending.is_empty() {
-            self.compact_if_due()
-        } else {
-            Ok(())
-        }
+        Ok(())
     }
 
     /// Gives up on a job that never returned (its thread panicked): its lines are not on disk
@@ -438,8 +435,7 @@ impl Leases {
             .unwrap_or_default()
     }
 
-    /// Whether the journal has outgrown its limits and waits for a sync with nothing recorded
-    /// after it.
+    /// Whether the journal has outgrown its limits: the next [`Leases::sync`] compacts it.
     pub fn compaction_due(&self) -> bool {
         self.journal.as_ref().is_some_and(|j| {
             j.synced_len > j.limits.min_bytes

@@ -140,16 +140,11 @@ pub async fn serve(
             server.start_group().await;
         }
     }
-    // Whatever was decided still gets its ACK once it is on disk.
-    if server.syncing.is_some() {
-        let done = synced(&mut server.syncing).await;
-        server.group_synced(done).await;
-    }
+    // Whatever was decided still gets its ACK once it is on disk: the group in flight, then
+    // one more for what was decided meanwhile.
+    server.settle().await;
     server.start_group().await;
-    if server.syncing.is_some() {
-        let done = synced(&mut server.syncing).await;
-        server.group_synced(done).await;
-    }
+    server.settle().await;
     Ok(())
 }
 
@@ -185,8 +180,8 @@ impl Server<'_> {
         changes.extend(self.state.leases.take_changes());
         let acks = std::mem::take(&mut self.acks);
         if self.state.leases.compaction_due() {
-            // Compaction needs a sync with nothing recorded after it: rare (the journal grew
-            // fourfold), so it runs here, holding the socket for the few milliseconds it takes.
+            // Compaction rewrites the journal: rare (it grew fourfold), so this group is synced
+            // and compacted here, holding the socket for the few milliseconds it takes.
             let compacted = tokio::task::block_in_place(|| self.state.leases.sync());
             self.group_done(acks, changes, compacted).await;
             return;
@@ -206,6 +201,14 @@ impl Server<'_> {
                 });
             }
             Err(e) => self.group_done(acks, changes, Err(e)).await,
+        }
+    }
+
+    /// Waits for the group in flight, if any, and takes it back.
+    async fn settle(&mut self) {
+        if self.syncing.is_some() {
+            let done = synced(&mut self.syncing).await;
+            self.group_synced(done).await;
         }
     }
 
@@ -229,13 +232,13 @@ impl Server<'_> {
         synced: Result<(), super::leases::LeaseError>,
     ) {
         if let Err(e) = synced {
-            // Lines of a failed write are pending again: the next group tries them.
             tracing::error!(
                 "{:#}: lease changes not on disk; {} ACKs not sent (their clients will retry)",
                 anyhow::Error::new(e),
                 acks.len()
             );
-            // The lines are pending again; the pair learns these leases with the next group.
+            // A failed write's lines are pending again, so the next group writes them, and
+            // the pair learns these leases with it.
             self.changes = changes
                 .into_iter()
                 .chain(std::mem::take(&mut self.changes))
