@@ -203,10 +203,13 @@ fn http_tree() -> &'static (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// One artifact request as the HTTP server sees it: input lines are the URL path under
-/// `/artifacts/`, If-None-Match, If-Modified-Since, Range and If-Range. A path resolves only to
-/// a file inside the served directory; a decision is consistent with the headers and the size.
+/// `/artifacts/`, If-None-Match, If-Modified-Since, Range and If-Range. A path opens only a
+/// file inside the served directory (what was opened is read back from `/proc/self/fd`); a
+/// decision is consistent with the headers and the size.
 pub fn http_file_request(data: &[u8]) {
-    use crate::http::files::{Conditions, Decision, FileMeta, decide, resolve};
+    use std::os::fd::AsRawFd as _;
+
+    use crate::http::files::{Conditions, Decision, FileMeta, decide, open_beneath};
 
     let (served, secret) = http_tree();
     let text = String::from_utf8_lossy(data);
@@ -219,10 +222,12 @@ pub fn http_file_request(data: &[u8]) {
         range: header(),
         if_range: header(),
     };
-    if let Some(found) = resolve(served, path) {
-        assert!(found.starts_with(served), "{path:?} resolved to {found:?}");
+    if let Some((_, Ok((file, meta)))) = open_beneath(served, path) {
+        let found = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(found.starts_with(served), "{path:?} opened {found:?}");
         assert!(&found != secret, "{path:?} reached the secret");
-        assert!(found.is_file(), "{path:?} resolved to a non-file");
+        assert!(meta.is_file(), "{path:?} opened a non-file");
     }
     let modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
     for len in [0, 1, 6, 1 << 30, u64::MAX] {

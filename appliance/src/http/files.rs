@@ -7,10 +7,10 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What is known of a file before reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,12 +171,9 @@ fn relative_path(rest: &str) -> Option<PathBuf> {
         .then_some(relative)
 }
 
-/// The file under `root` that URL path `rest` (already stripped of its route prefix) names.
-/// A symlink that leads out of `root` is refused. `None` means 404 (the reason does not leak).
-pub fn resolve(root: &Path, rest: &str) -> Option<PathBuf> {
-    resolve_relative(root, &relative_path(rest)?)
-}
-
+/// The real path of the file `relative` names under `root`, or `None` if it is missing, not a
+/// regular file, or reached through a symlink that leads out of `root`: [`open_beneath`]'s
+/// fallback.
 fn resolve_relative(root: &Path, relative: &Path) -> Option<PathBuf> {
     let real = root.join(relative).canonicalize().ok()?;
     let real_root = root.canonicalize().ok()?;
@@ -186,11 +183,13 @@ fn resolve_relative(root: &Path, relative: &Path) -> Option<PathBuf> {
 /// An opened file and its metadata.
 pub type Opened = io::Result<(File, Metadata)>;
 
-/// [`resolve`] and open in one: the path (for the log) and the opened file, or `None` for a
-/// 404. The same rules, but on the fast path a single `openat2(RESOLVE_BENEATH)` lets the
+/// The file under `root` that URL path `rest` (already stripped of its route prefix) names,
+/// opened: the path (for the log) and the opened file, or `None` for a 404 (the reason does
+/// not leak). A symlink that leads out of `root` is refused. On the fast path a single `openat2(RESOLVE_BENEATH)` lets the
 /// kernel refuse an escape while it walks the path, instead of two `canonicalize` calls that
 /// read every component of both paths per request. Whatever the fast path cannot decide (an
-/// absolute symlink, a kernel or seccomp filter without `openat2`) goes the `resolve` way.
+/// absolute symlink, a kernel or seccomp filter without `openat2`) goes the canonicalize way
+/// ([`resolve_relative`]).
 /// Opened with `O_NONBLOCK`, so a FIFO planted in `root` can't stall the caller: it is not a
 /// regular file and so a 404.
 pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
@@ -249,6 +248,11 @@ fn regular(path: PathBuf, opened: io::Result<File>) -> Option<(PathBuf, Opened)>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fallback's rules on their own, for the URL path `rest`.
+    fn resolve(root: &Path, rest: &str) -> Option<PathBuf> {
+        resolve_relative(root, &relative_path(rest)?)
+    }
 
     fn meta() -> FileMeta {
         FileMeta {

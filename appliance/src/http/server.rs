@@ -604,7 +604,7 @@ fn generated(req: &Request<Incoming>, body: String, content_type: &'static str) 
 /// one for the path, one for `open` and one for `stat`, small files were answered at 0.56x
 /// nginx's rate (futex about 30% of the samples of `PROFILE=1 bash bench/http.sh`), at 0.82x with
 /// one hand-off, and at about 1.3x with none.
-fn open_file(path: &Path) -> io::Result<(std::fs::File, std::fs::Metadata)> {
+fn open_file(path: &Path) -> files::Opened {
     let f = std::fs::File::open(path)?;
     let m = f.metadata()?;
     Ok((f, m))
@@ -614,7 +614,7 @@ fn open_file(path: &Path) -> io::Result<(std::fs::File, std::fs::Metadata)> {
 /// sendfile(2) (never read into memory), honouring conditional and range requests.
 fn file(
     req: &Request<Incoming>,
-    opened: io::Result<(std::fs::File, std::fs::Metadata)>,
+    opened: files::Opened,
     path: &Path,
     content_type: &'static str,
     cacheable: bool,
