@@ -90,9 +90,7 @@ DOCROOT=$W/www
 ART=$DOCROOT/artifacts
 mkdir -p "$ART" "$W/install_dir"
 log "writing a ${BIG_MB} MiB artifact"
-head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$ART/big.img"
-# Written back now, not during the first measurement.
-sync "$ART/big.img"
+random_file "$ART/big.img" "$BIG_MB"
 head -c 4096 /dev/urandom >"$ART/small.bin"
 chmod 755 "$DOCROOT" "$ART"
 chmod 644 "$ART/big.img" "$ART/small.bin"

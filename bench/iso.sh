@@ -77,9 +77,7 @@ area() {
 R=$W/iso-root
 mkdir -p "$R/coreos" "$R/isolinux" "$R/EFI/fedora" "$R/images" "$W/artifacts" "$W/install_dir"
 log "writing a ${BIG_MB} MiB rootfs stand-in and building the base ISO"
-head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$R/images/rootfs.img"
-# Written back now, not during the first measurement.
-sync "$R/images/rootfs.img"
+random_file "$R/images/rootfs.img" "$BIG_MB"
 head -c 65536 /dev/zero >"$R/images/ignition.img"
 ISOLINUX_HEAD=$'label linux\n  kernel /images/pxeboot/vmlinuz\n  append initrd=/images/pxeboot/initrd.img,/images/ignition.img '
 GRUB_HEAD=$'menuentry x {\n  linux /images/pxeboot/vmlinuz '

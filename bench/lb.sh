@@ -92,9 +92,7 @@ for b in "${BACKENDS[@]}"; do ip -n "$CLI_NS" addr add "$b/24" dev "$CLI_IF"; do
 mkdir -p "$W/www" "$W/install_dir" "$W/artifacts"
 head -c 4096 /dev/urandom >"$W/www/small.bin"
 log "writing a ${BIG_MB} MiB file"
-head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/big.bin"
-# Written back now, not during the first measurement.
-sync "$W/www/big.bin"
+random_file "$W/www/big.bin" "$BIG_MB"
 chmod -R a+rX "$W/www"
 declare -A BACKEND_PID
 start_backend() {

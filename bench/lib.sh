@@ -88,6 +88,13 @@ proc_tree_rss_kb() {
   echo "$total"
 }
 
+# random_file PATH MB: MB MiB of random bytes at PATH, synced, so the file's writeback does not
+# run during the first measurement (it gave the first balancer of bench/lb.sh p99 tails).
+random_file() {
+  head -c $(($2 * 1024 * 1024)) /dev/urandom >"$1"
+  sync "$1"
+}
+
 # True while PID exists and is not a zombie.
 pid_alive() {
   local state
@@ -229,7 +236,7 @@ busy_pct() {
     'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
 }
 
-# --- profiles (PROFILE=1 in lb.sh and dhcp.sh) ------------------------------------------------
+# --- profiles (PROFILE=1 in lb.sh, dhcp.sh and http.sh) ----------------------------------------
 # What profile_md shows, for the text before it.
 PROFILE_HOW="Shares of all samples: by binary; by system call (with what the kernel did inside it, softirq work for the other end of the veth pair included); and the user-space functions with the most samples of their own."
 

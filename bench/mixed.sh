@@ -79,9 +79,7 @@ in_cli() { ip netns exec "$CLI_NS" taskset -c $LOAD_CPU "$@"; }
 mkdir -p "$W/www/artifacts" "$W/backend" "$W/install_dir"
 head -c 4096 /dev/urandom >"$W/backend/small.bin"
 log "writing a ${BIG_MB} MiB artifact"
-head -c $((BIG_MB * 1024 * 1024)) /dev/urandom >"$W/www/artifacts/big.img"
-# Written back now, not during the first measurement.
-sync "$W/www/artifacts/big.img"
+random_file "$W/www/artifacts/big.img" "$BIG_MB"
 chmod -R a+rX "$W/www" "$W/backend"
 for role in bootstrap master worker; do
   printf '{"ignition":{"version":"3.2.0"}}\n' >"$W/install_dir/$role.ign"
