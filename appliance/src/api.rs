@@ -93,9 +93,8 @@ pub fn start(
             .api
             .as_ref()
             .context("an API listener without an api section")?;
-        let secret = std::fs::read_to_string(&api.token_file)
-            .with_context(|| format!("reading the API token {}", api.token_file.display()))?;
-        let secret = secret.trim();
+        let secret = crate::secrets::read_line(&api.token_file)?;
+        let secret = secret.expose();
         anyhow::ensure!(
             secret.len() >= 16,
             "the API token in {} is shorter than 16 characters",
@@ -126,7 +125,10 @@ fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
         .with_context(|| format!("reading the API certificate {}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
+    // The key is a secret: read as every other (owner-only, or refused).
+    let key = crate::secrets::read_file(key)
+        .map_err(anyhow::Error::from)
+        .and_then(|pem| Ok(PrivateKeyDer::from_pem_slice(&pem)?))
         .with_context(|| format!("reading the API key {}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     rustls::ServerConfig::builder_with_provider(provider)

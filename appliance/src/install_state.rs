@@ -11,6 +11,9 @@
 //! point sent it to a blank disk at every boot. `okd-appliance node reinstall NAME` removes all
 //! three.
 //!
+//! Every marker is written and removed durably (`durable`: temporary file, fsync, rename, fsync
+//! of the directory), so a power cut never loses an install that was recorded.
+//!
 //! Architecture invariant: files only, plain `std::fs` (callers on the async runtime run these
 //! on its blocking pool); the HTTP service reads the phase per script request (up to three
 //! `stat`s), so the CLI can change it while `serve` runs without any admin channel.
@@ -47,19 +50,17 @@ fn marker(state_dir: &Path, kind: &str, node: &str) -> PathBuf {
     state_dir.join(kind).join(node)
 }
 
+/// Durably (`durable::write`): an `installed` marker lost to a power cut would send the node
+/// to a blank disk at its next network boot.
 fn write(state_dir: &Path, kind: &str, node: &str, text: &str) -> io::Result<()> {
     let path = marker(state_dir, kind, node);
     std::fs::create_dir_all(path.parent().expect("marker has a parent"))?;
-    std::fs::write(&path, text)
+    crate::durable::write(&path, text.as_bytes())
 }
 
-/// Removes a marker; returns whether there was one.
+/// Removes a marker durably; returns whether there was one.
 fn remove(state_dir: &Path, kind: &str, node: &str) -> io::Result<bool> {
-    match std::fs::remove_file(marker(state_dir, kind, node)) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    crate::durable::remove(&marker(state_dir, kind, node))
 }
 
 pub fn phase(state_dir: &Path, node: &str) -> InstallPhase {

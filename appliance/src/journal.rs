@@ -58,7 +58,9 @@ pub enum EventKind {
     /// a range past the first byte (a resumed or parallel download) is not a new fetch.
     ArtifactFetched { from: SocketAddr, file: String },
     /// A node's live ISO was read (once a minute per reader: BMCs read it in many ranges).
-    IsoFetched { from: SocketAddr },
+    /// `boots`: by the machine that boots the node from it (the node, its BMC or hypervisor);
+    /// only such a read moves the node's install phase.
+    IsoFetched { from: SocketAddr, boots: bool },
     /// A load-balancer backend changed health.
     BackendHealth {
         frontend: String,
@@ -153,7 +155,15 @@ impl fmt::Display for Event {
             EventKind::FetchRefused { from, what, why } => {
                 write!(f, "{what} refused to {from} (403): {why}")
             }
-            EventKind::IsoFetched { from } => write!(f, "live ISO read by {from}"),
+            EventKind::IsoFetched { from, boots } => {
+                write!(f, "live ISO read by {from}")?;
+                if !boots {
+                    f.write_str(
+                        " (not the machine that boots it: the install phase is unchanged)",
+                    )?;
+                }
+                Ok(())
+            }
             EventKind::ArtifactFetched { from, file } => write!(f, "{file} fetched by {from}"),
             EventKind::NodePhase { phase, took } | EventKind::ClusterPhase { phase, took } => {
                 if matches!(self.kind, EventKind::ClusterPhase { .. }) {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod control;
 pub mod dhcp;
 pub mod dns;
+pub mod durable;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -29,6 +30,7 @@ pub mod plan;
 pub mod records;
 pub mod render;
 pub mod replication;
+pub mod secrets;
 pub mod service;
 pub mod sockets;
 pub mod status;

@@ -552,9 +552,15 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
                 eprintln!("error: can't create {}: {e}", dir.display());
                 return ExitCode::from(1);
             }
+            // keepalived's files hold the VRRP password: owner-only, as their header says.
+            let mode = if let FormatArg::Keepalived = format {
+                0o600
+            } else {
+                0o644
+            };
             for f in &files {
                 let path = dir.join(&f.file_name);
-                if let Err(e) = std::fs::write(&path, &f.text) {
+                if let Err(e) = write_mode(&path, &f.text, mode) {
                     eprintln!("error: can't write {}: {e}", path.display());
                     return ExitCode::from(1);
                 }
@@ -565,26 +571,38 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
     ExitCode::SUCCESS
 }
 
+/// Writes `text` to `path` with `mode`, also when the file is already there with another.
+fn write_mode(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(text.as_bytes())
+}
+
 /// keepalived's config for both hosts of the pair, naming this binary and the state directory
-/// by their absolute paths, with the VRRP password from the pair's secret file.
+/// by their absolute paths, with the VRRP password derived from the pair's secret.
 fn keepalived(config: &config::Config) -> Result<Vec<render::Rendered>, String> {
     let ha = config
         .ha
         .as_ref()
         .ok_or("the config has no ha section: keepalived is for a pair of appliances")?;
-    let secret = std::fs::read_to_string(&ha.secret_file)
-        .map_err(|e| format!("can't read {}: {e}", ha.secret_file.display()))?;
-    let secret = secret.trim();
-    if secret.len() < 8 {
-        return Err(format!(
-            "the secret in {} is shorter than 8 characters",
-            ha.secret_file.display()
-        ));
-    }
+    let keys =
+        okd_appliance::secrets::PairKeys::read(&ha.secret_file).map_err(|e| e.to_string())?;
     let binary = std::env::current_exe().map_err(|e| format!("can't find this binary: {e}"))?;
     let state_dir = std::path::absolute(&config.state_dir)
         .map_err(|e| format!("{}: {e}", config.state_dir.display()))?;
-    render::keepalived::render(&Plan::derive(config, 0), &binary, &state_dir, secret)
+    render::keepalived::render(
+        &Plan::derive(config, 0),
+        &binary,
+        &state_dir,
+        &keys.vrrp_password,
+    )
 }
 
 /// `artifacts fetch` and `artifacts import`.

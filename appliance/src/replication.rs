@@ -9,7 +9,8 @@
 //!
 //! The channel is TLS 1.3 (rustls) on port [`PORT`] of each host's own address. Each host's
 //! certificate is made at start and is not what authenticates it: both ends prove they hold the
-//! pair's secret with an HMAC-SHA256 over the session's exported keying material (RFC 5705), so
+//! pair's replication key (derived from the pair's secret, apart from VRRP's password: see
+//! `secrets::PairKeys`) with an HMAC-SHA256 over the session's exported keying material (RFC 5705), so
 //! a proof is worth nothing on another connection and a man in the middle, who has two
 //! sessions, can't relay it. A peer without the secret is refused before anything is applied.
 //!
@@ -18,7 +19,6 @@
 //! journal, which the DHCP server follows); every wait is bounded or ends with the shutdown.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -71,8 +71,9 @@ pub enum Update {
 struct Parts {
     peer: Ipv4Addr,
     secret: Arc<Vec<u8>>,
-    state_dir: PathBuf,
-    nodes: Vec<String>,
+    /// The current plan: its state directory and node list are read at each use, so a node
+    /// added by `reload` is replicated like the others.
+    plan: crate::plan::Handle,
     active: Activity,
     journal: Journal,
     pools: SharedPools,
@@ -90,14 +91,7 @@ pub fn start(
 ) -> anyhow::Result<Running> {
     let plan = ctx.plan.load();
     let ha = plan.ha.as_ref().context("replication without a pair")?;
-    let secret = std::fs::read_to_string(&ha.secret_file)
-        .with_context(|| format!("reading the pair's secret {}", ha.secret_file.display()))?;
-    let secret = secret.trim().as_bytes().to_vec();
-    anyhow::ensure!(
-        secret.len() >= 8,
-        "the pair's secret in {} is shorter than 8 characters",
-        ha.secret_file.display()
-    );
+    let keys = crate::secrets::PairKeys::read(&ha.secret_file)?;
     let local = listener.local_addr()?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(local.ip())?));
     let connector = tokio_rustls::TlsConnector::from(Arc::new(
@@ -108,9 +102,8 @@ pub fn start(
     let listener = TcpListener::from_std(listener)?;
     let parts = Parts {
         peer,
-        secret: Arc::new(secret),
-        state_dir: plan.state_dir.clone(),
-        nodes: plan.boot.iter().map(|b| b.node.clone()).collect(),
+        secret: Arc::new(keys.replication.to_vec()),
+        plan: ctx.plan.clone(),
         active: ctx.active.clone(),
         journal: ctx.journal.clone(),
         pools,
@@ -249,11 +242,12 @@ async fn apply(parts: &Parts, update: Update) {
             Err(_) => tracing::warn!("replication: a lease with a bad MAC {mac}"),
         },
         Update::Markers { node, markers } => {
-            if !parts.nodes.contains(&node) {
+            let plan = parts.plan.load();
+            if !plan.boot.iter().any(|b| b.node == node) {
                 tracing::warn!("replication: markers of {node}, which the config does not have");
                 return;
             }
-            let dir = parts.state_dir.clone();
+            let dir = plan.state_dir.clone();
             let written = tokio::task::spawn_blocking(move || {
                 install_state::write_markers(&dir, &node, &markers)
             })
@@ -361,7 +355,11 @@ async fn write<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, update: &Update) -> 
 
 /// Everything, for a peer that just connected.
 async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
-    let (dir, nodes) = (parts.state_dir.clone(), parts.nodes.clone());
+    let (dir, nodes) = {
+        let plan = parts.plan.load();
+        let nodes: Vec<String> = plan.boot.iter().map(|b| b.node.clone()).collect();
+        (plan.state_dir.clone(), nodes)
+    };
     let (leases, markers) = tokio::task::spawn_blocking(move || {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -439,7 +437,7 @@ async fn updates_for(parts: &Parts, event: &crate::journal::Event) -> Vec<Update
             | EventKind::ReinstallRequested,
             Some(node),
         ) => {
-            let (dir, n) = (parts.state_dir.clone(), node.clone());
+            let (dir, n) = (parts.plan.load().state_dir.clone(), node.clone());
             match tokio::task::spawn_blocking(move || install_state::read_markers(&dir, &n)).await {
                 Ok(Ok(markers)) => vec![Update::Markers {
                     node: node.clone(),

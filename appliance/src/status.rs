@@ -115,7 +115,9 @@ pub fn collect(
         let what = match &e.kind {
             EventKind::DhcpAck { .. } => Some("dhcp"),
             EventKind::ScriptFetched { .. } => Some("script"),
-            EventKind::ArtifactFetched { .. } | EventKind::IsoFetched { .. } => Some("kernel"),
+            EventKind::ArtifactFetched { .. } | EventKind::IsoFetched { boots: true, .. } => {
+                Some("kernel")
+            }
             EventKind::IgnitionFetched { .. } => Some("ignition"),
             EventKind::Installed { .. } => Some("installed"),
             EventKind::BackendHealth {

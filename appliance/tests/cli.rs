@@ -129,7 +129,7 @@ fn keepalived_is_rendered_for_each_host_of_a_pair() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("ha-secret");
-    std::fs::write(&secret, "s3cret-of-the-pair\n").unwrap();
+    std::fs::write(&secret, "s3cret-of-the-pair-s3cret-of-the-pair\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let config = dir.path().join("okd.yml");
     std::fs::write(
@@ -169,7 +169,6 @@ ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }
             format!("    priority {priority}\n"),
             format!("    unicast_src_ip {host}\n"),
             format!("    unicast_peer {{\n        {peer}\n    }}\n"),
-            "        auth_pass s3cret-o\n".to_owned(),
             "        10.0.0.10/24 dev ens19\n".to_owned(),
             "        fd00::10/64 dev ens19\n".to_owned(),
             format!(
@@ -187,6 +186,44 @@ ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }
         ] {
             assert!(text.contains(&line), "no {line:?} in\n{text}");
         }
+        // VRRP's password is sent in cleartext: derived from the secret, never a piece of it,
+        // and the file that holds it is owner-only.
+        let pass = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("auth_pass "))
+            .unwrap_or_else(|| panic!("no auth_pass in\n{text}"));
+        assert_eq!(pass.len(), 8, "{pass}");
+        assert!(
+            !"s3cret-of-the-pair-s3cret-of-the-pair".contains(pass),
+            "{pass}"
+        );
+        let mode = std::fs::metadata(out.join(format!("keepalived-{host}.conf")))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    // One rule for the pair's secret in render, check and serve: 32 characters at least.
+    std::fs::write(&secret, "pair-secret-0123\n").unwrap();
+    for args in [
+        vec![
+            "render",
+            "--format",
+            "keepalived",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        vec!["check"],
+    ] {
+        let mut args = args;
+        args.push(config.to_str().unwrap());
+        let refused = run(&args);
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{args:?}: {said}");
+        assert!(
+            said.contains("is 16 characters long; it needs at least 32"),
+            "{args:?}: {said}"
+        );
     }
     let plain = run(&[
         "render",

@@ -11,7 +11,8 @@
 //! Replication: the node's install marker (it fetched its ignition from the active host) and
 //! a drain made on the active host (of a second master) reach the standby, and hold there after the failover (the
 //! node's next script boots its disk instead of installing again); a peer without the secret
-//! is refused. A DHCP client (busybox udhcpc) with a pool address from the active host renews
+//! is refused. A node added by a reload is replicated too, and offered its disk after the
+//! failover. A DHCP client (busybox udhcpc) with a pool address from the active host renews
 //! it at the other one after the failover: the lease was replicated.
 
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ const HOSTS: [&str; 2] = ["10.99.0.3", "10.99.0.4"];
 
 fn config(dir: &Path) -> PathBuf {
     let secret = dir.join("ha-secret");
-    std::fs::write(&secret, "pair-secret-0123\n").unwrap();
+    std::fs::write(&secret, "pair-secret-0123456789abcdef-0123456789\n").unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     write_config(
@@ -128,6 +129,11 @@ fn dig_in(ns: &str, server: &str) -> Option<String> {
 }
 
 fn ignition_status(node: &Netns) -> String {
+    ignition_status_of(node, "mst0")
+}
+
+/// The HTTP status of `name`'s ignition, fetched through the virtual address from `node`.
+fn ignition_status_of(node: &Netns, name: &str) -> String {
     let out = node
         .exec([
             "curl",
@@ -138,7 +144,7 @@ fn ignition_status(node: &Netns) -> String {
             "%{http_code}",
             "--max-time",
             "3",
-            &format!("http://{VIP}:8080/ignition/mst0.ign"),
+            &format!("http://{VIP}:8080/ignition/{name}.ign"),
         ])
         .output()
         .unwrap();
@@ -322,6 +328,38 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         standby.contains("replication: receiving from the peer, connected"),
         "{standby}"
     );
+    // A node added by a reload on both hosts is replicated like the others: its install marker
+    // reaches the standby (replication once kept the node list it started with).
+    let added = "  - { name: mst2, role: master, mac: \"52:54:00:00:00:13\", ip: 10.99.0.13 }\n";
+    for (i, config) in configs.iter().enumerate() {
+        let text = std::fs::read_to_string(config).unwrap();
+        let at = text.find("install:").unwrap();
+        std::fs::write(config, format!("{}{added}{}", &text[..at], &text[at..])).unwrap();
+        let app = if i == 0 { &first } else { &second };
+        let before = app.stderr().matches("reloaded: now serving plan").count();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(app.pid()).unwrap()),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || app
+                .stderr()
+                .matches("reloaded: now serving plan")
+                .count()
+                > before),
+            "no reload\n{}",
+            app.log_tails()
+        );
+    }
+    let late = topo.add_node("mst2", "10.99.0.13/24", None).unwrap();
+    assert_eq!(ignition_status_of(&late, "mst2"), "200");
+    let late_marker = dirs[1].path().join("state/ignition-fetched/mst2");
+    assert!(
+        wait_until(Duration::from_secs(5), || late_marker.exists()),
+        "the install marker of a node added by reload never reached the standby\n{}",
+        second.log_tails()
+    );
     // Someone without the secret: refused, nothing applied.
     let intruder = client
         .exec([
@@ -462,6 +500,22 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
             "--max-time",
             "3",
             &format!("http://{VIP}:8080/boot/52-54-00-00-00-11.ipxe"),
+        ])
+        .output()
+        .unwrap();
+    let script = String::from_utf8_lossy(&script.stdout);
+    assert!(
+        script.contains("fetched its ignition; booting its disk"),
+        "{script}"
+    );
+    // So is the node added by the reload: it is offered its disk, not the install script.
+    let script = late
+        .exec([
+            "curl",
+            "-sf",
+            "--max-time",
+            "3",
+            &format!("http://{VIP}:8080/boot/52-54-00-00-00-13.ipxe"),
         ])
         .output()
         .unwrap();

@@ -10,16 +10,21 @@ It plays a cluster in the middle of its install:
 - etcds.operator.openshift.io/cluster reports EtcdBootstrapMemberRemoved=True;
 - the master's Node is there and Ready once the file <dir>/masters-joined exists;
 - once <dir>/kubelets exists, each configured worker's kubelet files a client CSR (from the
-  node-bootstrapper service account); when it is approved, the worker's Node appears (NotReady) and its kubelet files a
-  serving CSR; when that one is approved, the Node turns Ready;
-- hostile CSRs (an unknown name, an extra SAN, the wrong user, the wrong usages) are filed too;
+  node-bootstrapper service account), and a second one at once (csr-client-<worker>-again,
+  which must stay pending: one client certificate per node per install attempt); when the
+  first is approved, the worker's Node appears (NotReady) and its kubelet files a serving CSR;
+  when that one is approved, the Node turns Ready;
+- hostile CSRs (an unknown name, an extra SAN, the wrong user, the wrong usages, and with a
+  BOOTSTRAP name a client CSR of the bootstrap node) are filed too;
+- every object's creationTimestamp is when it was made (a client CSR is approved only within a
+  window after its node's ignition fetch);
 - ClusterVersion is Available, not Failing, not Progressing; two ClusterOperators settled.
 
 Every approval is appended to <dir>/approvals (name, signer) after checking it came as a PUT to
 the /approval subresource with an Approved condition; anything else there is answered 400 and
 logged to <dir>/violations.
 
-usage: kube_double.py DIR BIND_IP PORT DOMAIN MASTER WORKER=IP[,WORKER=IP...]
+usage: kube_double.py DIR BIND_IP PORT DOMAIN MASTER WORKER=IP[,WORKER=IP...] [BOOTSTRAP]
 """
 
 import base64, datetime, http.server, ipaddress, json, os, ssl, sys, threading
@@ -32,6 +37,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 DIR, BIND, PORT, DOMAIN, MASTER, WORKERS = sys.argv[1:7]
 PORT = int(PORT)
 WORKERS = dict(w.split("=") for w in WORKERS.split(","))
+BOOTSTRAP = sys.argv[7] if len(sys.argv) > 7 else None
 NOW = datetime.datetime.now(datetime.timezone.utc)
 BOOTSTRAPPER = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper"
 BOOTSTRAPPER_GROUPS = ["system:serviceaccounts",
@@ -94,7 +100,8 @@ kubeconfig = {
     "current-context": "admin",
 }
 tmp = os.path.join(DIR, "kubeconfig.tmp")
-json.dump(kubeconfig, open(tmp, "w"))  # JSON is YAML
+# 0640, as openshift-install writes its assets (pkg/asset/asset.go, PersistToFile).
+json.dump(kubeconfig, os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640), "w"))  # JSON is YAML
 os.rename(tmp, os.path.join(DIR, "kubeconfig"))
 
 lock = threading.Lock()
@@ -109,8 +116,9 @@ def rv():
 
 
 def meta(n):
+    made = datetime.datetime.now(datetime.timezone.utc)
     return {"name": n, "uid": "uid-" + n, "resourceVersion": rv(),
-            "creationTimestamp": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            "creationTimestamp": made.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
 def node(n, ready):
@@ -151,8 +159,10 @@ def cluster_moves():
     if flag("kubelets") and "workers" not in filed:
         filed.add("workers")
         for w in WORKERS:
-            file_csr("csr-client-" + w, "system:node:" + w, "system:nodes", None, BOOTSTRAPPER,
-                     BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
+            for suffix in ("", "-again"):
+                file_csr("csr-client-" + w + suffix, "system:node:" + w, "system:nodes", None,
+                         BOOTSTRAPPER, BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"],
+                         CLIENT)
 
 
 file_csr("csr-intruder", "system:node:intruder", "system:nodes", None, BOOTSTRAPPER,
@@ -165,6 +175,9 @@ file_csr("csr-wrong-user", "system:node:" + w0, "system:nodes", None,
          ["digital signature", "client auth"], CLIENT)
 file_csr("csr-wrong-usages", "system:node:" + w0, "system:nodes", None, BOOTSTRAPPER,
          BOOTSTRAPPER_GROUPS, ["digital signature", "client auth", "server auth"], CLIENT)
+if BOOTSTRAP:
+    file_csr("csr-client-" + BOOTSTRAP, "system:node:" + BOOTSTRAP, "system:nodes", None,
+             BOOTSTRAPPER, BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
 
 
 def approved(obj):

@@ -12,6 +12,7 @@ mod dns;
 mod dns_differential;
 mod dns_support;
 mod ha;
+mod hardening;
 mod harness_selftest;
 mod http;
 mod image;

@@ -17,7 +17,9 @@ use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 pub use control::*;
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
 pub use model::*;
-pub use validate::{IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles};
+pub use validate::{
+    IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles, secret_files,
+};
 
 /// A config that passed validation, with the warnings it raised.
 #[derive(Debug)]

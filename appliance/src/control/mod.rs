@@ -19,7 +19,6 @@ pub mod https;
 pub mod libvirt;
 pub mod proxmox;
 pub mod redfish;
-pub mod secret;
 pub mod tls;
 
 use std::fmt;

@@ -171,6 +171,20 @@ fn relative_path(rest: &str) -> Option<PathBuf> {
         .then_some(relative)
 }
 
+/// Whether URL path `rest` may name an artifact at all, whatever the directory holds: never a
+/// dot-file or anything under a dot-directory (`.openshift_install_state.json` holds the
+/// cluster's CA keys), an ignition file, or anything under `auth/` (the admin kubeconfig).
+/// Validation keeps the ignition directory out of `artifacts_dir`; this holds even if a file
+/// is copied or linked there.
+pub fn is_artifact_path(rest: &str) -> bool {
+    relative_path(rest).is_some_and(|p| {
+        p.components().all(|c| {
+            let name = c.as_os_str().to_string_lossy().to_ascii_lowercase();
+            !name.starts_with('.') && name != "auth" && !name.ends_with(".ign")
+        })
+    })
+}
+
 /// The real path of the file `relative` names under `root`, or `None` if it is missing, not a
 /// regular file, or reached through a symlink that leads out of `root`: [`open_beneath`]'s
 /// fallback.
@@ -415,6 +429,30 @@ mod tests {
         ] {
             assert!(resolve(&root, bad).is_none(), "{bad}");
             assert!(open_beneath(&root, bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn no_dot_file_ignition_or_auth_file_is_an_artifact() {
+        for bad in [
+            ".openshift_install_state.json",
+            "install_dir/.openshift_install_state.json",
+            "%2Eopenshift_install_state.json",
+            "master.ign",
+            "install_dir/bootstrap.IGN",
+            "auth/kubeconfig",
+            "install_dir/auth/kubeadmin-password",
+            ".hidden/kernel",
+        ] {
+            assert!(!is_artifact_path(bad), "{bad}");
+        }
+        for good in [
+            "kernel",
+            "fcos/rootfs.img",
+            "live.iso",
+            "ignition-notes.txt",
+        ] {
+            assert!(is_artifact_path(good), "{good}");
         }
     }
 

@@ -263,10 +263,14 @@ async fn open(path: &Path) -> io::Result<(Arc<File>, FileIdentity)> {
 }
 
 /// Answers a GET or HEAD of `/iso/<name>.iso`.
+/// `boots`: the reader is the machine that boots the node from it (see the server's
+/// `boots_from_iso`); only such a read moves the node's install phase.
+#[allow(clippy::too_many_arguments)] // reason: the request's context, passed through as is
 pub async fn respond(
     req: &Request<Incoming>,
     name: &str,
     peer: SocketAddr,
+    boots: bool,
     plan: &Plan,
     cache: &IsoCache,
     journal: &Journal,
@@ -332,7 +336,10 @@ pub async fn respond(
     };
     let get = req.method() == Method::GET;
     if get && len > 0 && cache.journal_due(name, peer.ip(), Instant::now()) {
-        journal.publish(Some(name.to_owned()), EventKind::IsoFetched { from: peer });
+        journal.publish(
+            Some(name.to_owned()),
+            EventKind::IsoFetched { from: peer, boots },
+        );
     }
     let body = if !get || len == 0 {
         empty()

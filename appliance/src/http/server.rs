@@ -89,6 +89,8 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("http {peer}: TCP_NODELAY: {e}");
         }
+        // The address the client reached: equal to the peer's when the client runs on this host.
+        let local = stream.local_addr().ok();
         let (stream, progress) = Watched::new(stream);
         let segments = Segments::default();
         let stream = SendfileStream::new(stream, segments.clone());
@@ -107,6 +109,7 @@ pub async fn serve(
                     let plan = plan.load_full();
                     let context = Context {
                         peer,
+                        local,
                         plan: &plan,
                         journal: &journal,
                         segments: &segments,
@@ -180,9 +183,44 @@ fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
     ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
 
+/// Whether a reader at `ip` of `boot`'s ISO is the machine that boots it: the node itself, or
+/// what reads its virtual CD for it, by the provider: the BMC (redfish), the Proxmox host
+/// (its download), the libvirt host (QEMU's HTTP driver; for a local URI, this host itself,
+/// which a local curl can't be told apart from). Providers named by host name are matched
+/// only through the node's own address: nothing here resolves names per request.
+fn boots_from_iso(plan: &Plan, boot: &BootParams, ip: IpAddr, local: Option<SocketAddr>) -> bool {
+    use crate::plan::machines::Provider;
+    if is_node(boot, ip) {
+        return true;
+    }
+    let host_is = |url: &str| {
+        url::Url::parse(url).ok().is_some_and(|u| match u.host() {
+            Some(url::Host::Ipv4(a)) => canonical(ip) == IpAddr::V4(a),
+            Some(url::Host::Ipv6(a)) => canonical(ip) == IpAddr::V6(a),
+            _ => false,
+        })
+    };
+    match &plan.control.provider {
+        Provider::None => false,
+        Provider::Redfish => plan
+            .control
+            .machine(&boot.node)
+            .and_then(|m| m.bmc.as_ref())
+            .is_some_and(|bmc| host_is(&bmc.url)),
+        Provider::Proxmox(px) => host_is(&px.url),
+        Provider::Libvirt(lv) => match url::Url::parse(&lv.uri) {
+            Ok(u) if u.host().is_some() => host_is(&lv.uri),
+            // qemu:///system: QEMU runs here and reads from one of this host's addresses.
+            _ => ip.is_loopback() || local.is_some_and(|l| canonical(l.ip()) == ip),
+        },
+    }
+}
+
 /// What a request is answered with, besides itself.
 struct Context<'a> {
     peer: SocketAddr,
+    /// This end of the connection.
+    local: Option<SocketAddr>,
     plan: &'a Plan,
     journal: &'a Journal,
     segments: &'a Segments,
@@ -195,6 +233,7 @@ struct Context<'a> {
 async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     let Context {
         peer,
+        local,
         plan,
         journal,
         segments,
@@ -341,12 +380,21 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         .strip_prefix("/iso/")
         .and_then(|p| p.strip_suffix(".iso"))
     {
-        // Served to any address: the image holds no secret (see `iso`).
-        return iso::respond(req, name, peer, plan, isos, journal, segments).await;
+        // Served to any address: the image holds no secret (see `iso`). Only a read by the
+        // machine that boots it moves the node's install phase.
+        let boots = plan
+            .boot
+            .iter()
+            .find(|b| b.node == name)
+            .is_some_and(|b| boots_from_iso(plan, b, ip, local));
+        return iso::respond(req, name, peer, boots, plan, isos, journal, segments).await;
     }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
-        // On the runtime thread, like `open_file`.
-        let found = files::open_beneath(&files.artifacts_dir, rest);
+        // On the runtime thread, like `open_file`. Only artifact files, whatever else the
+        // directory holds (see `files::is_artifact_path`).
+        let found = files::is_artifact_path(rest)
+            .then(|| files::open_beneath(&files.artifacts_dir, rest))
+            .flatten();
         if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip))
             && req.method() == Method::GET
             && found.is_some()
@@ -489,6 +537,9 @@ async fn ignition_refusal(
     Some(text(status, &format!("{why}\n")))
 }
 
+/// The node's script, to any address; only a request from the node's own address changes its
+/// install state (the journal's phase, the one "boot your disk" offer), so no one else can use
+/// up that offer and send the node into a reinstall.
 async fn script(
     req: &Request<Incoming>,
     name: &str,
@@ -498,6 +549,13 @@ async fn script(
 ) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
+    let from_node = node.is_some_and(|b| is_node(b, canonical(peer.ip())));
+    if let (Some(node), false) = (node, from_node) {
+        tracing::info!(
+            "http: iPXE script of {} read by {peer}, not the node's address: its install state is unchanged",
+            node.node
+        );
+    }
     let body: &str = match node {
         None => {
             tracing::info!(
@@ -507,10 +565,12 @@ async fn script(
             &plan.unknown_script
         }
         Some(node) => {
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::ScriptFetched { from: peer },
-            );
+            if from_node {
+                journal.publish(
+                    Some(node.node.clone()),
+                    EventKind::ScriptFetched { from: peer },
+                );
+            }
             let phase = blocking_state(&plan.state_dir, &node.node, |dir, node, _| {
                 Ok(install_state::phase(dir, node))
             })
@@ -521,7 +581,7 @@ async fn script(
                 InstallPhase::IgnitionFetched {
                     disk_boot_offered: false,
                 } => {
-                    if req.method() == Method::GET {
+                    if req.method() == Method::GET && from_node {
                         let offered =
                             blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
                                 install_state::record_disk_boot_offered(dir, node, when)
@@ -694,4 +754,73 @@ fn file(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(file: &str, edit: impl Fn(String) -> String) -> Plan {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+        let text = edit(std::fs::read_to_string(dir.join(file)).unwrap());
+        let loaded = crate::config::parse(&text, file, &dir, crate::config::InstallCheck::Skip)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        Plan::derive(&loaded.config, 1)
+    }
+
+    #[test]
+    fn only_the_machine_that_boots_a_node_moves_it_by_reading_its_iso() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let local = |s: &str| Some(SocketAddr::new(ip(s), 8080));
+        // Redfish: the node's own BMC, by address; not another BMC, nor this host.
+        let metal = plan("baremetal.yml", |t| t);
+        let worker = metal.boot.iter().find(|b| b.node == "worker-0").unwrap();
+        let reads =
+            |from: &str, at: Option<SocketAddr>| boots_from_iso(&metal, worker, ip(from), at);
+        assert!(reads("172.16.20.20", local("172.16.10.2")));
+        assert!(
+            reads("172.16.10.20", local("172.16.10.2")),
+            "the node itself"
+        );
+        assert!(reads("::ffff:172.16.20.20", local("172.16.10.2")));
+        assert!(
+            !reads("172.16.20.10", local("172.16.10.2")),
+            "another node's BMC"
+        );
+        assert!(
+            !reads("172.16.10.2", local("172.16.10.2")),
+            "a curl on this host"
+        );
+        assert!(!reads("127.0.0.1", local("127.0.0.1")));
+        // libvirt on this host: QEMU reads from here, and nothing else can be told apart.
+        let lv = plan("libvirt.yml", |t| {
+            t.replace("qemu+ssh://root@kvm1.example.org/system", "qemu:///system")
+        });
+        let node = &lv.boot[0];
+        let appliance = IpAddr::V4(lv.dhcp.server_id);
+        assert!(boots_from_iso(
+            &lv,
+            node,
+            appliance,
+            Some(SocketAddr::new(appliance, 8080))
+        ));
+        assert!(!boots_from_iso(
+            &lv,
+            node,
+            ip("192.0.2.99"),
+            Some(SocketAddr::new(appliance, 8080))
+        ));
+        // Proxmox by host name: only the node's own address can be matched.
+        let px = plan("proxmox.yml", |t| t);
+        let node = &px.boot[0];
+        assert!(!boots_from_iso(&px, node, ip("192.0.2.99"), None));
+        assert!(boots_from_iso(&px, node, IpAddr::V4(node.ipv4), None));
+        let px = plan("proxmox.yml", |t| {
+            t.replace(
+                "https://pve1.pve.example.com:8006",
+                "https://192.0.2.8:8006",
+            )
+        });
+        assert!(boots_from_iso(&px, &px.boot[0], ip("192.0.2.8"), None));
+    }
 }

@@ -70,7 +70,13 @@ impl Cluster {
             path: path.clone(),
             reason,
         };
-        let kubeconfig = Kubeconfig::read_from(&plan.kubeconfig).map_err(|e| bad(e.to_string()))?;
+        // The cluster-admin credential: read as every other secret (owner-only, or refused).
+        let text = crate::secrets::read_kubeconfig(&plan.kubeconfig).map_err(|e| match e {
+            crate::secrets::SecretError::Unreadable { reason, .. } => bad(reason),
+            other => bad(other.to_string()),
+        })?;
+        let kubeconfig = Kubeconfig::from_yaml(&String::from_utf8_lossy(&text))
+            .map_err(|e| bad(e.to_string()))?;
         let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
@@ -329,6 +335,9 @@ mod tests {
              contexts: [{ name: admin, context: { cluster: okd, user: admin } }]\n",
         )
         .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        let loose = std::fs::Permissions::from_mode(0o644);
+        std::fs::set_permissions(&kubeconfig, loose).unwrap();
         let plan = OrchestrationPlan {
             kubeconfig: kubeconfig.clone(),
             api_url: "https://10.0.0.1:6443".into(),
@@ -338,6 +347,11 @@ mod tests {
             settle: Duration::from_secs(60),
             nodes: Vec::new(),
         };
+        // The cluster-admin credential is a secret: a file others can read is refused.
+        let refused = Cluster::connect(&plan).await.unwrap_err().to_string();
+        assert!(refused.contains("chmod 600"), "{refused}");
+        let tight = std::fs::Permissions::from_mode(0o640);
+        std::fs::set_permissions(&kubeconfig, tight).unwrap();
         let cluster = Cluster::connect(&plan).await.unwrap();
         assert!(cluster.made_from(&plan));
         // Pacing is read from the plan at each poll: no new client for it.

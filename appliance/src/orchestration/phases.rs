@@ -7,8 +7,9 @@
 //! where the install really starts over: a reinstall request, an install retried after a
 //! failed one, a destroyed machine.
 //!
-//! The whole record is kept in `<state_dir>/install-phases.json` (written to a temporary file
-//! and renamed, so a crash leaves the old or the new record, never half of one) and read back
+//! The whole record is kept in `<state_dir>/install-phases.json` (written durably: a temporary
+//! file synced and renamed, then the directory synced, so a crash leaves the old or the new
+//! record, never half of one, and a power cut loses no record that was saved) and read back
 //! at start, reconciled with the install markers (`install_state`), which the HTTP service keeps
 //! whether or not this record was written.
 //!
@@ -130,7 +131,7 @@ fn transition(kind: &EventKind) -> Option<Transition> {
         } => Back(NodePhase::Defined),
         EventKind::DhcpAck { .. } => Reach(NodePhase::Dhcp),
         EventKind::ScriptFetched { .. } => Reach(NodePhase::Script),
-        EventKind::ArtifactFetched { .. } | EventKind::IsoFetched { .. } => {
+        EventKind::ArtifactFetched { .. } | EventKind::IsoFetched { boots: true, .. } => {
             Reach(NodePhase::KernelInitrd)
         }
         EventKind::IgnitionFetched { .. } => Reach(NodePhase::Ignition),
@@ -365,9 +366,7 @@ impl Phases {
                 return;
             }
         };
-        let tmp = self.path.with_extension("json.tmp");
-        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
+        if let Err(e) = crate::durable::write(&self.path, &bytes) {
             tracing::error!("can't save {}: {e}", self.path.display());
         }
     }
@@ -526,7 +525,7 @@ mod tests {
         }
         let again = Phases::load(dir.path(), &[], Journal::new()).unwrap();
         assert_eq!(again.snapshot(), phases.snapshot());
-        assert!(!dir.path().join("install-phases.json.tmp").exists());
+        assert!(!dir.path().join(".install-phases.json.tmp").exists());
     }
 
     #[tokio::test]

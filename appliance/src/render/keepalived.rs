@@ -11,7 +11,8 @@ use super::Rendered;
 use crate::plan::Plan;
 
 /// `binary` and `state_dir` as the scripts will name them (absolute); `auth` the VRRP password
-/// (the first 8 characters of the pair's secret: VRRP's PASS authentication carries no more).
+/// (8 characters, all VRRP's PASS authentication carries; derived from the pair's secret apart
+/// from the replication key, since VRRP sends it in cleartext: `secrets::PairKeys`).
 pub fn render(
     plan: &Plan,
     binary: &Path,

@@ -40,7 +40,9 @@ impl Validator<'_> {
             }
         };
         let cert_file = path(&a.cert_file, "cert_file");
-        // The private key and the token: owner-only files, checked as credentials are.
+        // The private key and the token: owner-only files, checked as credentials are. `serve`
+        // reads them at start and refuses loose ones, so here too a problem is an error.
+        let files = files.map(|(f, _)| (f, Severity::Error));
         let key_file = control::secret_file(&a.key_file, dir, files, self.p);
         let token_file = control::secret_file(&a.token_file, dir, files, self.p);
         Some(Api {

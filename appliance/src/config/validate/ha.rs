@@ -95,7 +95,17 @@ impl Validator<'_> {
                 }
             },
         };
+        // One rule for `check`, `serve` and `render`: `secrets::PairKeys::read`. `serve` refuses
+        // to start without a usable secret, so here a problem is an error too.
+        let files = files.map(|(f, _)| (f, Severity::Error));
         let secret_file = control::secret_file(&ha.secret_file, dir, files, self.p);
+        if let (Some(path), Some((files, _))) = (&secret_file, files)
+            && let Err(e) = files.pair_secret(path)
+        {
+            self.p
+                .error("config::ha", ha.secret_file.referenced, e, "not usable")
+                .hint("openssl rand -hex 32 > FILE; chmod 600 FILE (the same file on both hosts)");
+        }
         let hosts: [Ipv4Addr; 2] = hosts.try_into().ok()?;
         Some(Ha {
             hosts,

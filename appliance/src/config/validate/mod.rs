@@ -22,12 +22,14 @@ use super::model::*;
 use super::raw::*;
 use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
 use defaults::*;
+pub use exposure::secret_files;
 
 mod api;
 mod cluster;
 mod control;
 mod defaults;
 mod dns;
+mod exposure;
 mod ha;
 mod install;
 mod lb;
@@ -56,6 +58,8 @@ pub trait InstallFiles {
     fn age(&self, path: &Path) -> io::Result<Duration>;
     /// The permission bits of a regular file (credential and CA files); its content unread.
     fn mode(&self, path: &Path) -> io::Result<u32>;
+    /// Whether the pair's secret file is usable, by the rule `serve` and `render` apply.
+    fn pair_secret(&self, path: &Path) -> Result<(), String>;
 }
 
 /// The real file system, read at one instant.
@@ -73,6 +77,12 @@ impl InstallFiles for RealFiles {
 
     fn mode(&self, path: &Path) -> io::Result<u32> {
         control::file_mode(path)
+    }
+
+    fn pair_secret(&self, path: &Path) -> Result<(), String> {
+        crate::secrets::PairKeys::read(path)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -242,7 +252,7 @@ impl Validator<'_> {
             }
             Some(s) => resolve(dir, &s.value),
         };
-        Some(Config {
+        let config = Config {
             cluster: cluster?,
             network: network?,
             nodes,
@@ -260,7 +270,9 @@ impl Validator<'_> {
             orchestration: orchestration?,
             ha: ha?,
             api: api?,
-        })
+        };
+        self.exposure(raw, &config, dir);
+        Some(config)
     }
 
     fn duration(

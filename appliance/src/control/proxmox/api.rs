@@ -16,9 +16,9 @@ use serde_json::Value;
 
 use super::spell;
 use crate::control::https::{self, HttpsClient};
-use crate::control::secret::{self, Secret};
 use crate::control::{ControlError, tls};
 use crate::plan::machines::Proxmox;
+use crate::secrets::{self as secret, Secret};
 
 /// Characters a path segment keeps as they are: RFC 3986 unreserved, and `:`, `@` and `!`,
 /// which UPIDs and token names are full of and a path segment may hold. `/` (in volume IDs)

@@ -28,10 +28,10 @@ use hyper::{Method, Request, StatusCode};
 use serde_json::{Value, json};
 
 use super::https::{self, HttpsClient};
-use super::secret;
 use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
 use crate::plan::machines::{Bmc, BmcTrust, ControlTimeouts};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
+use crate::secrets as secret;
 use crate::vocabulary::MacAddr;
 
 /// How often power state is polled while waiting for it to change.
