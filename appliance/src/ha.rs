@@ -29,11 +29,39 @@ pub struct Activity {
 /// The replication link as `ha status` reports it.
 #[derive(Debug, Clone, Default)]
 pub struct Replication {
-    /// Sending to the peer (active) or receiving from it (standby).
+    /// An authenticated session in this host's direction is up: sending to the peer (active)
+    /// or receiving from it (standby). Derived from the live sessions when read, so a stranger's
+    /// connection or a session of the other direction never changes it.
     pub connected: bool,
     pub last_update: Option<std::time::SystemTime>,
     pub updates: u64,
     pub last_error: Option<String>,
+    sending: usize,
+    receiving: usize,
+}
+
+/// Which way an authenticated replication session carries the updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Sending,
+    Receiving,
+}
+
+/// Counts an authenticated session as live until dropped.
+#[derive(Debug)]
+pub struct Session {
+    activity: Activity,
+    direction: Direction,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let direction = self.direction;
+        self.activity.update_replication(|r| match direction {
+            Direction::Sending => r.sending = r.sending.saturating_sub(1),
+            Direction::Receiving => r.receiving = r.receiving.saturating_sub(1),
+        });
+    }
 }
 
 impl Activity {
@@ -63,10 +91,32 @@ impl Activity {
     }
 
     pub fn replication(&self) -> Replication {
-        self.replication
+        let mut r = self
+            .replication
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        r.connected = if self.is_active() {
+            r.sending > 0
+        } else {
+            r.receiving > 0
+        };
+        r
+    }
+
+    /// An authenticated replication session starts: live until the returned guard drops.
+    pub fn session(&self, direction: Direction) -> Session {
+        self.update_replication(|r| {
+            match direction {
+                Direction::Sending => r.sending += 1,
+                Direction::Receiving => r.receiving += 1,
+            }
+            r.last_error = None;
+        });
+        Session {
+            activity: self.clone(),
+            direction,
+        }
     }
 
     pub fn update_replication(&self, f: impl FnOnce(&mut Replication)) {

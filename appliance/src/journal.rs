@@ -191,7 +191,7 @@ impl fmt::Display for Event {
             EventKind::LeaseReplicated { mac, ip, expires } => {
                 write!(
                     f,
-                    "lease {ip} to {mac} replicated from the active host (expires {expires})"
+                    "lease {ip} to {mac} replicated from the other host (expires {expires})"
                 )
             }
             EventKind::DrainRequested { draining: true } => f.write_str("drain requested"),

@@ -38,6 +38,11 @@ enum Command {
         /// it these are warnings: they never stop DNS, DHCP or the load balancer).
         #[arg(long)]
         install: bool,
+        /// Print only the secret files the config names (API key and token, the pair's secret,
+        /// provider credentials, the kubeconfig), one absolute path a line, whatever their
+        /// mode: for provisioning that gives them to the service account with mode 0600.
+        #[arg(long, conflicts_with = "install")]
+        secret_files: bool,
     },
     /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
     Render {
@@ -356,7 +361,12 @@ impl FormatArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { file, install } => check(&file, install),
+        Command::Check {
+            file,
+            secret_files: true,
+            ..
+        } => secret_files(&file),
+        Command::Check { file, install, .. } => check(&file, install),
         Command::Render {
             file,
             format,
@@ -438,6 +448,25 @@ fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode
             Err(ExitCode::from(1))
         }
     }
+}
+
+/// `check --secret-files`: the config's secret files, absolute. Their modes are not looked at
+/// (this is how a too-open file gets fixed).
+fn secret_files(file: &Path) -> ExitCode {
+    let loaded = match load(file, InstallCheck::Skip) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    for (_, path) in config::secret_files(&loaded.config) {
+        match std::path::absolute(&path) {
+            Ok(p) => println!("{}", p.display()),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn check(file: &Path, install: bool) -> ExitCode {

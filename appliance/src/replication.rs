@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::ha::Activity;
+use crate::ha::{Activity, Direction};
 use crate::install_state::{self, Markers};
 use crate::journal::{EventKind, Journal};
 use crate::lb::SharedPools;
@@ -43,6 +43,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A line longer than this ends the connection.
 const MAX_LINE: u64 = 1 << 20;
+/// The sender's heartbeat when nothing changes.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A session that carried nothing (not even a heartbeat) for this long is over, on both ends.
+const SILENCE: Duration = Duration::from_secs(10);
 
 /// One update, as a JSON line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +68,8 @@ pub enum Update {
         node: String,
         draining: bool,
     },
+    /// Nothing changed: the sender is there (every [`HEARTBEAT`]).
+    Alive,
 }
 
 /// What a replication end needs.
@@ -169,23 +175,35 @@ async fn receive(
         };
         let (acceptor, parts) = (acceptor.clone(), parts.clone());
         tokio::spawn(async move {
-            if let Err(e) = receive_from(stream, from, acceptor, &parts).await {
+            // Before the peer proved the secret, nothing it does reaches the status: a
+            // stranger's connection can't make the pair look disconnected.
+            let tls = match authenticate_peer(stream, from, acceptor, &parts).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::warn!("replication from {from}: {e:#}");
+                    return;
+                }
+            };
+            let _session = parts.active.session(Direction::Receiving);
+            if let Err(e) = receive_from(tls, from, &parts).await {
                 tracing::warn!("replication from {from}: {e:#}");
-                parts.active.update_replication(|r| {
-                    r.connected = false;
-                    r.last_error = Some(format!("{from}: {e:#}"));
-                });
+                parts
+                    .active
+                    .update_replication(|r| r.last_error = Some(format!("{from}: {e:#}")));
             }
         });
     }
 }
 
-async fn receive_from(
+type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// The TLS handshake and the proofs of the secret, both ways.
+async fn authenticate_peer(
     stream: TcpStream,
     from: SocketAddr,
     acceptor: tokio_rustls::TlsAcceptor,
     parts: &Parts,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ServerTls> {
     let mut tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
         .context("TLS handshake timed out")??;
@@ -204,25 +222,45 @@ async fn receive_from(
     tls.write_all(proof(&parts.secret, b"server", &exported).as_ref())
         .await?;
     tls.flush().await?;
+    Ok(tls)
+}
+
+/// An authenticated session from the peer: first this host's own live leases go back to it
+/// (the peer, active, learns the leases this host granted while both were active: a split
+/// brain), then the peer's updates are applied while this host is the standby.
+async fn receive_from(tls: ServerTls, from: SocketAddr, parts: &Parts) -> anyhow::Result<()> {
     tracing::info!("replication: receiving from {from}");
-    parts.active.update_replication(|r| {
-        r.connected = true;
-        r.last_error = None;
-    });
-    let mut lines = BufReader::new(tls);
+    let (reader, mut writer) = tokio::io::split(tls);
+    for update in own_leases(parts).await? {
+        write(&mut writer, &update).await?;
+    }
+    let mut lines = BufReader::new(reader);
     let mut line = String::new();
     loop {
         line.clear();
-        let n = (&mut lines).take(MAX_LINE).read_line(&mut line).await?;
+        let n = tokio::time::timeout(SILENCE, (&mut lines).take(MAX_LINE).read_line(&mut line))
+            .await
+            .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
         if n == 0 {
-            parts.active.update_replication(|r| r.connected = false);
             return Ok(());
         }
         let update: Update = serde_json::from_str(&line)
             .with_context(|| format!("an update that does not read: {}", line.trim()))?;
+        if update == Update::Alive {
+            continue;
+        }
         if parts.active.is_active() {
-            // Both active: a split brain. This host's own state wins on this host.
-            tracing::warn!("replication: ignoring an update from {from}: this host is active too");
+            // Both active: a split brain. This host's own state wins on this host, except for
+            // leases of the peer's half of the pool, which only the peer grants.
+            if let Update::Lease { ip, .. } = &update
+                && in_peer_half(parts, *ip)
+            {
+                apply(parts, update).await;
+            } else {
+                tracing::debug!(
+                    "replication: ignoring an update from {from}: this host is active too"
+                );
+            }
             continue;
         }
         apply(parts, update).await;
@@ -233,8 +271,19 @@ async fn receive_from(
     }
 }
 
+/// Whether `ip` is in the other host's half of the dynamic pool (see `dhcp::reply::share`).
+fn in_peer_half(parts: &Parts, ip: Ipv4Addr) -> bool {
+    let plan = parts.plan.load();
+    let peer = parts.active.host().map(|h| 1 - h.min(1));
+    plan.dhcp
+        .pool
+        .and_then(|p| crate::dhcp::reply::share(p, peer))
+        .is_some_and(|p| p.contains(ip))
+}
+
 async fn apply(parts: &Parts, update: Update) {
     match update {
+        Update::Alive => {}
         Update::Lease { ip, mac, expires } => match mac.parse::<MacAddr>() {
             Ok(mac) => parts
                 .journal
@@ -279,10 +328,9 @@ async fn send(connector: tokio_rustls::TlsConnector, parts: Parts) {
             && let Err(e) = send_to_peer(&connector, &parts).await
         {
             tracing::debug!("replication to {}: {e:#}", parts.peer);
-            parts.active.update_replication(|r| {
-                r.connected = false;
-                r.last_error = Some(format!("{}: {e:#}", parts.peer));
-            });
+            parts
+                .active
+                .update_replication(|r| r.last_error = Some(format!("{}: {e:#}", parts.peer)));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -295,6 +343,13 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .context("connect timed out")??;
+    // Updates the peer does not acknowledge within this time end the session (a cut link is
+    // found by the heartbeats, not after the kernel's 15 minutes of retransmissions).
+    nix::sys::socket::setsockopt(
+        &stream,
+        nix::sys::socket::sockopt::TcpUserTimeout,
+        &u32::try_from(SILENCE.as_millis()).unwrap_or(u32::MAX),
+    )?;
     let name = rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::from(parts.peer).into());
     let mut tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream))
         .await
@@ -315,34 +370,96 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
         "the peer does not hold the pair's secret"
     );
     tracing::info!("replication: sending to {addr}");
+    let _session = parts.active.session(Direction::Sending);
+    let (reader, mut writer) = tokio::io::split(tls);
+    // What the peer sends back: its own leases (those it granted while both were active).
+    let merging = merge_peer_leases(reader, parts);
+    tokio::pin!(merging);
     for update in snapshot(parts).await? {
-        write(&mut tls, &update).await?;
+        write(&mut writer, &update).await?;
     }
     parts.active.update_replication(|r| {
-        r.connected = true;
-        r.last_error = None;
         r.last_update = Some(SystemTime::now());
     });
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
-        let event = match events.recv().await {
-            Ok(e) => e,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                // Changes were missed: start over with a full copy.
-                anyhow::bail!("{n} journal events missed");
+        let event = tokio::select! {
+            e = events.recv() => match e {
+                Ok(e) => e,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    // Changes were missed: start over with a full copy.
+                    anyhow::bail!("{n} journal events missed");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+            _ = heartbeat.tick() => {
+                if !parts.active.is_active() {
+                    return Ok(());
+                }
+                write(&mut writer, &Update::Alive).await?;
+                continue;
             }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            r = &mut merging => {
+                r?;
+                anyhow::bail!("the peer closed the session");
+            }
         };
         if !parts.active.is_active() {
             return Ok(());
         }
         for update in updates_for(parts, &event).await {
-            write(&mut tls, &update).await?;
+            write(&mut writer, &update).await?;
             parts.active.update_replication(|r| {
                 r.updates += 1;
                 r.last_update = Some(SystemTime::now());
             });
         }
     }
+}
+
+/// Reads the peer's own leases from the session and records those of its half of the pool
+/// (so no lease the peer granted during a split brain is lost). Ends when the peer closes.
+async fn merge_peer_leases<R: tokio::io::AsyncRead + Unpin>(
+    reader: R,
+    parts: &Parts,
+) -> anyhow::Result<()> {
+    let mut lines = BufReader::new(reader);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if (&mut lines).take(MAX_LINE).read_line(&mut line).await? == 0 {
+            return Ok(());
+        }
+        match serde_json::from_str::<Update>(&line) {
+            Ok(update @ Update::Lease { ip, .. }) if in_peer_half(parts, ip) => {
+                apply(parts, update).await;
+            }
+            Ok(_) => {}
+            Err(e) => anyhow::bail!("a lease that does not read: {e}"),
+        }
+    }
+}
+
+/// This host's live leases, as updates.
+async fn own_leases(parts: &Parts) -> anyhow::Result<Vec<Update>> {
+    let dir = parts.plan.load().state_dir.clone();
+    let leases =
+        tokio::task::spawn_blocking(move || crate::dhcp::leases::read_live(&dir, unix_now()))
+            .await??;
+    Ok(leases
+        .into_iter()
+        .map(|l| Update::Lease {
+            ip: l.ip,
+            mac: l.mac.to_string(),
+            expires: l.expires,
+        })
+        .collect())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn write<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, update: &Update) -> anyhow::Result<()> {

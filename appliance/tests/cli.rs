@@ -234,3 +234,54 @@ ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }
     assert_eq!(plain.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&plain.stderr).contains("no ha section"));
 }
+
+/// `check --secret-files`: every secret file the config names, absolute, whatever its mode (the
+/// services VM image gives them to the service account, 0600, from this list); plain `check`
+/// refuses the same files while they are too open.
+#[test]
+fn check_lists_the_secret_files_and_refuses_them_loose() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    for f in ["ha-secret", "api-token", "api.key"] {
+        std::fs::write(base.join(f), "0123456789abcdef0123456789abcdef\n").unwrap();
+        std::fs::set_permissions(base.join(f), std::fs::Permissions::from_mode(0o640)).unwrap();
+    }
+    let config = base.join("okd.yml");
+    std::fs::write(
+        &config,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { interface: ens19, subnet: 10.0.0.0/24, appliance_ip: 10.0.0.10 }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+state_dir: ./state
+ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }
+api: { listen: "10.0.0.10:9443", cert_file: api.pem, key_file: api.key, token_file: api-token }
+"#,
+    )
+    .unwrap();
+    let listed = run(&["check", "--secret-files", config.to_str().unwrap()]);
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let expected: Vec<String> = [
+        "install_dir/auth/kubeconfig",
+        "api.key",
+        "api-token",
+        "ha-secret",
+    ]
+    .iter()
+    .map(|f| base.join(f).display().to_string())
+    .collect();
+    assert_eq!(listed.lines().collect::<Vec<_>>(), expected);
+    let checked = run(&["check", config.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{said}");
+    for f in ["ha-secret", "api-token", "api.key"] {
+        assert!(
+            said.contains(&format!("chmod 600 {}", base.join(f).display())),
+            "{f}: {said}"
+        );
+    }
+}

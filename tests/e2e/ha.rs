@@ -357,7 +357,8 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     let late_marker = dirs[1].path().join("state/ignition-fetched/mst2");
     assert!(
         wait_until(Duration::from_secs(5), || late_marker.exists()),
-        "the install marker of a node added by reload never reached the standby\n{}",
+        "the install marker of a node added by reload never reached the standby\n{}\n{}",
+        first.log_tails(),
         second.log_tails()
     );
     // Someone without the secret: refused, nothing applied.
@@ -552,7 +553,8 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
 
 /// A split brain: the two hosts cut from each other (bridge port isolation), not from the
 /// clients. Both become active; new clients get addresses only from each host's own half of
-/// the pool, so no address is handed out twice.
+/// the pool, so no address is handed out twice. After the heal the preferred host knows the
+/// leases the other granted meanwhile, and both say the link is connected.
 #[test]
 fn a_split_brain_never_hands_one_address_to_two_clients() {
     if !require_root() || !require_tools(&["keepalived", "busybox", "unshare", "bridge"]) {
@@ -647,4 +649,97 @@ fn a_split_brain_never_hands_one_address_to_two_clients() {
             assert!(ours.contains(&last), "host {h} acknowledged {ip}");
         }
     }
+
+    // A lease the second host grants during the split brain (the first host held back for it
+    // by `ha notify standby`) is not lost when the pair heals: the second host, standby again,
+    // hands its leases to the first at the new session, and the client's renewal is ACKed.
+    let notify = |dir: &Path, to: &str| {
+        let state = dir.join("state");
+        let (ok, out) = run(
+            &["ha", "notify", to, "--state-dir"],
+            &[state.to_str().unwrap()],
+        );
+        assert!(ok, "{out}");
+    };
+    notify(dirs[0].path(), "standby");
+    let roamer = topo.add_bare_node("late").unwrap();
+    roamer.set_mac("52:54:00:00:02:01").unwrap();
+    let hook = Hook::new(dirs[0].path(), "udhcpc-late");
+    let hook_path = hook.path.display().to_string();
+    let udhcpc = Process::spawn(
+        "udhcpc",
+        guarded(
+            &roamer,
+            &dirs[0].path().join("resolv-late.conf"),
+            &[
+                "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
+            ],
+        ),
+    )
+    .unwrap();
+    let bound = hook
+        .wait(0, &["bound"], Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), udhcpc.log_tails()));
+    let late_ip: std::net::Ipv4Addr = bound.env["ip"].parse().unwrap();
+    assert!(
+        (111..=120).contains(&late_ip.octets()[3]),
+        "the second host's half: {late_ip}"
+    );
+    notify(dirs[0].path(), "active");
+    let sessions = |app: &Process| app.stderr().matches("replication: sending to").count();
+    let before = sessions(&apps[0]);
+    for h in &hosts {
+        let out = topo
+            .services()
+            .exec(["bridge", "link", "set", "dev", h.port(), "isolated", "off"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    assert!(
+        wait_until(Duration::from_secs(15), || state(dirs[1].path())
+            .contains("ok: standby")
+            && sessions(&apps[0]) > before),
+        "the pair never healed: {} / {}\n{}",
+        state(dirs[0].path()),
+        state(dirs[1].path()),
+        apps[0].log_tails()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || apps[0].stderr().contains(
+            &format!("lease {late_ip} to 52:54:00:00:02:01 replicated")
+        )),
+        "the first host never learnt the second's lease\n{}",
+        apps[0].log_tails()
+    );
+    // Both report the link once it carries updates again.
+    for dir in &dirs {
+        assert!(
+            wait_until(Duration::from_secs(10), || state(dir.path())
+                .contains(", connected")),
+            "{}",
+            state(dir.path())
+        );
+    }
+    // The client's address for the virtual address may still be the second host's MAC.
+    let _ = roamer
+        .exec(["ip", "neigh", "flush", "dev", "eth0"])
+        .status();
+    let seen = hook.calls().len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    let renewed = hook
+        .wait(seen, &["renew", "bound"], Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), apps[0].log_tails()));
+    assert_eq!(renewed.env["ip"], late_ip.to_string(), "{:?}", renewed.env);
+    assert!(
+        apps[0]
+            .stderr()
+            .contains(&format!("dhcp ack {late_ip} to 52:54:00:00:02:01")),
+        "{}",
+        apps[0].log_tails()
+    );
 }

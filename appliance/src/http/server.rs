@@ -301,16 +301,18 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         }
         if req.method() == Method::GET {
             let file = role.ignition_file();
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::RoleIgnitionFetched { from: peer, file },
-            );
             // Only Ignition on the installed system's first boot fetches the role config that
             // the node's own ignition merges: this, not the installer's fetch, means installed.
+            // Recorded before it is announced: a pair's replication reads the markers when the
+            // journal announces the change.
             let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
                 install_state::record_role_config_fetched(dir, node, when)
             })
             .await;
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::RoleIgnitionFetched { from: peer, file },
+            );
             match before {
                 Ok(InstallPhase::Installed) => {}
                 Ok(_) => journal.publish(
@@ -357,14 +359,15 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             return refused;
         }
         if req.method() == Method::GET {
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::IgnitionFetched { from: peer },
-            );
+            // Recorded, then announced (see the role configs above).
             let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
                 install_state::record_ignition_fetched(dir, node, when)
             })
             .await;
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::IgnitionFetched { from: peer },
+            );
             match before {
                 Ok(InstallPhase::IgnitionFetched { .. }) => {
                     journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
@@ -565,18 +568,12 @@ async fn script(
             &plan.unknown_script
         }
         Some(node) => {
-            if from_node {
-                journal.publish(
-                    Some(node.node.clone()),
-                    EventKind::ScriptFetched { from: peer },
-                );
-            }
             let phase = blocking_state(&plan.state_dir, &node.node, |dir, node, _| {
                 Ok(install_state::phase(dir, node))
             })
             .await
             .unwrap_or(InstallPhase::NotInstalled);
-            match phase {
+            let body: &str = match phase {
                 InstallPhase::Installed => &node.documents.local_boot_script,
                 InstallPhase::IgnitionFetched {
                     disk_boot_offered: false,
@@ -599,7 +596,15 @@ async fn script(
                     disk_boot_offered: true,
                 }
                 | InstallPhase::NotInstalled => &node.documents.install_script,
+            };
+            // Announced once recorded (a pair's replication reads the markers then).
+            if from_node {
+                journal.publish(
+                    Some(node.node.clone()),
+                    EventKind::ScriptFetched { from: peer },
+                );
             }
+            body
         }
     };
     let mut r = text(StatusCode::OK, body);
