@@ -3,14 +3,16 @@
 //! requests), reached the way the nodes reach the API: through the appliance's own API
 //! frontend, whose health check asks the double's /readyz.
 //!
-//! The master fetches its ignition from the appliance (its phase moves to ignition); the
-//! appliance is killed with SIGKILL mid-install and started again, and resumes the unfinished
-//! `up` by itself; the double then reports bootstrap complete; the appliance drains the
-//! bootstrap node from the load balancer, brings the worker in by approving its client and then
-//! its serving certificate request (and nothing else: an unknown name, an extra SAN, the wrong
-//! user and the wrong usages are refused and journaled), waits for Ready nodes, the
-//! ClusterVersion and settled operators, and reports the cluster installed. `provider: none`:
-//! the machines are someone else's to power (the control providers have their own tests).
+//! The master and the worker fetch their ignition from the appliance (their phase moves to
+//! ignition: the install attempt a client certificate is approved in); the appliance is killed
+//! with SIGKILL mid-install and started again, and resumes the unfinished `up` by itself; the
+//! double then reports bootstrap complete; the appliance drains the bootstrap node from the
+//! load balancer, brings the worker in by approving its client and then its serving certificate
+//! request (and nothing else: an unknown name, an extra SAN, the wrong user, the wrong usages,
+//! the bootstrap node and the worker's second client request are refused and journaled), waits
+//! for Ready nodes, the ClusterVersion and settled operators, and reports the cluster
+//! installed. `provider: none`: the machines are someone else's to power (the control
+//! providers have their own tests).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -97,6 +99,7 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     }
     let topo = Topology::new("orc").unwrap();
     let master = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
+    let worker = topo.add_node("wrk0", "10.99.0.21/24", None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     let state = dir.path().join("state");
@@ -119,6 +122,7 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
                 DOMAIN,
                 "mst0",
                 "wrk0=10.99.0.21",
+                "bst",
             ],
         )
         .unwrap();
@@ -132,21 +136,23 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     assert!(before["cluster"].is_null(), "{before}");
     assert_eq!(node_phase(&before, "mst0"), "defined");
 
-    // The master's installer fetches its ignition.
-    let fetched = master
-        .netns()
-        .exec([
-            "curl",
-            "-sf",
-            "--max-time",
-            "5",
-            "-o",
-            "/dev/null",
-            "http://10.99.0.1:8080/ignition/mst0.ign",
-        ])
-        .status()
-        .unwrap();
-    assert!(fetched.success());
+    // The master's and the worker's installers fetch their ignition.
+    for (node, name) in [(&master, "mst0"), (&worker, "wrk0")] {
+        let fetched = node
+            .netns()
+            .exec([
+                "curl",
+                "-sf",
+                "--max-time",
+                "5",
+                "-o",
+                "/dev/null",
+                &format!("http://10.99.0.1:8080/ignition/{name}.ign"),
+            ])
+            .status()
+            .unwrap();
+        assert!(fetched.success(), "{name}");
+    }
 
     let out = cli(&state, &["up"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -258,6 +264,8 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         "certificate request csr-extra-san not approved: name api.okd.lab.example.com is not wrk0's",
         "certificate request csr-wrong-user not approved: a client certificate asked for by system:serviceaccount:default:builder",
         "certificate request csr-wrong-usages not approved: usages [digital signature, client auth, server auth]",
+        "certificate request csr-client-bst not approved: bst is the bootstrap node",
+        "certificate request csr-client-wrk0-again not approved: a client certificate of wrk0 was approved already in its current install attempt (csr-client-wrk0)",
         "wrk0: client certificate request csr-client-wrk0 approved",
         "wrk0: serving certificate request csr-serving-wrk0 approved",
         "cluster phase installed",
@@ -357,9 +365,10 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     let table = text(&cli(&state, &["status"]));
     assert!(table.starts_with("cluster: installed (idle)\n"), "{table}");
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("wrk0") && l.contains("joined 20") && l.contains("ready +")),
+        table.lines().any(|l| l.starts_with("wrk0")
+            && l.contains("ignition 20")
+            && l.contains("joined +")
+            && l.contains("ready +")),
         "{table}"
     );
 
@@ -446,6 +455,7 @@ fn cluster_up_drives_libvirt_machines_through_a_whole_install() {
                         DOMAIN,
                         "mst0",
                         &format!("wrk0={WRK0_IP}"),
+                        "bst",
                     ],
                 )
                 .unwrap();

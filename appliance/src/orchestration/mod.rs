@@ -15,8 +15,8 @@
 //! 4. installed: every master and wanted worker Ready, ClusterVersion Available and neither
 //!    Failing nor Progressing, then no ClusterOperator progressing for `orchestration.settle`.
 //!
-//! Every poll also approves the kubelet certificate requests of known nodes ([`csr`]) and
-//! records which nodes joined and are Ready.
+//! Every poll also approves the kubelet certificate requests of known nodes that this appliance
+//! installed ([`csr`]) and records which nodes joined and are Ready.
 //!
 //! Architecture invariants:
 //! - Resumable: every step is idempotent and the cluster phase is persisted; an appliance
@@ -399,7 +399,7 @@ impl Orchestrator {
             }
         }
         let cluster = run.cluster.as_ref().expect("connected above");
-        match self.observe(plan, cluster, &mut run.refused).await {
+        match self.observe(plan, cluster, &mut run.csrs).await {
             Ok(()) => {}
             Err(e @ ClusterError::Api { .. }) => {
                 self.waiting(format!("the cluster API: {e}"));
@@ -546,7 +546,7 @@ impl Orchestrator {
         &self,
         plan: &Plan,
         cluster: &Cluster,
-        refused: &mut HashMap<String, String>,
+        memory: &mut CsrMemory,
     ) -> Result<(), ClusterError> {
         let nodes = cluster.nodes().await?;
         let known: HashSet<&str> = plan
@@ -568,34 +568,55 @@ impl Orchestrator {
             .strip_prefix("api-int.")
             .unwrap_or_default()
             .to_owned();
+        let installs = csr::install_attempts(&self.phases.snapshot());
+        let requests = cluster.certificate_requests().await?;
+        let listed: Vec<csr::Listed<'_>> = requests
+            .iter()
+            .filter_map(|r| {
+                let conditions = r.status.as_ref().and_then(|s| s.conditions.as_deref());
+                let state = match conditions {
+                    None | Some([]) => csr::State::Pending,
+                    Some(c) if c.iter().any(|c| c.type_ == "Approved") => csr::State::Approved,
+                    Some(_) => csr::State::Decided,
+                };
+                let spec = &r.spec;
+                Some(csr::Listed {
+                    name: r.metadata.name.as_deref()?,
+                    state,
+                    request: csr::Request {
+                        signer: &spec.signer_name,
+                        username: spec.username.as_deref().unwrap_or_default(),
+                        groups: spec.groups.as_deref().unwrap_or_default(),
+                        usages: spec.usages.as_deref().unwrap_or_default(),
+                        pem: &spec.request.0,
+                        created: r
+                            .metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .and_then(|t| u64::try_from(t.0.as_second()).ok()),
+                    },
+                })
+            })
+            .collect();
         let facts = csr::Facts {
             nodes: &plan.orchestration.nodes,
             domain: &domain,
             registered: &registered,
+            installs: &installs,
+            approved_clients: &memory.approved_clients,
+            now: phases::unix_seconds(std::time::SystemTime::now()),
         };
-        for request in cluster.certificate_requests().await? {
-            let decided = request
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| !c.is_empty());
-            let Some(name) = request.metadata.name.clone() else {
-                continue;
-            };
-            if decided {
-                continue;
-            }
-            let spec = &request.spec;
-            let verdict = csr::decide(
-                &csr::Request {
-                    signer: &spec.signer_name,
-                    username: spec.username.as_deref().unwrap_or_default(),
-                    groups: spec.groups.as_deref().unwrap_or_default(),
-                    usages: spec.usages.as_deref().unwrap_or_default(),
-                    pem: &spec.request.0,
-                },
-                &facts,
-            );
+        let verdicts = csr::judge(&listed, &facts);
+        // Forget what no longer waits (approved, decided by someone else, or gone).
+        memory
+            .refused
+            .retain(|name, _| verdicts.iter().any(|(n, _)| n == name));
+        let by_name: HashMap<&str, &k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
+            requests
+                .iter()
+                .filter_map(|r| Some((r.metadata.name.as_deref()?, r)))
+                .collect();
+        for (name, verdict) in verdicts {
             match verdict {
                 Ok(approval) => {
                     let message = format!(
@@ -603,11 +624,18 @@ impl Orchestrator {
                         approval.kind.name(),
                         approval.node
                     );
-                    cluster.approve(&request, &message).await?;
+                    cluster.approve(by_name[name], &message).await?;
+                    if approval.kind == csr::Kind::Client
+                        && let Some(&attempt) = installs.get(&approval.node)
+                    {
+                        memory
+                            .approved_clients
+                            .insert(approval.node.clone(), attempt);
+                    }
                     self.journal.publish(
                         Some(approval.node),
                         EventKind::CsrApproved {
-                            csr: name,
+                            csr: name.to_owned(),
                             kind: approval.kind.name(),
                         },
                     );
@@ -615,10 +643,15 @@ impl Orchestrator {
                 // Judged again at every poll (a serving request waits for its Node); told once
                 // per reason.
                 Err(why) => {
-                    if refused.get(&name) != Some(&why) {
-                        refused.insert(name.clone(), why.clone());
-                        self.journal
-                            .publish(None, EventKind::CsrRefused { csr: name, why });
+                    if memory.refused.get(name) != Some(&why) {
+                        memory.refused.insert(name.to_owned(), why.clone());
+                        self.journal.publish(
+                            None,
+                            EventKind::CsrRefused {
+                                csr: name.to_owned(),
+                                why,
+                            },
+                        );
                     }
                 }
             }
@@ -718,6 +751,14 @@ struct Drive {
     workers_started: Option<usize>,
     drain_started: Option<Instant>,
     settled_since: Option<Instant>,
-    /// Requests not approved, with the reason last journaled.
+    csrs: CsrMemory,
+}
+
+/// What the certificate approval remembers between polls.
+#[derive(Debug, Default)]
+struct CsrMemory {
+    /// Pending requests not approved, with the reason last journaled.
     refused: HashMap<String, String>,
+    /// The client certificates approved: node -> its install attempt ([`csr::Facts`]).
+    approved_clients: HashMap<String, u64>,
 }
