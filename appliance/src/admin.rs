@@ -153,11 +153,38 @@ async fn serve(
     }
 }
 
+impl Parts {
+    /// Why a state change (a drain, a reinstall) can't be made here: on the standby of a pair it
+    /// would act on this host only and be overwritten by the active host's next update.
+    pub fn standby_refusal(&self) -> Option<String> {
+        if !self.active.paired() || self.active.is_active() {
+            return None;
+        }
+        let plan = self.plan.load();
+        let active = plan
+            .ha
+            .as_ref()
+            .zip(self.active.host())
+            .map(|(ha, me)| ha.hosts[1 - me.min(1)].to_string())
+            .unwrap_or_else(|| "the other host".into());
+        Some(format!(
+            "this host is the standby of its pair: drains and reinstalls are made on the active host ({active}), which replicates them here"
+        ))
+    }
+}
+
 async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
-    let reply = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+    let words = line.split_whitespace().collect::<Vec<_>>();
+    let changes_state = matches!(
+        words.as_slice(),
+        ["node", "reinstall", _] | ["lb", "drain" | "undrain", _]
+    );
+    let refused = changes_state.then(|| parts.standby_refusal()).flatten();
+    let reply = match words.as_slice() {
+        _ if refused.is_some() => format!("error: {}\n", refused.unwrap_or_default()),
         ["node", "reinstall", node] => {
             reinstall(node, &parts.plan.load_full(), &parts.journal).await
         }

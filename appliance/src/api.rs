@@ -267,6 +267,9 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
             ],
         ) => {
             let reply = match *action {
+                _ if parts.standby_refusal().is_some() => {
+                    format!("error: {}\n", parts.standby_refusal().unwrap_or_default())
+                }
                 "reinstall" => {
                     crate::admin::reinstall(node, &parts.plan.load_full(), &parts.journal).await
                 }

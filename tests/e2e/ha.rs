@@ -328,6 +328,18 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         standby.contains("replication: receiving from the peer, connected"),
         "{standby}"
     );
+    // State changes on the standby would act there only, until the next update: refused,
+    // naming the active host.
+    let (ok, out) = lb(dirs[1].path(), &["drain", "mst0"]);
+    assert!(
+        !ok && out.contains("standby of its pair") && out.contains(HOSTS[0]),
+        "{out}"
+    );
+    let (ok, out) = run(
+        &["node", "reinstall", "mst0", "--state-dir"],
+        &[dirs[1].path().join("state").to_str().unwrap()],
+    );
+    assert!(!ok && out.contains("standby of its pair"), "{out}");
     // A node added by a reload on both hosts is replicated like the others: its install marker
     // reaches the standby (replication once kept the node list it started with).
     let added = "  - { name: mst2, role: master, mac: \"52:54:00:00:00:13\", ip: 10.99.0.13 }\n";

@@ -563,5 +563,20 @@ fn reload_applies_every_load_balancer_key() {
         "mst0 still up with HTTPS checks: {}",
         lab.status_of("mst0")
     );
+    // A CA file the checks can't load: refused by its key, not "reloaded" while the checker
+    // quietly keeps its old client.
+    let bad_ca = config.with_file_name("not-a-ca.pem");
+    std::fs::write(&bad_ca, "not a certificate\n").unwrap();
+    let https = std::fs::read_to_string(&config).unwrap();
+    let text = https.replace(
+        "control_plane_check: https",
+        &format!("control_plane_check: https, ca_file: {}", bad_ca.display()),
+    );
+    assert_ne!(text, https);
+    std::fs::write(&config, text).unwrap();
+    let (code, out) = reload(&config);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("reload refused: lb.health.ca_file"), "{out}");
+    std::fs::write(&config, https).unwrap();
     lab.assert_peers_running();
 }

@@ -210,7 +210,17 @@ impl SendfileStream {
                 Err(e) => {
                     // The head is out already: the client sees a short body, the log says why
                     // (a file system without sendfile support would fail every download here).
-                    tracing::error!("http: sendfile of a file body failed: {e}");
+                    // A client that went away (reset, closed) is its own business: debug.
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::ConnectionAborted
+                    ) {
+                        tracing::debug!("http: the client left during a file body: {e}");
+                    } else {
+                        tracing::error!("http: sendfile of a file body failed: {e}");
+                    }
                     return Poll::Ready(Err(e));
                 }
             }

@@ -38,6 +38,10 @@ use crate::vocabulary::{MacAddr, Role};
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_CONNECTIONS: usize = 512;
+/// Connections one address may hold at once: a booting node opens a few (its script, kernel,
+/// initramfs, rootfs, ignition), iPXE and curl in parallel at most a handful; one host can't
+/// take every slot from the rest of the rack (TFTP's admission has the same rule).
+const PER_ADDRESS: usize = 32;
 /// A connection on which no byte moved either way for this long is closed (a stalled reader).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -53,6 +57,7 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_address = PerAddress::default();
     let isos = Arc::new(IsoCache::default());
     {
         let (isos, plan, token) = (Arc::clone(&isos), Arc::clone(&plan), token.clone());
@@ -76,6 +81,12 @@ pub async fn serve(
                 }
             },
         };
+        let Some(held) = per_address.admit(canonical(peer.ip())) else {
+            tracing::debug!(
+                "http {peer}: its address holds {PER_ADDRESS} connections already; closed"
+            );
+            continue;
+        };
         let (plan, journal, token, isos, active, metrics) = (
             Arc::clone(&plan),
             journal.clone(),
@@ -96,6 +107,7 @@ pub async fn serve(
         let stream = SendfileStream::new(stream, segments.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            let _held = held;
             let service = service_fn(move |req| {
                 let (plan, journal, segments, isos, active, metrics) = (
                     Arc::clone(&plan),
@@ -168,6 +180,45 @@ pub async fn serve(
                 }
             }
         });
+    }
+}
+
+/// Open connections per client address.
+#[derive(Debug, Default, Clone)]
+struct PerAddress(Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>);
+
+/// One connection of an address, counted until dropped.
+#[derive(Debug)]
+struct Held {
+    table: PerAddress,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    /// Counts a new connection from `ip`, or `None` when it holds [`PER_ADDRESS`] already.
+    fn admit(&self, ip: IpAddr) -> Option<Held> {
+        let mut table = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = table.entry(ip).or_default();
+        if *n >= PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Held {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut table = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = table.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                table.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -771,6 +822,22 @@ mod tests {
         let loaded = crate::config::parse(&text, file, &dir, crate::config::InstallCheck::Skip)
             .unwrap_or_else(|e| panic!("{e:?}"));
         Plan::derive(&loaded.config, 1)
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_of_connections() {
+        let table = PerAddress::default();
+        let (a, b) = (
+            "10.0.0.5".parse::<IpAddr>().unwrap(),
+            "10.0.0.6".parse().unwrap(),
+        );
+        let mut held: Vec<Held> = (0..PER_ADDRESS).map(|_| table.admit(a).unwrap()).collect();
+        assert!(table.admit(a).is_none());
+        let other = table.admit(b).expect("another address is not affected");
+        held.pop();
+        let again = table.admit(a).expect("a slot came back");
+        drop((held, other, again));
+        assert!(table.0.lock().unwrap().is_empty());
     }
 
     #[test]

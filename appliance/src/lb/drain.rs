@@ -133,15 +133,18 @@ async fn watch(
                 return;
             }
             Step::Expired => {
-                let closed = backend.cut_connections();
+                // The line first, then the cut: the cut closes the connections from other
+                // runtime threads at once, so whoever sees one closed (its client, an operator
+                // tailing the journal) must already find the line that says why.
                 journal.publish(
                     Some(backend.name.clone()),
                     EventKind::DrainTimedOut {
                         frontend: frontend.name().to_owned(),
                         backend: backend.addr,
-                        closed,
+                        closed: backend.active(),
                     },
                 );
+                backend.cut_connections();
                 return;
             }
         }

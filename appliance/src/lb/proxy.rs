@@ -99,7 +99,8 @@ async fn keep(
     } = upstream;
     let addr = claim.backend().addr;
     let progress = Progress::new();
-    let mut relay = tokio::spawn(relay(client, stream, claim, progress.clone()));
+    let ends = Ends { kind, peer, addr };
+    let mut relay = tokio::spawn(relay(client, stream, claim, progress.clone(), ends));
     tokio::select! {
         () = token.cancelled() => relay.abort(),
         () = progress.stalled(IDLE_TIMEOUT) => {
@@ -110,12 +111,22 @@ async fn keep(
             relay.abort();
             tracing::debug!("lb/{} {peer} <-> {addr}: closed at the drain timeout", kind.name());
         }
-        joined = &mut relay => {
-            if let Ok(Err(e)) = joined {
-                tracing::debug!("lb/{} {peer} <-> {addr}: {e}", kind.name());
-            }
-        }
+        joined = &mut relay => match joined {
+            // Each side's close has its line already (see `relay`).
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!("lb/{} {peer} <-> {addr}: {e}", kind.name()),
+            // A panic: the relay is never aborted in this branch.
+            Err(e) => tracing::debug!("lb/{} {peer} <-> {addr}: {e}", kind.name()),
+        },
     }
+}
+
+/// The two ends of a connection, for the data path's debug lines.
+#[derive(Clone, Copy)]
+struct Ends {
+    kind: FrontendKind,
+    peer: std::net::SocketAddr,
+    addr: std::net::SocketAddr,
 }
 
 async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream> {
@@ -153,20 +164,38 @@ async fn relay(
     upstream: TcpStream,
     claim: Claim,
     progress: Progress,
+    ends: Ends,
 ) -> std::io::Result<()> {
     let backend = claim.backend();
     backend.connections.fetch_add(1, Ordering::Relaxed);
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
     tokio::try_join!(
-        forward(&client, &upstream, &backend.bytes_to_backend, &progress),
-        forward(&upstream, &client, &backend.bytes_to_client, &progress),
+        async {
+            forward(&client, &upstream, &backend.bytes_to_backend, &progress).await?;
+            half_close(&upstream, ends, "client")
+        },
+        async {
+            forward(&upstream, &client, &backend.bytes_to_client, &progress).await?;
+            half_close(&client, ends, "backend")
+        },
     )?;
     Ok(())
 }
 
-/// Moves one direction until EOF, then shuts down the other side's write half (half-close).
-/// Messages are copied (`recv`, `send`) until a read fills the copy buffer: the direction then
+/// `side` ended its half of the connection (its EOF): says so, then shuts down `to`'s write
+/// half. To `to`'s peer that shutdown looks like a close while the relay goes on, so it gets a
+/// line of its own, written before the shutdown so it is there when the peer sees the EOF.
+fn half_close(to: &TcpStream, ends: Ends, side: &str) -> std::io::Result<()> {
+    let Ends { kind, peer, addr } = ends;
+    tracing::debug!(
+        "lb/{} {peer} <-> {addr}: the {side} closed its side",
+        kind.name()
+    );
+    socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write)
+}
+
+/// Moves one direction until EOF (the caller passes the EOF on: [`half_close`]). Messages are copied (`recv`, `send`) until a read fills the copy buffer: the direction then
 /// carries bulk data, and the rest goes with splice(2) through a pipe, the bytes never entering
 /// user space (bench/lb.sh: ~1.5x the throughput of copying when splice came in). Requests and
 /// small responses stay on the copy path, which needs no pipe and, thanks to [`read_through`],
@@ -179,7 +208,7 @@ async fn forward(
 ) -> std::io::Result<()> {
     loop {
         let Some((n, rest)) = read_through(from, to).await? else {
-            return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+            return Ok(());
         };
         if let Some(rest) = rest {
             write_all(to, &rest).await?;
@@ -270,8 +299,7 @@ async fn write_all(to: &TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
 const PIPE_CHUNK: usize = 64 * 1024;
 
 /// Moves one direction through `pipe` with splice(2), socket to pipe then pipe to socket,
-/// emptying the pipe before reading more; at EOF shuts down the other side's write half
-/// (half-close).
+/// emptying the pipe before reading more, until EOF.
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -292,7 +320,7 @@ async fn splice_pump(
             }
         };
         if n == 0 {
-            return socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write);
+            return Ok(());
         }
         let mut left = n;
         while left > 0 {

@@ -433,10 +433,20 @@ async fn reload(
                 running_as,
                 loaded.config.run_as.as_ref(),
             );
+            // What a service would only find out after the swap (and then keep its old
+            // setting, while the operator was told "reloaded"): refused here, by its key.
+            let unusable = (same_serial.lb.check_ca != current.lb.check_ca)
+                .then(|| crate::lb::check::initial_tls(&same_serial).err())
+                .flatten();
             if !restart.is_empty() {
                 Err(format!(
                     "reload refused: {} changed, which takes a restart; still serving plan {}",
                     restart.join(", "),
+                    first_serial(&current)
+                ))
+            } else if let Some(e) = unusable {
+                Err(format!(
+                    "reload refused: {e:#}; still serving plan {}",
                     first_serial(&current)
                 ))
             } else if same_serial == **current {

@@ -976,7 +976,21 @@ impl ControlValidator<'_, '_> {
                     .hint("keep the CA file or fingerprint, and drop `insecure`");
                 None
             }
-            Some(_) => Some(BmcTrust::Insecure),
+            Some(insecure) => {
+                // Said at every load (`check`, `serve`, `nodes`): a choice to revisit.
+                self.p
+                    .warning(
+                        "config::tls",
+                        insecure.referenced,
+                        format!(
+                            "the BMC of {} is used without checking its certificate: anyone on the path can pose as it and read its password",
+                            node.name.value
+                        ),
+                        "insecure: true",
+                    )
+                    .hint("give its CA file or its certificate's fingerprint instead");
+                Some(BmcTrust::Insecure)
+            }
             None => self
                 .trust(
                     level.ca_file.as_ref(),
