@@ -5,8 +5,10 @@
 //!
 //! Always on the local socket `<state_dir>/api.sock` (owner-only; `curl --unix-socket`). On
 //! TCP (`api.listen`) only with TLS and a bearer token: every request carries
-//! `Authorization: Bearer TOKEN` (or, for a browser, `?token=TOKEN`, which the page passes on to
-//! its event stream), and anything else is answered 401 before it is looked at.
+//! `Authorization: Bearer TOKEN` or, from a browser, the cookie that `GET /?token=TOKEN` sets
+//! (HttpOnly, Secure, SameSite=Strict) with a redirect to `/`, so the token leaves the address
+//! bar; a token in the URL is accepted there only. Anything else is answered 401 before it is
+//! looked at.
 //!
 //! Architecture invariant: a front like the admin socket (it calls the same functions through
 //! [`crate::admin::Parts`]); it holds no state of its own.
@@ -42,24 +44,50 @@ struct Access {
     token: Option<(ring::hmac::Key, ring::hmac::Tag)>,
 }
 
+/// The cookie the status page's first request sets, so the token leaves the address bar.
+const COOKIE: &str = "okd_appliance_token";
+
+/// How a request is let in.
+#[derive(Debug, PartialEq, Eq)]
+enum Admitted {
+    /// The token in a header or the cookie (or the local socket): served.
+    Yes,
+    /// The status page asked with `?token=`: answered with the cookie and a redirect to the
+    /// page without it.
+    SetCookie(String),
+    No,
+}
+
 impl Access {
-    fn allows(&self, req: &Request<Incoming>) -> bool {
+    fn admit(&self, req: &Request<Incoming>) -> Admitted {
         let Some((key, tag)) = &self.token else {
-            return true;
+            return Admitted::Yes;
         };
+        let valid = |given: &str| ring::hmac::verify(key, given.as_bytes(), tag.as_ref()).is_ok();
         let from_header = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_owned);
-        let from_query = req.uri().query().and_then(|q| {
-            q.split('&')
-                .find_map(|kv| kv.strip_prefix("token=").map(str::to_owned))
-        });
-        from_header
-            .or(from_query)
-            .is_some_and(|given| ring::hmac::verify(key, given.as_bytes(), tag.as_ref()).is_ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let from_cookie = req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='));
+        if from_header.or(from_cookie).is_some_and(valid) {
+            return Admitted::Yes;
+        }
+        // In the URL only for the page's first GET: a URL lands in histories and logs.
+        let from_query = (req.method() == Method::GET && req.uri().path() == "/")
+            .then(|| req.uri().query())
+            .flatten()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
+        match from_query {
+            Some(given) if valid(given) => Admitted::SetCookie(given.to_owned()),
+            _ => Admitted::No,
+        }
     }
 }
 
@@ -225,13 +253,28 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
 }
 
 async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Response<Body> {
-    if !access.allows(&req) {
-        let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"okd-appliance\""),
-        );
-        return r;
+    match access.admit(&req) {
+        Admitted::Yes => {}
+        Admitted::SetCookie(token) => {
+            let mut r = text(StatusCode::SEE_OTHER, "the status page: /\n");
+            let h = r.headers_mut();
+            h.insert(header::LOCATION, HeaderValue::from_static("/"));
+            if let Ok(v) = HeaderValue::from_str(&format!(
+                "{COOKIE}={token}; Path=/; Secure; HttpOnly; SameSite=Strict"
+            )) {
+                h.insert(header::SET_COOKIE, v);
+            }
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            return r;
+        }
+        Admitted::No => {
+            let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"okd-appliance\""),
+            );
+            return r;
+        }
     }
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();

@@ -36,10 +36,10 @@ th{background:#f4f4f4}.up,.ready,.installed{color:#087f23}.down{color:#b00020}.d
 ol#events{font-family:ui-monospace,monospace;font-size:12px;max-height:24em;overflow:auto}";
 
 /// Updates the page from the event stream: each event is listed, a node's phase change lands in
-/// its row. `location.search` carries the token on TCP (an EventSource can't set headers).
+/// its row. On TCP the token travels in the page's cookie (an EventSource can't set headers).
 const SCRIPT: &str = r#"
 const list = document.getElementById('events');
-const stream = new EventSource('/api/v1/events' + location.search);
+const stream = new EventSource('/api/v1/events');
 let seen = 0;
 stream.onmessage = (m) => {
   const e = JSON.parse(m.data);

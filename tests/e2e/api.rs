@@ -100,6 +100,48 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     }
     let wrong_query = format!("{API}/metrics?token=wrong");
     assert_eq!(curl(&client, &[&wrong_query]).0, "401");
+    // The right token in a URL counts only for the page's first GET, which swaps it for a
+    // cookie: nowhere else.
+    for elsewhere in ["metrics", "api/v1/status", "api/v1/events"] {
+        let url = format!("{API}/{elsewhere}?token={TOKEN}");
+        assert_eq!(curl(&client, &["--max-time", "2", &url]).0, "401", "{url}");
+    }
+    let headers = dir.path().join("page-headers");
+    let (code, _) = curl(
+        &client,
+        &[
+            "-D",
+            headers.to_str().unwrap(),
+            &format!("{API}/?token={TOKEN}"),
+        ],
+    );
+    assert_eq!(code, "303");
+    let head = std::fs::read_to_string(&headers)
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(head.contains("location: /\r\n"), "{head}");
+    assert!(
+        head.contains("set-cookie: okd_appliance_token=")
+            && head.contains("; secure; httponly; samesite=strict"),
+        "{head}"
+    );
+    let cookie = format!("Cookie: okd_appliance_token={TOKEN}");
+    assert_eq!(
+        curl(&client, &["-H", &cookie, &format!("{API}/api/v1/status")]).0,
+        "200"
+    );
+    assert_eq!(
+        curl(
+            &client,
+            &[
+                "-H",
+                "Cookie: okd_appliance_token=wrong",
+                &format!("{API}/api/v1/status")
+            ]
+        )
+        .0,
+        "401"
+    );
     assert!(
         !lb_status(&state).contains("draining"),
         "{}",
