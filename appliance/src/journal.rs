@@ -253,6 +253,69 @@ pub struct Journal {
 struct Inner {
     history: Mutex<VecDeque<Event>>,
     live: broadcast::Sender<Event>,
+    refusals: Mutex<Refusals>,
+}
+
+/// Refusals a source address may put in the journal at once, and how many more per second: a
+/// flood of refused requests must not push real events out of the history, nor make
+/// subscribers (the phase tracker, replication, the status page) lag.
+const REFUSAL_BURST: f64 = 10.0;
+const REFUSALS_PER_SECOND: f64 = 2.0;
+/// Addresses tracked at once; past it, those whose bucket is full again are forgotten.
+const REFUSAL_SOURCES: usize = 4096;
+
+/// A token bucket of journaled refusals per source address.
+#[derive(Debug, Default)]
+struct Refusals {
+    buckets: std::collections::HashMap<IpAddr, Bucket>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+    /// Refusals left out since the last one journaled.
+    dropped: u64,
+}
+
+impl Refusals {
+    /// Whether a refusal from `ip` goes in the journal now; with it, how many were left out
+    /// before it.
+    fn admit(&mut self, ip: IpAddr, now: std::time::Instant) -> Result<u64, ()> {
+        if self.buckets.len() >= REFUSAL_SOURCES {
+            self.buckets.retain(|_, b| {
+                b.tokens + now.duration_since(b.at).as_secs_f64() * REFUSALS_PER_SECOND
+                    < REFUSAL_BURST
+            });
+        }
+        let b = self.buckets.entry(ip).or_insert(Bucket {
+            tokens: REFUSAL_BURST,
+            at: now,
+            dropped: 0,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * REFUSALS_PER_SECOND)
+            .min(REFUSAL_BURST);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(std::mem::take(&mut b.dropped))
+        } else {
+            b.dropped += 1;
+            Err(())
+        }
+    }
+}
+
+impl EventKind {
+    /// The address of a refused request this event reports, if it is one.
+    fn refused_source(&self) -> Option<IpAddr> {
+        match self {
+            EventKind::FetchRefused { from, .. } | EventKind::IgnitionUnavailable { from, .. } => {
+                Some(from.ip())
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Default for Journal {
@@ -268,11 +331,33 @@ impl Journal {
             inner: Arc::new(Inner {
                 history: Mutex::new(VecDeque::with_capacity(HISTORY)),
                 live,
+                refusals: Mutex::default(),
             }),
         }
     }
 
+    /// Records and fans out an event. Refusals (requests answered 403 or 404/410 for ignition)
+    /// are limited per source address; what is left out is counted in the next one journaled.
     pub fn publish(&self, node: Option<String>, kind: EventKind) {
+        if let Some(ip) = kind.refused_source() {
+            let admitted = self
+                .inner
+                .refusals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .admit(ip, std::time::Instant::now());
+            match admitted {
+                Ok(0) => {}
+                Ok(dropped) => tracing::warn!(
+                    target: "journal",
+                    "{dropped} more refusals to {ip} were left out of the journal (more than {REFUSALS_PER_SECOND}/s)"
+                ),
+                Err(()) => {
+                    tracing::debug!(target: "journal", "refusal to {ip} left out: {kind:?}");
+                    return;
+                }
+            }
+        }
         let event = Event {
             at: SystemTime::now(),
             node,
@@ -305,6 +390,61 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flood_of_refusals_from_one_address_does_not_fill_the_journal() {
+        let journal = Journal::new();
+        let refused = |ip: &str| EventKind::FetchRefused {
+            from: format!("{ip}:4000").parse().unwrap(),
+            what: "ignition".into(),
+            why: "not the node's address",
+        };
+        for _ in 0..1000 {
+            journal.publish(Some("mst0".into()), refused("10.0.0.66"));
+        }
+        journal.publish(Some("mst0".into()), refused("10.0.0.67"));
+        // Events that move an install are never limited.
+        for _ in 0..50 {
+            journal.publish(
+                Some("mst0".into()),
+                EventKind::ScriptFetched {
+                    from: "10.0.0.66:4000".parse().unwrap(),
+                },
+            );
+        }
+        let recent = journal.recent();
+        let from = |ip: &str| {
+            recent
+                .iter()
+                .filter(|e| matches!(&e.kind, EventKind::FetchRefused { from, .. } if from.ip().to_string() == ip))
+                .count()
+        };
+        assert_eq!(from("10.0.0.66"), REFUSAL_BURST as usize);
+        assert_eq!(from("10.0.0.67"), 1);
+        assert_eq!(
+            recent
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::ScriptFetched { .. }))
+                .count(),
+            50
+        );
+    }
+
+    #[test]
+    fn refusals_come_back_at_their_rate_and_count_what_was_left_out() {
+        let mut r = Refusals::default();
+        let ip: IpAddr = "10.0.0.66".parse().unwrap();
+        let t0 = std::time::Instant::now();
+        for _ in 0..10 {
+            assert_eq!(r.admit(ip, t0), Ok(0));
+        }
+        assert_eq!(r.admit(ip, t0), Err(()));
+        assert_eq!(r.admit(ip, t0), Err(()));
+        // Half a second later: one more (2 a second), with the two left out counted.
+        let later = t0 + std::time::Duration::from_millis(500);
+        assert_eq!(r.admit(ip, later), Ok(2));
+        assert_eq!(r.admit(ip, later), Err(()));
+    }
 
     #[tokio::test]
     async fn subscribers_see_events_and_history_is_bounded() {

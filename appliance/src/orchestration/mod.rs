@@ -104,7 +104,17 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
                 event = events.recv() => match event {
                     Ok(e) => tracker.phases.observe(&e).await,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!("install phases missed {n} journal events");
+                        // What the missed events would have moved is in the install markers.
+                        tracing::warn!(
+                            "install phases missed {n} journal events; reconciling them with the install markers"
+                        );
+                        let plan = tracker.plan.load_full();
+                        let nodes: Vec<String> =
+                            plan.boot.iter().map(|b| b.node.clone()).collect();
+                        tracker
+                            .phases
+                            .reconcile_markers(plan.state_dir.clone(), nodes)
+                            .await;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
                 },

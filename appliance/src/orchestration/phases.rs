@@ -297,6 +297,35 @@ impl Phases {
         self.lock().clone()
     }
 
+    /// Brings the record up to the install markers of `nodes` (after missed journal events:
+    /// the markers are written whether or not anyone heard of them), and saves it if that
+    /// changed anything.
+    pub async fn reconcile_markers(&self, state_dir: PathBuf, nodes: Vec<String>) {
+        let markers = tokio::task::spawn_blocking(move || {
+            nodes
+                .into_iter()
+                .map(|n| {
+                    let phase = install_state::phase(&state_dir, &n);
+                    (n, phase)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let changed = {
+            let mut progress = self.lock();
+            let before = progress.clone();
+            let now = unix_seconds(SystemTime::now());
+            for (node, phase) in &markers {
+                progress.reconcile(node, *phase, now);
+            }
+            *progress != before
+        };
+        if changed {
+            self.save().await;
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -557,6 +586,14 @@ mod tests {
         assert_eq!(p.cluster_phase(), Some(ClusterPhase::Bootstrapping));
         assert_eq!(p.node_phase("master-0"), NodePhase::Script);
         assert_eq!(p.node_phase("worker-0"), NodePhase::Installed);
+        // Events missed while running (a lagging subscriber): the markers bring it up.
+        install_state::record_ignition_fetched(dir.path(), "master-0", "now").unwrap();
+        again
+            .reconcile_markers(dir.path().to_owned(), nodes.clone())
+            .await;
+        assert_eq!(again.snapshot().node_phase("master-0"), NodePhase::Ignition);
+        let saved = Phases::load(dir.path(), &[], Journal::new()).unwrap();
+        assert_eq!(saved.snapshot().node_phase("master-0"), NodePhase::Ignition);
         std::fs::write(dir.path().join(FILE_NAME), b"{ not json").unwrap();
         let e = Phases::load(dir.path(), &nodes, Journal::new()).unwrap_err();
         assert!(e.to_string().contains("not an install-phase record"), "{e}");
