@@ -11,7 +11,7 @@
 //! cleartext every second. [`PairKeys`] derives an independent key for each with HKDF
 //! (RFC 5869), so what VRRP shows the network reveals nothing of the replication key.
 //!
-//! Architecture invariant: a leaf. A [`Secret`] never prints: no `Display`, a redacted
+//! Architecture invariant: a leaf (it imports nothing of the crate). A [`Secret`] never prints: no `Display`, a redacted
 //! `Debug`, and errors name the file or variable, never the content. The mode is checked on the
 //! open file, so a file swapped between the check and the read can't slip through.
 
@@ -19,8 +19,6 @@ use std::fmt;
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-
-use crate::plan::machines::SecretSource;
 
 /// Longer than any token or password; a larger file is not a credential file.
 const MAX_LINE_SECRET: u64 = 4096;
@@ -92,15 +90,12 @@ pub fn read_line(path: &Path) -> Result<Secret, SecretError> {
     )
 }
 
-/// A provider credential, from its file or environment variable.
-pub fn read(source: &SecretSource) -> Result<Secret, SecretError> {
-    match source {
-        SecretSource::File(path) => read_line(path),
-        SecretSource::Env(name) => match std::env::var(name) {
-            Ok(v) => first_line(&v, &source.to_string()),
-            Err(std::env::VarError::NotPresent) => Err(SecretError::EnvMissing(name.clone())),
-            Err(std::env::VarError::NotUnicode(_)) => Err(SecretError::EnvNotUnicode(name.clone())),
-        },
+/// A credential from the environment variable `name` (its first line, trimmed).
+pub fn read_env(name: &str) -> Result<Secret, SecretError> {
+    match std::env::var(name) {
+        Ok(v) => first_line(&v, &format!("environment variable {name}")),
+        Err(std::env::VarError::NotPresent) => Err(SecretError::EnvMissing(name.to_owned())),
+        Err(std::env::VarError::NotUnicode(_)) => Err(SecretError::EnvNotUnicode(name.to_owned())),
     }
 }
 
@@ -210,8 +205,7 @@ mod tests {
             "  5e1f-secret-value  \nsecond line\n",
             0o644,
         );
-        let source = SecretSource::File(path.clone());
-        let err = read(&source).unwrap_err();
+        let err = read_line(&path).unwrap_err();
         assert!(
             matches!(err, SecretError::TooOpen { mode: 0o644, .. }),
             "{err}"
@@ -223,14 +217,15 @@ mod tests {
             "{err}"
         );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let secret = read(&source).unwrap();
+        let secret = read_line(&path).unwrap();
         assert_eq!(secret.expose(), "5e1f-secret-value");
         assert_eq!(format!("{secret:?}"), "Secret(redacted)");
         std::fs::write(&path, "\n").unwrap();
-        assert!(matches!(read(&source), Err(SecretError::Empty(_))));
-        let missing = SecretSource::Env("OKD_APPLIANCE_TEST_NO_SUCH_VARIABLE".into());
+        assert!(matches!(read_line(&path), Err(SecretError::Empty(_))));
         assert_eq!(
-            read(&missing).unwrap_err().to_string(),
+            read_env("OKD_APPLIANCE_TEST_NO_SUCH_VARIABLE")
+                .unwrap_err()
+                .to_string(),
             "the environment variable OKD_APPLIANCE_TEST_NO_SUCH_VARIABLE is not set"
         );
     }

@@ -195,6 +195,46 @@ fn tap_device_is_created_on_the_services_bridge() {
     );
 }
 
+/// A process that exits leaving a stray in its group: the stray dies before the leader is
+/// reaped (while the group's id is still surely its own), and once reaped the harness never
+/// signals that id again, since the kernel may have given it to another test's process.
+#[test]
+fn a_reaped_process_group_is_never_signalled_again() {
+    let mut sh = std::process::Command::new("sh");
+    sh.args(["-c", "sleep 300 & echo $!; exit 0"]);
+    let mut p = Process::spawn("leaves-a-stray", sh).expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || !p
+        .stdout()
+        .is_empty()));
+    let stray: i32 = p.stdout().trim().parse().unwrap();
+    assert!(
+        p.wait_timeout(Duration::from_secs(10))
+            .expect("wait")
+            .is_some_and(|s| s.success())
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(stray),
+            None
+        )
+        .is_err()
+            || std::fs::read_to_string(format!("/proc/{stray}/stat"))
+                .is_ok_and(|s| s.split(' ').nth(2) == Some("Z"))),
+        "the stray outlived its group's leader"
+    );
+    // A new group leader that may well take the reaped id: stopping the old one leaves it be.
+    let mut other = Process::spawn("other", {
+        let mut c = std::process::Command::new("sleep");
+        c.arg("300");
+        c
+    })
+    .expect("spawn");
+    let status = p.stop().expect("stop");
+    assert!(status.success());
+    assert!(other.is_running());
+    drop(other);
+}
+
 #[test]
 fn process_logs_exit_status_and_sigkill_escalation() {
     if !require_root() {

@@ -86,6 +86,11 @@ impl Conn {
         ns.run(|| Conn::connect(addr)).map_err(io::Error::other)?
     }
 
+    /// The client's end of the connection: the address the balancer's debug lines name it by.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.writer.local_addr()
+    }
+
     fn line(&mut self) -> io::Result<String> {
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {

@@ -117,12 +117,33 @@ impl Process {
         String::from_utf8_lossy(&std::fs::read(&self.stderr).unwrap_or_default()).into_owned()
     }
 
-    /// The exit status if the process has exited (reaping it), without blocking.
+    /// The exit status if the process has exited (reaping it), without blocking. Before the
+    /// exited process is reaped, what is left of its process group gets SIGKILL: only while
+    /// the zombie holds its PID is the group's id sure to be this group's (see
+    /// [`Process::signal_group`]).
     pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
         if self.status.is_none() {
+            if self.exited_unreaped() {
+                self.signal_group(Signal::SIGKILL);
+            }
             self.status = self.child.try_wait().context("waitpid")?;
         }
         Ok(self.status)
+    }
+
+    /// Whether the process has exited, without reaping it (`waitid` with `WNOWAIT`).
+    fn exited_unreaped(&self) -> bool {
+        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+        let Ok(pid) = i32::try_from(self.child.id()) else {
+            return false;
+        };
+        matches!(
+            waitid(
+                Id::Pid(Pid::from_raw(pid)),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+            ),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+        )
     }
 
     /// Waits at most `timeout` for the process to exit.
@@ -159,7 +180,15 @@ impl Process {
         Ok(())
     }
 
+    /// Signals the process group, only while its leader is not reaped: once it is, the
+    /// kernel may give its PID, and so the group id, to a new process (every `Process` leads
+    /// a group of its own), and a signal would hit another test's server. That happened: a
+    /// load-balancer test's backend closed its connection early, killed by another test's
+    /// clean-up of a process that had long exited.
     fn signal_group(&self, sig: Signal) {
+        if self.status.is_some() {
+            return;
+        }
         if let Ok(pgid) = i32::try_from(self.child.id()) {
             // ESRCH (group already gone) is fine.
             let _ = killpg(Pid::from_raw(pgid), sig);
@@ -169,14 +198,13 @@ impl Process {
     /// Stops the process: SIGTERM to its process group, up to the grace period, then SIGKILL;
     /// reaps it and returns its exit status. Stray group members get SIGKILL too.
     pub fn stop(&mut self) -> Result<ExitStatus> {
+        // `try_wait` kills the group's strays before it reaps the leader.
         if let Some(status) = self.try_wait()? {
-            self.signal_group(Signal::SIGKILL);
             return Ok(status);
         }
         self.stopped_by_us = true;
         self.signal_group(Signal::SIGTERM);
         if let Some(status) = self.wait_timeout(self.grace)? {
-            self.signal_group(Signal::SIGKILL);
             return Ok(status);
         }
         self.signal_group(Signal::SIGKILL);

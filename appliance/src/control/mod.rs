@@ -302,6 +302,18 @@ pub struct NodeReport {
 
 /// The longest one action may take, whatever the provider does: every wait inside it is
 /// bounded already; this catches one that is not.
+/// A provider's credential, from where the config says: an owner-only file or an environment
+/// variable (`crate::secrets` reads both; a loose file is refused).
+pub fn credential(
+    source: &crate::plan::machines::SecretSource,
+) -> Result<crate::secrets::Secret, crate::secrets::SecretError> {
+    use crate::plan::machines::SecretSource;
+    match source {
+        SecretSource::File(path) => crate::secrets::read_line(path),
+        SecretSource::Env(name) => crate::secrets::read_env(name),
+    }
+}
+
 pub fn action_bound(t: &ControlTimeouts) -> Duration {
     t.task * 3 + t.shutdown + t.request * 20
 }

@@ -195,11 +195,12 @@ fn half_close(to: &TcpStream, ends: Ends, side: &str) -> std::io::Result<()> {
     socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write)
 }
 
-/// Moves one direction until EOF (the caller passes the EOF on: [`half_close`]). Messages are copied (`recv`, `send`) until a read fills the copy buffer: the direction then
-/// carries bulk data, and the rest goes with splice(2) through a pipe, the bytes never entering
-/// user space (bench/lb.sh: ~1.5x the throughput of copying when splice came in). Requests and
-/// small responses stay on the copy path, which needs no pipe and, thanks to [`read_through`],
-/// one system call fewer per message than splicing, and no memory of its own between messages.
+/// Moves one direction until EOF (the caller passes the EOF on: [`half_close`]). Messages are
+/// copied (`recv`, `send`) until a read fills the copy buffer: the direction then carries bulk
+/// data, and the rest goes with splice(2) through a pipe, the bytes never entering user space
+/// (bench/lb.sh: ~1.5x the throughput of copying when splice came in). Requests and small
+/// responses stay on the copy path, which needs no pipe and, thanks to [`read_through`], one
+/// system call fewer per message than splicing, and no memory of its own between messages.
 async fn forward(
     from: &TcpStream,
     to: &TcpStream,

@@ -18,7 +18,7 @@ use super::spell;
 use crate::control::https::{self, HttpsClient};
 use crate::control::{ControlError, tls};
 use crate::plan::machines::Proxmox;
-use crate::secrets::{self as secret, Secret};
+use crate::secrets::Secret;
 
 /// Characters a path segment keeps as they are: RFC 3986 unreserved, and `:`, `@` and `!`,
 /// which UPIDs and token names are full of and a path segment may hold. `/` (in volume IDs)
@@ -118,8 +118,8 @@ impl std::fmt::Debug for Api {
 impl Api {
     /// Reads the token's secret and builds the TLS client; nothing is sent yet.
     pub fn new(px: &Proxmox, request_timeout: Duration) -> Result<Api, ControlError> {
-        let secret =
-            secret::read(&px.token_secret).map_err(|e| ControlError::Credentials(e.to_string()))?;
+        let secret = crate::control::credential(&px.token_secret)
+            .map_err(|e| ControlError::Credentials(e.to_string()))?;
         Self::with_secret(px, &secret, request_timeout)
     }
 

@@ -31,7 +31,6 @@ use super::https::{self, HttpsClient};
 use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
 use crate::plan::machines::{Bmc, BmcTrust, ControlTimeouts};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
-use crate::secrets as secret;
 use crate::vocabulary::MacAddr;
 
 /// How often power state is polled while waiting for it to change.
@@ -503,8 +502,8 @@ const X_AUTH_TOKEN: &str = "x-auth-token";
 
 impl BmcClient {
     fn new(bmc: &Bmc, timeout: Duration) -> Result<BmcClient, ControlError> {
-        let password =
-            secret::read(&bmc.password).map_err(|e| ControlError::Credentials(e.to_string()))?;
+        let password = crate::control::credential(&bmc.password)
+            .map_err(|e| ControlError::Credentials(e.to_string()))?;
         let login = json!({ "UserName": bmc.username, "Password": password.expose() });
         let mut auth = HeaderValue::from_str(&format!(
             "Basic {}",
