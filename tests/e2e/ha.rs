@@ -402,6 +402,12 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
         "{}",
         second.log_tails()
     );
+    // The stranger's refused connection changed nothing: the real session goes on.
+    let standby = state(dirs[1].path());
+    assert!(
+        standby.contains("replication: receiving from the peer, connected"),
+        "a refused connection made the standby look disconnected: {standby}"
+    );
 
     // DNS queries and new connections through the balancer across the switch, every 100 ms,
     // from the client.
