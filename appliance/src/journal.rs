@@ -116,6 +116,9 @@ pub enum EventKind {
     HaRole { active: bool },
     /// The install orchestration stopped short: why, and what it was doing.
     OrchestrationFailed { why: String },
+    /// The install orchestration made a decision the operator should know of (a wait it
+    /// skipped, and why).
+    OrchestrationNote { what: String },
     /// The control module acted on the node's machine: what it did, or why it could not.
     Machine {
         action: &'static str,
@@ -205,6 +208,7 @@ impl fmt::Display for Event {
             EventKind::OrchestrationFailed { why } => {
                 write!(f, "install orchestration stopped: {why}")
             }
+            EventKind::OrchestrationNote { what } => write!(f, "install orchestration: {what}"),
             EventKind::IgnitionUnavailable { from, file, why } => {
                 write!(f, "{file} not served to {from}: {why}")
             }

@@ -6,8 +6,12 @@ client-certificate authentication on every /api and /apis request (/readyz answe
 kube-apiserver's does, so the load balancer's health check works).
 
 It plays a cluster in the middle of its install:
-- kube-system/bootstrap reports "complete" once the file <dir>/bootstrap-complete exists;
-- etcds.operator.openshift.io/cluster reports EtcdBootstrapMemberRemoved=True;
+- kube-system/bootstrap does not exist (404) until the file <dir>/bootstrap-complete does,
+  then says "complete" (cluster-bootstrap creates it when it is done: openshift/installer,
+  data/data/bootstrap/files/usr/local/bin/bootkube.sh.template);
+- etcds.operator.openshift.io/cluster has no EtcdBootstrapMemberRemoved condition until the
+  file <dir>/etcd-bootstrap-removed exists, then True (the etcd operator never writes False:
+  cluster-etcd-operator, pkg/operator/bootstrapteardown/bootstrap_teardown_controller.go);
 - the master's Node is there and Ready once the file <dir>/masters-joined exists;
 - once <dir>/kubelets exists, each configured worker's kubelet files a client CSR (from the
   node-bootstrapper service account), and a second one at once (csr-client-<worker>-again,
@@ -18,7 +22,9 @@ It plays a cluster in the middle of its install:
   BOOTSTRAP name a client CSR of the bootstrap node) are filed too;
 - every object's creationTimestamp is when it was made (a client CSR is approved only within a
   window after its node's ignition fetch);
-- ClusterVersion is Available, not Failing, not Progressing; two ClusterOperators settled.
+- ClusterVersion is Available, not Failing, not Progressing; no ClusterOperator exists before
+  the masters joined, then three, of which ingress is not Available (and not Progressing) until
+  the file <dir>/operators-settled exists.
 
 Every approval is appended to <dir>/approvals (name, signer) after checking it came as a PUT to
 the /approval subresource with an Approved condition; anything else there is answered 400 and
@@ -226,14 +232,19 @@ def get(path):
     with lock:
         cluster_moves()
         if path == "/api/v1/namespaces/kube-system/configmaps/bootstrap":
-            done = os.path.exists(os.path.join(DIR, "bootstrap-complete"))
+            if not os.path.exists(os.path.join(DIR, "bootstrap-complete")):
+                return status(404, "NotFound", 'configmaps "bootstrap" not found')
             return 200, {"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": "bootstrap", "namespace": "kube-system"},
-                         "data": {"status": "complete" if done else "progressing"}}
+                         "data": {"status": "complete"}}
         if path == "/apis/operator.openshift.io/v1/etcds/cluster":
+            removed = os.path.exists(os.path.join(DIR, "etcd-bootstrap-removed"))
+            conds = conditions(EtcdMembersAvailable="True")
+            if removed:
+                conds += conditions(EtcdBootstrapMemberRemoved="True")
             return 200, {"apiVersion": "operator.openshift.io/v1", "kind": "Etcd",
                          "metadata": {"name": "cluster"},
-                         "status": {"conditions": conditions(EtcdBootstrapMemberRemoved="True")}}
+                         "status": {"conditions": conds}}
         if path == CSR_PATH:
             return 200, listing("CertificateSigningRequest", "certificates.k8s.io/v1", csrs.values())
         if path == "/api/v1/nodes":
@@ -244,11 +255,14 @@ def get(path):
                          "status": {"conditions": conditions(Available="True", Failing="False",
                                                              Progressing="False")}}
         if path == "/apis/config.openshift.io/v1/clusteroperators":
+            joined = os.path.exists(os.path.join(DIR, "masters-joined"))
+            settled = os.path.exists(os.path.join(DIR, "operators-settled"))
             ops = [{"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator",
                     "metadata": {"name": n},
-                    "status": {"conditions": conditions(Available="True", Progressing="False",
-                                                        Degraded="False")}}
-                   for n in ("etcd", "kube-apiserver")]
+                    "status": {"conditions": conditions(
+                        Available="True" if settled or n != "ingress" else "False",
+                        Progressing="False", Degraded="False")}}
+                   for n in ("etcd", "kube-apiserver", "ingress")] if joined else []
             return 200, listing("ClusterOperator", "config.openshift.io/v1", ops)
         return status(404, "NotFound", "the server could not find the requested resource")
 

@@ -37,6 +37,36 @@ pub enum ClusterError {
 /// A condition's status, by type.
 pub type Conditions = HashMap<String, String>;
 
+/// Where etcd's bootstrap member stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdBootstrap {
+    Removed,
+    /// Not yet, and what was seen.
+    NotYet(&'static str),
+}
+
+/// ClusterVersion `version` as the orchestration reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionState {
+    pub conditions: Conditions,
+    pub version: Option<String>,
+}
+
+impl VersionState {
+    /// Whether the cluster provably predates `EtcdBootstrapMemberRemoved`: the etcd operator
+    /// first wrote it in January 2023 (cluster-etcd-operator#992, OCPBUGS-5988, on its way to
+    /// 4.13); a 4.11 or older cluster never writes it. Unknown or unreadable versions do not.
+    pub fn predates_etcd_bootstrap_condition(&self) -> bool {
+        let Some(v) = &self.version else {
+            return false;
+        };
+        let mut parts = v.split(['.', '-']);
+        let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+        let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+        matches!((major, minor), (Some(4), Some(m)) if m <= 11)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeState {
     pub name: String,
@@ -54,6 +84,8 @@ pub struct Cluster {
     url: String,
     /// What it was made from, so a reload that changes it is noticed ([`Cluster::made_from`]).
     kubeconfig: std::path::PathBuf,
+    /// The kubeconfig's content then: a file corrected in place is read again.
+    kubeconfig_digest: ring::digest::Digest,
     server_name: String,
 }
 
@@ -109,8 +141,22 @@ impl Cluster {
             client,
             url: plan.api_url.clone(),
             kubeconfig: plan.kubeconfig.clone(),
+            kubeconfig_digest: ring::digest::digest(&ring::digest::SHA256, &text),
             server_name: plan.api_server_name.clone(),
         })
+    }
+
+    /// Whether the kubeconfig's content changed since this client was made (an operator
+    /// replaced a wrong one in place: `reload` sees the same config, so the file itself is
+    /// compared). An unreadable file counts as changed: connecting again says why.
+    pub async fn kubeconfig_changed(&self) -> bool {
+        match tokio::fs::read(&self.kubeconfig).await {
+            Ok(now) => {
+                ring::digest::digest(&ring::digest::SHA256, &now).as_ref()
+                    != self.kubeconfig_digest.as_ref()
+            }
+            Err(_) => true,
+        }
     }
 
     /// Whether this client is the one `plan` asks for: a reload may have named another
@@ -142,9 +188,16 @@ impl Cluster {
             .is_some_and(|s| s == "complete"))
     }
 
-    /// `EtcdBootstrapMemberRemoved` of `etcds.operator.openshift.io/cluster`: `None` where the
-    /// resource or the condition does not exist (OKD before 4.8).
-    pub async fn etcd_bootstrap_member_removed(&self) -> Result<Option<bool>, ClusterError> {
+    /// Whether etcd removed its bootstrap member: `EtcdBootstrapMemberRemoved=True` on
+    /// `etcds.operator.openshift.io/cluster`. The rule is `openshift-install wait-for
+    /// bootstrap-complete`'s (openshift/installer, cmd/openshift-install/create.go,
+    /// `waitForEtcdBootstrapMemberRemoval`): only True counts; an absent condition, an absent
+    /// resource or a read error mean "not yet". The etcd operator never writes False: the
+    /// condition is absent until the member is gone (cluster-etcd-operator,
+    /// pkg/operator/bootstrapteardown/bootstrap_teardown_controller.go,
+    /// `setSuccessfulBootstrapRemovalStatus`). Its first name was misspelt
+    /// `EtcdBoostrapMemberRemoved` (cluster-etcd-operator#992): either counts.
+    pub async fn etcd_bootstrap_member_removed(&self) -> Result<EtcdBootstrap, ClusterError> {
         let resource = ApiResource {
             group: "operator.openshift.io".into(),
             version: "v1".into(),
@@ -155,15 +208,23 @@ impl Cluster {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let etcd = match api.get_opt("cluster").await {
             Ok(e) => e,
-            // No such resource type on this version.
             Err(kube::Error::Api(s)) if s.code == 404 => None,
             Err(e) => return Err(self.api_error("reading etcds/cluster", &e)),
         };
-        Ok(etcd.and_then(|e| {
-            conditions(&e.data)
-                .get("EtcdBootstrapMemberRemoved")
-                .map(|s| s == "True")
-        }))
+        Ok(match etcd {
+            None => EtcdBootstrap::NotYet("etcds/cluster does not exist yet"),
+            Some(e) => {
+                let c = conditions(&e.data);
+                match c
+                    .get("EtcdBootstrapMemberRemoved")
+                    .or_else(|| c.get("EtcdBoostrapMemberRemoved"))
+                {
+                    Some(s) if s == "True" => EtcdBootstrap::Removed,
+                    Some(_) => EtcdBootstrap::NotYet("EtcdBootstrapMemberRemoved is not True"),
+                    None => EtcdBootstrap::NotYet("EtcdBootstrapMemberRemoved is not set yet"),
+                }
+            }
+        })
     }
 
     pub async fn certificate_requests(
@@ -231,8 +292,9 @@ impl Cluster {
             .collect())
     }
 
-    /// The conditions of ClusterVersion `version`, if it exists yet.
-    pub async fn cluster_version(&self) -> Result<Option<Conditions>, ClusterError> {
+    /// ClusterVersion `version`, if it exists yet: its conditions and the version it is at or
+    /// going to (`status.desired.version`).
+    pub async fn cluster_version(&self) -> Result<Option<VersionState>, ClusterError> {
         let api: Api<DynamicObject> = Api::all_with(
             self.client.clone(),
             &config_resource("ClusterVersion", "clusterversions"),
@@ -241,7 +303,12 @@ impl Cluster {
             .get_opt("version")
             .await
             .map_err(|e| self.api_error("reading clusterversion/version", &e))?;
-        Ok(version.map(|v| conditions(&v.data)))
+        Ok(version.map(|v| VersionState {
+            conditions: conditions(&v.data),
+            version: v.data["status"]["desired"]["version"]
+                .as_str()
+                .map(str::to_owned),
+        }))
     }
 
     pub async fn operators(&self) -> Result<Vec<OperatorState>, ClusterError> {
@@ -311,6 +378,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_clusters_older_than_the_etcd_condition_may_skip_it() {
+        let at = |v: Option<&str>| VersionState {
+            conditions: Conditions::new(),
+            version: v.map(str::to_owned),
+        };
+        for old in [
+            "4.11.0-0.okd-2022-12-02-145640",
+            "4.7.0-0.okd-2021-03-07-090821",
+            "4.11.58",
+        ] {
+            assert!(at(Some(old)).predates_etcd_bootstrap_condition(), "{old}");
+        }
+        for new in [
+            "4.12.0-0.okd-2023-02-18-033438",
+            "4.15.0-0.okd-2024-03-10-010116",
+            "4.19.0-okd-scos.1",
+            "5.0.0",
+            "garbage",
+            "",
+        ] {
+            assert!(!at(Some(new)).predates_etcd_bootstrap_condition(), "{new}");
+        }
+        assert!(!at(None).predates_etcd_bootstrap_condition());
+    }
+
+    #[test]
     fn conditions_are_read_by_type() {
         let data = serde_json::json!({"status": {"conditions": [
             {"type": "Available", "status": "True"},
@@ -354,6 +447,13 @@ mod tests {
         std::fs::set_permissions(&kubeconfig, tight).unwrap();
         let cluster = Cluster::connect(&plan).await.unwrap();
         assert!(cluster.made_from(&plan));
+        // A kubeconfig corrected in place (same path, new content) is noticed.
+        assert!(!cluster.kubeconfig_changed().await);
+        let text = std::fs::read_to_string(&kubeconfig).unwrap();
+        std::fs::write(&kubeconfig, text.replace("not-a-secret", "another-token")).unwrap();
+        assert!(cluster.kubeconfig_changed().await);
+        std::fs::write(&kubeconfig, &text).unwrap();
+        assert!(!cluster.kubeconfig_changed().await);
         // Pacing is read from the plan at each poll: no new client for it.
         let slower = OrchestrationPlan {
             poll: Duration::from_secs(30),

@@ -46,7 +46,7 @@ use crate::plan::machines::MachineSpec;
 use crate::plan::{self, Plan};
 use crate::service::{Context, Running};
 use crate::vocabulary::Role;
-use cluster::{Cluster, ClusterError};
+use cluster::{Cluster, ClusterError, EtcdBootstrap};
 use phases::{ClusterPhase, NodePhase, Phases, Progress, Step};
 
 /// The orchestration as the admin socket sees it.
@@ -390,14 +390,20 @@ impl Orchestrator {
             run.workers_started = Some(workers.len());
         }
 
-        if run
-            .cluster
-            .as_ref()
-            .is_some_and(|c| !c.made_from(&plan.orchestration))
-        {
-            // A reload named another kubeconfig or API address: the next requests go there.
-            tracing::info!("the reloaded orchestration settings name another cluster API client");
-            run.cluster = None;
+        if let Some(c) = &run.cluster {
+            if !c.made_from(&plan.orchestration) {
+                // A reload named another kubeconfig or API address: the next requests go there.
+                tracing::info!(
+                    "the reloaded orchestration settings name another cluster API client"
+                );
+                run.cluster = None;
+            } else if c.kubeconfig_changed().await {
+                tracing::info!(
+                    "{} changed: reading it again",
+                    plan.orchestration.kubeconfig.display()
+                );
+                run.cluster = None;
+            }
         }
         if run.cluster.is_none() {
             match Cluster::connect(&plan.orchestration).await {
@@ -433,14 +439,31 @@ impl Orchestrator {
                 if complete != Ok(true) {
                     return Ok(None);
                 }
+                // Destroying the bootstrap while etcd still counts its member can leave etcd
+                // without quorum: wait as `openshift-install wait-for bootstrap-complete` does.
                 match cluster.etcd_bootstrap_member_removed().await {
-                    Ok(Some(false)) => {
-                        self.waiting(
-                            "etcd to remove its bootstrap member (EtcdBootstrapMemberRemoved)",
+                    Ok(EtcdBootstrap::Removed) => {}
+                    Ok(EtcdBootstrap::NotYet(seen)) => {
+                        let version = cluster.cluster_version().await.ok().flatten();
+                        let old = version
+                            .as_ref()
+                            .filter(|v| v.predates_etcd_bootstrap_condition());
+                        let Some(old) = old else {
+                            self.waiting(format!(
+                                "etcd to remove its bootstrap member (etcds/cluster: {seen})"
+                            ));
+                            return Ok(None);
+                        };
+                        self.journal.publish(
+                            None,
+                            EventKind::OrchestrationNote {
+                                what: format!(
+                                    "not waiting for EtcdBootstrapMemberRemoved: the cluster is at {}, older than the condition (4.12)",
+                                    old.version.as_deref().unwrap_or_default()
+                                ),
+                            },
                         );
-                        return Ok(None);
                     }
-                    Ok(_) => {}
                     Err(e) => {
                         self.waiting(format!("the cluster API: {e}"));
                         return Ok(None);
@@ -452,6 +475,7 @@ impl Orchestrator {
                 if let Some(b) = &bootstrap {
                     crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
                     run.drain_started = Some(Instant::now());
+                    self.waiting(format!("connections to {b} to end"));
                 }
                 Ok(None)
             }
@@ -481,6 +505,7 @@ impl Orchestrator {
                 self.phases
                     .advance_cluster(ClusterPhase::BootstrapRemoved)
                     .await;
+                self.waiting("the workers to start");
                 Ok(None)
             }
             ClusterPhase::BootstrapRemoved => {
@@ -509,30 +534,24 @@ impl Orchestrator {
                     run.settled_since = None;
                     return Ok(None);
                 }
+                // `openshift-install wait-for install-complete`'s rule (openshift/installer,
+                // cmd/openshift-install/command/waitfor.go: `waitForInitializedCluster`, then
+                // `waitForStableOperators`), made stricter: see `settled`.
                 let version = cluster.cluster_version().await.unwrap_or(None);
-                let done = version.as_ref().is_some_and(|c| {
-                    c.get("Available").map(String::as_str) == Some("True")
-                        && c.get("Failing").map(String::as_str) == Some("False")
-                        && c.get("Progressing").map(String::as_str) == Some("False")
-                });
+                let done = version
+                    .as_ref()
+                    .is_some_and(|v| cluster_version_done(&v.conditions));
                 if !done {
                     self.waiting("ClusterVersion version: Available, not Failing, not Progressing");
                     run.settled_since = None;
                     return Ok(None);
                 }
-                let operators = cluster.operators().await.map_err(|e| e.to_string());
-                let busy: Vec<String> = match &operators {
-                    Ok(ops) => ops
-                        .iter()
-                        .filter(|o| {
-                            o.conditions.get("Progressing").map(String::as_str) != Some("False")
-                        })
-                        .map(|o| o.name.clone())
-                        .collect(),
-                    Err(e) => vec![e.clone()],
+                let busy = match cluster.operators().await {
+                    Ok(ops) => unsettled(&ops),
+                    Err(e) => Some(e.to_string()),
                 };
-                if !busy.is_empty() {
-                    self.waiting(format!("cluster operators to settle: {}", busy.join(", ")));
+                if let Some(busy) = busy {
+                    self.waiting(format!("cluster operators to settle: {busy}"));
                     run.settled_since = None;
                     return Ok(None);
                 }
@@ -738,6 +757,44 @@ impl Orchestrator {
     }
 }
 
+/// ClusterVersion's own verdict: Available, neither Failing nor Progressing
+/// (`waitForInitializedCluster`).
+fn cluster_version_done(c: &cluster::Conditions) -> bool {
+    let is = |name: &str, value: &str| c.get(name).map(String::as_str) == Some(value);
+    is("Available", "True") && is("Failing", "False") && is("Progressing", "False")
+}
+
+/// What keeps the cluster operators from being settled, or `None` when every one is Available,
+/// not Progressing and not Degraded. An empty list is not settled: the operators are not there
+/// yet. Upstream's `waitForStableOperators` looks at Progressing only (False for 30 s); an
+/// operator that is not Available, or Degraded, is a failed install to a person, so it is
+/// waited for here too. The settle period (`orchestration.settle`) runs once this is `None`.
+fn unsettled(ops: &[cluster::OperatorState]) -> Option<String> {
+    if ops.is_empty() {
+        return Some("no ClusterOperator exists yet".into());
+    }
+    let is = |o: &cluster::OperatorState, name: &str, value: &str| {
+        o.conditions.get(name).map(String::as_str) == Some(value)
+    };
+    let busy: Vec<String> = ops
+        .iter()
+        .filter_map(|o| {
+            let mut why = Vec::new();
+            if !is(o, "Available", "True") {
+                why.push("not Available");
+            }
+            if !is(o, "Progressing", "False") {
+                why.push("Progressing");
+            }
+            if !is(o, "Degraded", "False") {
+                why.push("Degraded");
+            }
+            (!why.is_empty()).then(|| format!("{} ({})", o.name, why.join(", ")))
+        })
+        .collect();
+    (!busy.is_empty()).then(|| busy.join(", "))
+}
+
 fn steps(s: &[Step<NodePhase>]) -> Vec<StepView> {
     s.iter()
         .map(|s| StepView {
@@ -771,4 +828,69 @@ struct CsrMemory {
     refused: HashMap<String, String>,
     /// The client certificates approved: node -> its install attempt ([`csr::Facts`]).
     approved_clients: HashMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operator(
+        name: &str,
+        available: &str,
+        progressing: &str,
+        degraded: &str,
+    ) -> cluster::OperatorState {
+        cluster::OperatorState {
+            name: name.into(),
+            conditions: [
+                ("Available", available),
+                ("Progressing", progressing),
+                ("Degraded", degraded),
+            ]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn operators_are_settled_only_when_every_one_is_available_and_quiet() {
+        // None at all: not there yet.
+        assert!(unsettled(&[]).is_some());
+        let good = operator("dns", "True", "False", "False");
+        assert_eq!(unsettled(std::slice::from_ref(&good)), None);
+        // Not Available but not Progressing counted as settled once.
+        let down = operator("ingress", "False", "False", "False");
+        assert_eq!(
+            unsettled(&[good.clone(), down]).as_deref(),
+            Some("ingress (not Available)")
+        );
+        let degraded = operator("etcd", "True", "False", "True");
+        assert_eq!(
+            unsettled(&[good.clone(), degraded]).as_deref(),
+            Some("etcd (Degraded)")
+        );
+        // A condition that is missing is not "False".
+        let unknown = operator("console", "True", "", "");
+        assert_eq!(
+            unsettled(&[good, unknown]).as_deref(),
+            Some("console (Progressing, Degraded)")
+        );
+    }
+
+    #[test]
+    fn the_cluster_version_must_say_available_and_neither_failing_nor_progressing() {
+        let c = |a: &str, f: &str, p: &str| -> cluster::Conditions {
+            [("Available", a), ("Failing", f), ("Progressing", p)]
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        };
+        assert!(cluster_version_done(&c("True", "False", "False")));
+        assert!(!cluster_version_done(&c("True", "", "False")));
+        assert!(!cluster_version_done(&c("True", "False", "True")));
+        assert!(!cluster_version_done(&c("False", "False", "False")));
+    }
 }
