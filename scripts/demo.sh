@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
 # Runs okd-appliance on the shipped sample cluster, config/demo.yml, on loopback ports: no root
 # and no cluster network needed. Ctrl-C stops it; `kill -HUP` reloads the config.
+#
+# Everything it writes goes under cargo's target directory (CARGO_TARGET_DIR when set), in
+# demo/: a copy of the config whose paths point there, the install directory, the state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p okd-appliance
+# Where cargo puts its builds, as cargo itself says (CARGO_TARGET_DIR, a config file, or ./target).
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+if [[ ! -x $target_dir/release/okd-appliance ]]; then
+  echo "demo: building okd-appliance in release mode; a first build takes several minutes (about 15 on two cores)" >&2
+fi
+# The binary cargo built, by its own account (no guessing at the layout).
+binary=$(cargo build --release -p okd-appliance --message-format=json-render-diagnostics |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "okd-appliance":
+        print(m["executable"])
+')
+[[ -x $binary ]] || { echo "demo: cargo named no okd-appliance binary" >&2; exit 1; }
 
 # What `openshift-install create ignition-configs` leaves behind, freshly dated, so the demo
 # config validates. These are minimal Ignition configs, not a real cluster's.
-mkdir -p target/demo/install_dir target/demo/artifacts
+demo=$target_dir/demo
+mkdir -p "$demo/install_dir" "$demo/artifacts"
 for role in bootstrap master worker; do
-  printf '{"ignition":{"version":"3.2.0"}}\n' > "target/demo/install_dir/$role.ign"
+  printf '{"ignition":{"version":"3.2.0"}}\n' > "$demo/install_dir/$role.ign"
 done
+# The shipped config with its directories beside the copy.
+sed -e 's|\.\./target/demo/|./|' config/demo.yml > "$demo/okd.yml"
 
-target/release/okd-appliance check config/demo.yml
-exec target/release/okd-appliance serve config/demo.yml
+"$binary" check "$demo/okd.yml"
+exec "$binary" serve "$demo/okd.yml"
