@@ -46,6 +46,7 @@ enum Command {
     },
     /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
     Render {
+        /// The cluster config (YAML).
         file: PathBuf,
         /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools;
         /// `networkd` for the services host's own cluster NIC (a systemd-networkd file).
@@ -59,7 +60,10 @@ enum Command {
         serial: Option<u32>,
     },
     /// Serve DNS, DHCP, the load balancer and the boot files for the cluster.
-    Serve { file: PathBuf },
+    Serve {
+        /// The cluster config (YAML); `reload` or SIGHUP reads it again.
+        file: PathBuf,
+    },
     /// Make the running appliance re-read its config, and say what happened: exit 0 when it
     /// serves the new plan (or the config is unchanged), 1 when it keeps the previous plan
     /// (an invalid config, or a change that takes a restart).
@@ -174,6 +178,7 @@ enum ClusterAction {
     },
     /// Bring WORKERS of the configured workers (in config order) into the cluster.
     Scale {
+        /// How many of the configured workers the cluster should have (the first WORKERS).
         #[arg(long)]
         workers: usize,
         #[command(flatten)]
@@ -297,7 +302,11 @@ struct NodeTargets {
 #[derive(Debug, Subcommand)]
 enum NodeAction {
     /// Install NODE again at its next network boot (its iPXE script stops booting the disk).
+    #[command(
+        override_usage = "okd-appliance node reinstall <NODE> <FILE|--state-dir <STATE_DIR>>"
+    )]
     Reinstall {
+        /// The node to install again (as named in the config).
         node: String,
         #[command(flatten)]
         target: Target,
@@ -317,13 +326,17 @@ enum NodeAction {
 #[derive(Debug, Subcommand)]
 enum LbAction {
     /// Stop sending new connections to NODE; open ones may finish until `lb.drain_timeout`.
+    #[command(override_usage = "okd-appliance lb drain <NODE> <FILE|--state-dir <STATE_DIR>>")]
     Drain {
+        /// The node whose backends leave the pools (as named in the config).
         node: String,
         #[command(flatten)]
         target: Target,
     },
     /// Put NODE back into rotation (it still has to pass its health checks).
+    #[command(override_usage = "okd-appliance lb undrain <NODE> <FILE|--state-dir <STATE_DIR>>")]
     Undrain {
+        /// The node whose backends come back (as named in the config).
         node: String,
         #[command(flatten)]
         target: Target,
@@ -719,6 +732,11 @@ fn admin(target: &Target, request: &str) -> ExitCode {
         Ok(reply) if reply.starts_with("ok") => {
             print!("{reply}");
             ExitCode::SUCCESS
+        }
+        // A node the appliance does not know: a usage error, 2, as `nodes` says it.
+        Ok(reply) if reply.starts_with("error: no ") => {
+            eprint!("{reply}");
+            ExitCode::from(2)
         }
         Ok(reply) => {
             eprint!("{reply}");

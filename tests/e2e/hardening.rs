@@ -109,6 +109,21 @@ fn artifacts_serve_no_dot_file_ignition_or_auth_file() {
         get(&other, &format!("{BASE}/artifacts/kernel")),
         ("200".into(), "content of kernel\n".into())
     );
+    // An unknown node is a usage error (2) for every command that names one, as for `nodes`.
+    let state = dir.path().join("state");
+    for args in [
+        ["lb", "drain", "nosuch"],
+        ["lb", "undrain", "nosuch"],
+        ["node", "reinstall", "nosuch"],
+    ] {
+        let out = std::process::Command::new(appliance_bin().unwrap())
+            .args(args)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
     for refused in [
         ".openshift_install_state.json",
         "%2Eopenshift_install_state.json",
