@@ -370,7 +370,10 @@ async fn ha(parts: &Parts, words: &[&str]) -> String {
 /// `cluster ...`: the install orchestration.
 async fn cluster(o: &Orchestrator, words: &[&str]) -> String {
     match words {
-        ["up"] => format!("ok: {}\n", o.up().await),
+        ["up"] => match o.up().await {
+            Ok(line) => format!("ok: {line}\n"),
+            Err(why) => format!("error: {why}\n"),
+        },
         ["status"] => match serde_json::to_string(&o.status()) {
             Ok(json) => format!("ok\n{json}\n"),
             Err(e) => format!("error: {e}\n"),

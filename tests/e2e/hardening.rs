@@ -235,3 +235,38 @@ fn install_markers_are_on_disk_before_they_count() {
     );
     assert!(found[2].contains("fsync("), "{found:?}");
 }
+
+/// `cluster up` without the admin kubeconfig: refused before any machine is touched, naming the
+/// file (it once answered "started" and powered the machines on).
+#[test]
+fn cluster_up_without_a_kubeconfig_touches_nothing() {
+    if !require_root() {
+        return;
+    }
+    let topo = Topology::new("hdk").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let app = start(topo.services(), &config, None);
+    let out = std::process::Command::new(appliance_bin().unwrap())
+        .args(["cluster", "up", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("the admin kubeconfig can't be used")
+            && said.contains("install_dir/auth/kubeconfig")
+            && said.contains("no machine was touched"),
+        "{said}"
+    );
+    let status = std::process::Command::new(appliance_bin().unwrap())
+        .args(["cluster", "status", "--json", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["running"], false, "{status}");
+    assert_eq!(status["up_requested"], false, "{status}");
+    assert!(!app.stderr().contains("power"), "{}", app.log_tails());
+}

@@ -96,7 +96,12 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
         let mut events = tracker.journal.subscribe();
         if tracker.phases.snapshot().up_requested {
             tracing::info!("resuming the unfinished `cluster up`");
-            tracker.up().await;
+            if let Err(why) = tracker.up().await {
+                tracing::warn!("can't resume `cluster up`: {why}");
+                tracker
+                    .journal
+                    .publish(None, EventKind::OrchestrationFailed { why });
+            }
         }
         loop {
             tokio::select! {
@@ -214,11 +219,25 @@ impl Orchestrator {
     }
 
     /// Starts (or resumes) the install; a running one is left alone.
-    pub async fn up(&self) -> String {
+    pub async fn up(&self) -> Result<String, String> {
+        // Nothing is created or powered before the API's credentials are known to be there:
+        // without them the run could start machines and then never see the cluster.
+        let kubeconfig = self.plan.load().orchestration.kubeconfig.clone();
+        let readable = tokio::task::spawn_blocking({
+            let path = kubeconfig.clone();
+            move || crate::secrets::read_kubeconfig(&path).map(drop)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        if let Err(e) = readable {
+            return Err(format!(
+                "the admin kubeconfig can't be used ({e}): `openshift-install create ignition-configs` writes auth/kubeconfig in the install directory (or set orchestration.kubeconfig); no machine was touched"
+            ));
+        }
         let cancel = {
             let mut run = self.lock();
             if run.cancel.is_some() {
-                return format!("already running: {}", self.describe_phase());
+                return Ok(format!("already running: {}", self.describe_phase()));
             }
             let cancel = self.shutdown.child_token();
             run.cancel = Some(cancel.clone());
@@ -250,7 +269,7 @@ impl Orchestrator {
                     .publish(None, EventKind::OrchestrationFailed { why }),
             }
         });
-        format!("started: {}", self.describe_phase())
+        Ok(format!("started: {}", self.describe_phase()))
     }
 
     fn describe_phase(&self) -> String {
@@ -273,7 +292,7 @@ impl Orchestrator {
         self.phases
             .update(|p| p.workers_wanted = Some(workers))
             .await;
-        let started = self.up().await;
+        let started = self.up().await?;
         let shrink = if workers < before {
             // Taking a node out of a cluster is a drain and a delete of its Node first: a
             // person's decision, not a side effect of a number.
