@@ -348,6 +348,46 @@ fn udhcpc_gets_its_reservation_renews_and_releases() {
         .expect("udhcpc waits after a release");
 }
 
+/// `listen.dhcp` naming the appliance's own address: Linux gives broadcast DISCOVERs to no
+/// socket bound to one address, so the appliance binds the wildcard on network.interface
+/// instead (a client once waited for ever while `serve` said it listened).
+#[test]
+fn a_unicast_dhcp_listen_address_still_hears_broadcasts() {
+    if !require_root() || !require_tools(&["busybox", "unshare"]) {
+        return;
+    }
+    let node_cfg = MASTER1;
+    let site = Site::new(&Cluster {
+        dhcp_listen: Some(format!("{SERVER}:67")),
+        ..Cluster::default()
+    });
+    let topo = Topology::new("dhcu").expect("topology");
+    let app = site.start_appliance(topo.services());
+    assert!(
+        app.stderr()
+            .contains("listening for dhcp/udp on 0.0.0.0:67"),
+        "{}",
+        app.log_tails()
+    );
+    let node = topo.add_bare_node("dhnu").expect("node");
+    node.set_mac(node_cfg.mac).expect("mac");
+    let hook = Hook::new(site.path(), "udhcpc");
+    let hook_path = hook.path.display().to_string();
+    let argv = [
+        "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-q", "-t", "5", "-T", "1",
+    ];
+    let client = Process::spawn(
+        "udhcpc",
+        guarded(&node, &site.path().join("resolv.conf"), &argv),
+    )
+    .expect("udhcpc");
+    let bound = hook
+        .wait(0, &["bound"], BIND_TIMEOUT)
+        .unwrap_or_else(|| panic!("no bound: {:?}\n{}", hook.reasons(), client.log_tails()));
+    assert_eq!(bound.env["ip"], node_cfg.ip.to_string());
+    expect_acks_logged(&app, node_cfg.ip, node_cfg.mac, 1);
+}
+
 #[test]
 fn dhcpcd_gets_its_reservation_renews_and_releases() {
     if !require_root() || !require_tools(&["dhcpcd", "unshare", "nsenter"]) {

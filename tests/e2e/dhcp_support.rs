@@ -77,6 +77,8 @@ pub struct Cluster {
     pub ntp: Vec<Ipv4Addr>,
     /// `network.domain_search`: extra search domains after the cluster domain.
     pub domain_search: Vec<String>,
+    /// `listen.dhcp`, when not the default (0.0.0.0:67 on network.interface).
+    pub dhcp_listen: Option<String>,
 }
 
 impl Default for Cluster {
@@ -87,6 +89,7 @@ impl Default for Cluster {
             nodes: NODES.to_vec(),
             ntp: vec![SERVER],
             domain_search: Vec::new(),
+            dhcp_listen: None,
         }
     }
 }
@@ -133,6 +136,10 @@ impl Site {
                 .collect::<Vec<_>>(),
         );
         let search = list(&cluster.domain_search);
+        let dhcp_listen = cluster
+            .dhcp_listen
+            .as_ref()
+            .map_or_else(String::new, |a| format!("dhcp: [\"{a}\"], "));
         // DHCP follows network.interface (0.0.0.0:67 bound to br0); everything else is off, so
         // the test owns the only socket that matters.
         let text = format!(
@@ -150,7 +157,7 @@ network:
   lease_time: 1h
 {pool}nodes:
 {nodes}install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
-listen: {{ dns: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }}
+listen: {{ {dhcp_listen}dns: [], http: [], api: [], machine_config: [], ingress_https: [], ingress_http: [] }}
 "#,
             state = self.state_dir().display(),
             subnet = cluster.subnet,

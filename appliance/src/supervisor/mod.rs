@@ -72,7 +72,20 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     };
     add(Service::Dns, Proto::Udp, &l.dns, None);
     add(Service::Dns, Proto::Tcp, &l.dns, None);
-    add(Service::Dhcp, Proto::Udp, &l.dhcp, plan.interface.as_ref());
+    // Linux delivers a broadcast DISCOVER to no socket bound to one address: on the cluster
+    // NIC, DHCP listens on the wildcard address whatever address the config gives.
+    let mut dhcp: Vec<std::net::SocketAddr> = l
+        .dhcp
+        .iter()
+        .map(|a| match (a, &plan.interface) {
+            (std::net::SocketAddr::V4(v4), Some(_)) => {
+                std::net::SocketAddr::from(([0, 0, 0, 0], v4.port()))
+            }
+            _ => *a,
+        })
+        .collect();
+    dhcp.dedup();
+    add(Service::Dhcp, Proto::Udp, &dhcp, plan.interface.as_ref());
     add(Service::Tftp, Proto::Udp, &l.tftp, None);
     add(Service::Http, Proto::Tcp, &l.http, None);
     add(Service::Api, Proto::Tcp, &l.api, None);

@@ -58,6 +58,33 @@ impl Validator<'_> {
         };
         let dns = list(self, &raw.dns, defaults(53), "dns");
         let dhcp = list(self, &raw.dhcp, dhcp_default, "dhcp");
+        // Linux gives a broadcast to no UDP socket bound to one address.
+        for (addr, at) in dhcp.0.iter().flatten().zip(&dhcp.1) {
+            if !matches!(addr, SocketAddr::V4(v4) if !v4.ip().is_unspecified()) {
+                continue;
+            }
+            let (problem, hint) = match &raw_net.interface {
+                Some(iface) => (self.p.warning(
+                    "config::listen",
+                    *at,
+                    format!(
+                        "dhcp listens on 0.0.0.0:{} on {} instead of {addr}: a socket bound to one address never sees a client's broadcast DISCOVER",
+                        addr.port(),
+                        iface.value
+                    ),
+                    "one address",
+                ), "leave listen.dhcp out: 0.0.0.0:67 on network.interface is the default"),
+                None => (self.p.warning(
+                    "config::listen",
+                    *at,
+                    format!(
+                        "a DHCP socket bound to {addr} hears only relayed (unicast) requests: clients on the segment broadcast"
+                    ),
+                    "one address",
+                ), "set network.interface to the cluster NIC, and leave listen.dhcp out"),
+            };
+            problem.hint(hint);
+        }
         // PXE firmware fetches iPXE from the server that answered DHCP: TFTP follows DHCP.
         let tftp_default = if raw_net.interface.is_some() {
             defaults(69).map(|v| v[..1].to_vec())
