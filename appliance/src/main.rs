@@ -448,14 +448,26 @@ fn real_files() -> RealFiles {
     }
 }
 
+/// Loads the config for a command; its warnings as one line (`check` lists them: see
+/// [`load_listing_warnings`]), errors in full.
 fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
+    let loaded = load_quietly(file, files)?;
+    eprint!("{}", loaded.warnings.warnings_line());
+    Ok(loaded)
+}
+
+/// [`load`] for `check`: every warning in full.
+fn load_listing_warnings(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
+    let loaded = load_quietly(file, files)?;
+    if !loaded.warnings.is_empty() {
+        eprint!("{}", loaded.warnings.render(style()));
+    }
+    Ok(loaded)
+}
+
+fn load_quietly(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
     match config::load(file, files) {
-        Ok(loaded) => {
-            if !loaded.warnings.is_empty() {
-                eprint!("{}", loaded.warnings.render(style()));
-            }
-            Ok(loaded)
-        }
+        Ok(loaded) => Ok(loaded),
         Err(e) => {
             eprint!("{}", e.render(style()));
             Err(ExitCode::from(1))
@@ -489,7 +501,7 @@ fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
-    let loaded = match load(file, mode) {
+    let loaded = match load_listing_warnings(file, mode) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };

@@ -68,9 +68,7 @@ pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -
             return ExitCode::from(1);
         }
     };
-    if !loaded.warnings.is_empty() {
-        eprint!("{}", loaded.warnings.render(style));
-    }
+    eprint!("{}", loaded.warnings.warnings_line());
     let plan = Plan::derive(&loaded.config, 1).control;
     let machines = match select(&plan, names) {
         Ok(m) => m,

@@ -285,3 +285,25 @@ api: { listen: "10.0.0.10:9443", cert_file: api.pem, key_file: api.key, token_fi
         );
     }
 }
+
+/// Warnings: `check` lists them all; every other command says how many in one line and where
+/// to see them (a small lab's 100 lines of sizing warnings once came with every command).
+#[test]
+fn only_check_lists_the_warnings() {
+    let file = fixture("config/warn/machine-below-minimum.yml");
+    let checked = run(&["check", &file]);
+    let listed = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{listed}");
+    assert!(
+        listed.matches("⚠").count() >= 2 || listed.matches("warning").count() >= 2,
+        "{listed}"
+    );
+    let rendered = run(&["render", &file]);
+    assert!(rendered.status.success());
+    let said = String::from_utf8_lossy(&rendered.stderr);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains(" warnings (`okd-appliance check ") && said.contains("lists them)"),
+        "{said}"
+    );
+}

@@ -121,8 +121,9 @@ fn reload_tells_its_caller_what_happened_and_admin_commands_find_the_appliance_b
     // The load balancer has no listener: its backends are off, not down.
     assert!(out.contains("api bootstrap 10.0.0.7:6443 off "), "{out}");
     assert!(!out.contains(" down "), "{out}");
+    // No such backend where it can be drained: a usage error, as an unknown node is for `nodes`.
     let (code, out) = cli(&["lb".as_ref(), "drain".as_ref(), "bootstrap".as_ref(), file]);
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("in a pool that has a listener"), "{out}");
 
     let (code, out) = cli(&["reload".as_ref(), file]);

@@ -204,6 +204,20 @@ impl Problems {
         out
     }
 
+    /// One line for commands other than `check`, which lists them: `okd.yml: 3 warnings (okd-appliance
+    /// check okd.yml lists them)`; empty when there is none.
+    pub fn warnings_line(&self) -> String {
+        match self.count(Severity::Warning) {
+            0 => String::new(),
+            n => format!(
+                "{}: {n} warning{} (`okd-appliance check {}` lists them)\n",
+                self.file_name(),
+                if n == 1 { "" } else { "s" },
+                self.file_name()
+            ),
+        }
+    }
+
     /// `okd.yml: 2 errors, 1 warning`.
     pub fn summary(&self) -> String {
         let plural = |n: usize, word: &str| {
