@@ -246,9 +246,6 @@ impl Server<'_> {
             return;
         }
         self.gauges_stale = true;
-        self.metrics
-            .dhcp_leases
-            .set(i64::try_from(self.state.leases.len()).unwrap_or(i64::MAX));
         for lease in changes {
             self.journal.publish(
                 None,
@@ -274,20 +271,27 @@ impl Server<'_> {
     }
 
     /// Brings the pool's free-address gauge up to date.
+    /// The pool gauges: dynamic leases (those of pool addresses, not the reservations' acks)
+    /// and free pool addresses.
     fn update_gauges(&mut self, dhcp: &plan::DhcpPlan) {
         self.gauges_stale = false;
-        if let Some(pool) = dhcp.pool {
-            let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
-            let used = self
-                .state
-                .leases
-                .iter()
-                .filter(|l| pool.contains(l.ip))
-                .count() as u64;
-            self.metrics
-                .dhcp_pool_free
-                .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
-        }
+        let Some(pool) = dhcp.pool else {
+            self.metrics.dhcp_leases.set(0);
+            return;
+        };
+        let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
+        let used = self
+            .state
+            .leases
+            .iter()
+            .filter(|l| pool.contains(l.ip))
+            .count() as u64;
+        self.metrics
+            .dhcp_leases
+            .set(i64::try_from(used).unwrap_or(i64::MAX));
+        self.metrics
+            .dhcp_pool_free
+            .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
     }
 }
 

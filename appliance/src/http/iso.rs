@@ -248,7 +248,7 @@ pub fn check(plan: &Plan) -> IsoCheck {
         .max()
         .unwrap_or(0);
     IsoCheck::Ready(format!(
-        "{}: live ISO ok: {} kernel-argument area(s), the longest node line takes {longest} of          {} bytes",
+        "{}: live ISO ok: {} kernel-argument area(s), the longest node line takes {longest} of {} bytes",
         path.display(),
         base.kargs.areas.len(),
         base.kargs.size - 1

@@ -80,11 +80,16 @@ pub(super) fn render(plan: &Plan) -> String {
     }
 
     let d = &plan.dhcp;
-    let _ = writeln!(
-        o,
-        "\ndhcp on {}",
-        plan.interface.as_deref().unwrap_or("(no interface set)")
-    );
+    // The listen section says whether DHCP runs; this one what it serves (or would).
+    let _ = if plan.listen.dhcp.is_empty() {
+        writeln!(o, "\ndhcp off (listen.dhcp is empty); what it would serve:")
+    } else {
+        writeln!(
+            o,
+            "\ndhcp on {}",
+            plan.interface.as_deref().unwrap_or("(no interface set)")
+        )
+    };
     let _ = writeln!(
         o,
         "  subnet {} router {} dns {} domain {} lease {} (renew {}, rebind {})",
