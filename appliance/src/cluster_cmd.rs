@@ -12,7 +12,7 @@ use okd_appliance::admin;
 use serde::Deserialize;
 
 /// What `cluster status` answers (the admin socket's JSON).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Status {
     pub cluster: Option<String>,
     pub cluster_steps: Vec<StepView>,
@@ -24,7 +24,7 @@ pub struct Status {
     pub nodes: Vec<NodeView>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct NodeView {
     pub name: String,
     pub role: String,
@@ -32,7 +32,7 @@ pub struct NodeView {
     pub steps: Vec<StepView>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct StepView {
     pub phase: String,
     pub at: u64,
@@ -186,32 +186,43 @@ fn table(s: &Status, now: SystemTime) -> String {
     if let Some(n) = s.workers_wanted {
         let _ = writeln!(out, "workers wanted: {n}");
     }
-    let width = s
-        .nodes
-        .iter()
-        .map(|n| n.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let _ = writeln!(
-        out,
-        "{:<width$}  {:<9}  {:<13}  {:<9}  TIMELINE",
-        "NODE", "ROLE", "PHASE", "SINCE"
-    );
-    for n in &s.nodes {
+    // Every column as wide as its widest cell, so long values never shift the others.
+    let mut rows: Vec<[String; 5]> = vec![[
+        "NODE".into(),
+        "ROLE".into(),
+        "PHASE".into(),
+        "SINCE".into(),
+        "TIMELINE".into(),
+    ]];
+    rows.extend(s.nodes.iter().map(|n| {
         let since = n
             .steps
             .last()
             .map(|st| ago(st.at, now))
             .unwrap_or_else(|| "-".into());
+        [
+            n.name.clone(),
+            n.role.to_string(),
+            n.phase.to_string(),
+            since,
+            timeline(&n.steps),
+        ]
+    }));
+    // At least the widths of the usual values (roles, phases, "59m ago"); wider when needed.
+    let mut widths = [4usize, 9, 13, 9];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for [name, role, phase, since, line] in &rows {
         let _ = writeln!(
             out,
-            "{:<width$}  {:<9}  {:<13}  {:<9}  {}",
-            n.name,
-            n.role,
-            n.phase,
-            since,
-            timeline(&n.steps)
+            "{name:<w0$}  {role:<w1$}  {phase:<w2$}  {since:<w3$}  {line}",
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
         );
     }
     out
@@ -285,6 +296,17 @@ mod tests {
                 ],
             }],
         };
+        // Long values widen their column instead of pushing the next ones out of line.
+        let mut long = s.clone();
+        long.nodes[0].name = "a-rather-long-worker-name-7".into();
+        let text = table(&long, SystemTime::UNIX_EPOCH + Duration::from_secs(400_000));
+        let lines: Vec<&str> = text.lines().skip(2).collect();
+        let timeline_at: Vec<Option<usize>> = lines
+            .iter()
+            .map(|l| l.find("TIMELINE").or_else(|| l.find("created")))
+            .collect();
+        assert_eq!(timeline_at[0], timeline_at[1], "{text}");
+        assert!(lines[1].contains("4days 14h"), "{text}");
         let text = table(&s, SystemTime::UNIX_EPOCH + Duration::from_secs(1_125));
         assert_eq!(
             text,
