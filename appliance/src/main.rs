@@ -523,6 +523,20 @@ fn check(file: &Path, install: bool) -> ExitCode {
             None
         }
     };
+    // What the nodes' boots will fetch from here: present? (An error only with --install, as
+    // for the ignition files: a running cluster's services never depend on them.)
+    let missing = okd_appliance::http::preflight::missing(&Plan::derive(c, 0));
+    for m in &missing {
+        let severity = if install { "error" } else { "warning" };
+        eprintln!("{severity}: {m}: a node that asks for it gets 404");
+    }
+    if install && !missing.is_empty() {
+        eprintln!(
+            "hint: `okd-appliance artifacts fetch {}` puts the CoreOS artifacts in place",
+            file.display()
+        );
+        return ExitCode::from(1);
+    }
     println!(
         "{}: ok: cluster {} with {} nodes",
         file.display(),

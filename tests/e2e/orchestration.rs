@@ -1,7 +1,13 @@
-//! `okd-appliance cluster up` against a Kubernetes API double (kube_double.py: the real JSON
-//! shapes over HTTPS, a client-certificate kubeconfig, kubelets that file real PEM certificate
-//! requests), reached the way the nodes reach the API: through the appliance's own API
-//! frontend, whose health check asks the double's /readyz.
+//! `okd-appliance cluster up` against a Kubernetes API double (kube_double.py: kube-apiserver's
+//! rules where a client could depend on them, each with its upstream source: openshift-install's
+//! PKI and YAML kubeconfig (RSA PKCS#1 keys, separate serving and client CAs, 403 for a request
+//! without a client certificate), objects with uid/resourceVersion/creationTimestamp, lists
+//! without per-item apiVersion/kind, selectors, paging, watches and 410 Expired, the `/approval`
+//! subresource's rules (the stored spec kept, timestamps filled, 409 for a stale
+//! resourceVersion, the 422 rules), generated CSR names and a signer; kubelets that file real
+//! PEM certificate requests), reached the way the nodes reach the API: through the appliance's
+//! own API frontend, whose health check asks the double's /readyz. The first approval meets a
+//! concurrent write and must be read again and retried.
 //!
 //! The master and the worker fetch their ignition from the appliance (their phase moves to
 //! ignition: the install attempt a client certificate is approved in); the appliance is killed
@@ -90,6 +96,185 @@ fn kill9(p: &mut Process) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(p.pid()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     assert!(p.wait_timeout(Duration::from_secs(5)).unwrap().is_some());
+}
+
+/// The names the double's API server generated for its certificate requests (`generateName:
+/// csr-`, as kubelets ask), by what the test calls them.
+fn csr_names(auth: &Path) -> std::collections::HashMap<String, String> {
+    serde_json::from_slice(&std::fs::read(auth.join("csr-names")).unwrap()).unwrap()
+}
+
+/// Which of `node`'s two client requests was approved (per `approvals`), and the other.
+fn approved_client(
+    names: &std::collections::HashMap<String, String>,
+    approvals: &str,
+    node: &str,
+) -> (String, String) {
+    let first = &names[&format!("client-{node}")];
+    let again = &names[&format!("client-{node}-again")];
+    let approved = |n: &str| approvals.lines().any(|l| l.split(' ').next() == Some(n));
+    match (approved(first), approved(again)) {
+        (true, false) => (first.clone(), again.clone()),
+        (false, true) => (again.clone(), first.clone()),
+        other => panic!("{node}'s client requests approved: {other:?}\n{approvals}"),
+    }
+}
+
+/// `curl` to the double as the orchestration reaches it (its CA bundle, `api-int` by SNI), with
+/// the admin kubeconfig's client certificate or without one: the HTTP code and the body.
+fn kube(node: &harness::Node, auth: &Path, anonymous: bool, path: &str) -> (u16, String) {
+    let tls = auth.join("tls");
+    let file = |f: &str| tls.join(f).to_str().unwrap().to_owned();
+    let mut argv: Vec<String> = [
+        "curl",
+        "-s",
+        "--max-time",
+        "5",
+        "--resolve",
+        "api-int.okd.lab.example.com:6443:10.99.0.11",
+        "--cacert",
+        &file("kube-apiserver-complete-server-ca-bundle.crt"),
+        "-w",
+        "\n%{http_code}",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if !anonymous {
+        argv.extend([
+            "--cert".to_owned(),
+            file("admin-kubeconfig-client.crt"),
+            "--key".to_owned(),
+            file("admin-kubeconfig-client.key"),
+        ]);
+    }
+    argv.push(format!("https://api-int.okd.lab.example.com:6443{path}"));
+    let out = node.netns().exec(&argv).output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.parse().unwrap_or(0), body.to_owned())
+}
+
+/// The double's claims, checked where the orchestration does not reach them: what it answered
+/// the orchestration with must be what kube-apiserver answers (see kube_double.py for sources).
+fn the_double_answers_as_kube_apiserver_does(
+    node: &harness::Node,
+    auth: &Path,
+    names: &std::collections::HashMap<String, String>,
+    client: &str,
+) {
+    let json = |(code, body): (u16, String)| -> (u16, serde_json::Value) {
+        let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {code} {body}"));
+        (code, v)
+    };
+    // No client certificate: system:anonymous, denied by RBAC (403, not 401).
+    let (code, denied) = json(kube(node, auth, true, "/api/v1/nodes"));
+    assert_eq!(
+        (code, &denied["reason"]),
+        (403, &"Forbidden".into()),
+        "{denied}"
+    );
+    assert!(
+        denied["message"].as_str().unwrap().contains(
+            r#"User "system:anonymous" cannot list resource "nodes" in API group "" at the cluster scope"#
+        ),
+        "{denied}"
+    );
+    assert_eq!(kube(node, auth, true, "/readyz"), (200, "ok".to_owned()));
+    // Lists: no apiVersion/kind in the items, every object's metadata, pages by limit and
+    // continue from one snapshot.
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let (code, page) = json(kube(node, auth, false, &format!("{csrs}?limit=3")));
+    assert_eq!(code, 200, "{page}");
+    let rv = page["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let token = page["metadata"]["continue"].as_str().unwrap().to_owned();
+    assert_eq!(
+        page["metadata"]["remainingItemCount"],
+        names.len() - 3,
+        "{page}"
+    );
+    let (code, rest) = json(kube(
+        node,
+        auth,
+        false,
+        &format!("{csrs}?limit=100&continue={token}"),
+    ));
+    assert_eq!(code, 200, "{rest}");
+    assert_eq!(rest["metadata"]["resourceVersion"], rv.as_str(), "{rest}");
+    let mut listed: Vec<&str> = Vec::new();
+    for item in page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(rest["items"].as_array().unwrap())
+    {
+        assert!(
+            item.get("apiVersion").is_none() && item.get("kind").is_none(),
+            "{item}"
+        );
+        for field in ["uid", "resourceVersion", "creationTimestamp"] {
+            assert!(item["metadata"][field].is_string(), "{field}: {item}");
+        }
+        listed.push(item["metadata"]["name"].as_str().unwrap());
+    }
+    listed.sort_unstable();
+    let mut all: Vec<&str> = names.values().map(String::as_str).collect();
+    all.sort_unstable();
+    assert_eq!(listed, all);
+    // Selectors: the request's signer, and a field label CSRs do not have (400).
+    let (_, serving) = json(kube(
+        node,
+        auth,
+        false,
+        &format!("{csrs}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving"),
+    ));
+    assert_eq!(serving["items"].as_array().unwrap().len(), 2, "{serving}");
+    assert_eq!(
+        kube(
+            node,
+            auth,
+            false,
+            &format!("{csrs}?fieldSelector=spec.username%3Dx")
+        )
+        .0,
+        400
+    );
+    // A watch from a resourceVersion older than the history: one ERROR event, 410 Expired.
+    let (code, gone) = json(kube(
+        node,
+        auth,
+        false,
+        &format!("{csrs}?watch=true&resourceVersion=1"),
+    ));
+    assert_eq!(
+        (
+            code,
+            &gone["type"],
+            &gone["object"]["code"],
+            &gone["object"]["reason"]
+        ),
+        (200, &"ERROR".into(), &410.into(), &"Expired".into()),
+        "{gone}"
+    );
+    // The approval as the API stored it: the timestamps filled, and signed.
+    let (_, approved) = json(kube(node, auth, false, &format!("{csrs}/{client}")));
+    let condition = &approved["status"]["conditions"][0];
+    assert_eq!(
+        (&condition["type"], &condition["status"]),
+        (&"Approved".into(), &"True".into()),
+        "{approved}"
+    );
+    for field in ["lastUpdateTime", "lastTransitionTime"] {
+        assert!(condition[field].is_string(), "{field}: {approved}");
+    }
+    assert!(
+        approved["status"]["certificate"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t")),
+        "issued: {approved}"
+    );
 }
 
 #[test]
@@ -271,12 +456,19 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     assert!(lb.contains("api bst 10.99.0.7:6443 draining"), "{lb}");
     assert!(lb.contains("api mst0 10.99.0.11:6443 up"), "{lb}");
 
-    // Exactly the worker's two requests were approved, each through /approval.
+    // Exactly the worker's two requests were approved, each through /approval: one of its two
+    // client requests (which one is the order of the names the API server generated) and its
+    // serving request; the other client request stays pending.
+    let names = csr_names(&auth);
     let approvals = std::fs::read_to_string(auth.join("approvals")).unwrap();
+    let (client, other) = approved_client(&names, &approvals, "wrk0");
     assert_eq!(
         approvals,
-        "csr-client-wrk0 kubernetes.io/kube-apiserver-client-kubelet\n\
-         csr-serving-wrk0 kubernetes.io/kubelet-serving\n"
+        format!(
+            "{client} kubernetes.io/kube-apiserver-client-kubelet\n\
+             {} kubernetes.io/kubelet-serving\n",
+            names["serving-wrk0"]
+        )
     );
     assert!(
         !auth.join("violations").exists(),
@@ -285,18 +477,62 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     );
     let log = first_log + &appliance.stderr();
     for refused in [
-        "certificate request csr-intruder not approved: intruder is not a node of the config",
-        "certificate request csr-extra-san not approved: name api.okd.lab.example.com is not wrk0's",
-        "certificate request csr-wrong-user not approved: a client certificate asked for by system:serviceaccount:default:builder",
-        "certificate request csr-wrong-usages not approved: usages [digital signature, client auth, server auth]",
-        "certificate request csr-client-bst not approved: bst is the bootstrap node",
-        "certificate request csr-client-wrk0-again not approved: a client certificate of wrk0 was approved already in its current install attempt (csr-client-wrk0)",
-        "wrk0: client certificate request csr-client-wrk0 approved",
-        "wrk0: serving certificate request csr-serving-wrk0 approved",
-        "cluster phase installed",
+        format!(
+            "certificate request {} not approved: intruder is not a node of the config",
+            names["intruder"]
+        ),
+        format!(
+            "certificate request {} not approved: name api.okd.lab.example.com is not wrk0's",
+            names["extra-san"]
+        ),
+        format!(
+            "certificate request {} not approved: a client certificate asked for by system:serviceaccount:default:builder",
+            names["wrong-user"]
+        ),
+        format!(
+            "certificate request {} not approved: usages [digital signature, client auth, server auth]",
+            names["wrong-usages"]
+        ),
+        format!(
+            "certificate request {} not approved: bst is the bootstrap node",
+            names["client-bst"]
+        ),
+        format!(
+            "certificate request {other} not approved: a client certificate of wrk0 was approved already in its current install attempt ({client})"
+        ),
+        format!("wrk0: client certificate request {client} approved"),
+        format!(
+            "wrk0: serving certificate request {} approved",
+            names["serving-wrk0"]
+        ),
+        "cluster phase installed".to_owned(),
     ] {
-        assert!(log.contains(refused), "no {refused:?} in\n{log}");
+        assert!(log.contains(&refused), "no {refused:?} in\n{log}");
     }
+    the_double_answers_as_kube_apiserver_does(&master, &auth, &names, &client);
+    // Every write was an approval, answered as sent but the first: that one met a concurrent
+    // write (409 for its stale resourceVersion) and was read again and retried.
+    let writes: Vec<String> = double
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("system:admin ") && !l.starts_with("system:admin GET "))
+        .map(|l| l.split(' ').skip(1).collect::<Vec<_>>().join(" "))
+        .collect();
+    let put = |name: &str, code: u16| {
+        format!(
+            "PUT /apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval? {code}"
+        )
+    };
+    assert_eq!(
+        writes,
+        [
+            put(&client, 409),
+            put(&client, 200),
+            put(&names["serving-wrk0"], 200)
+        ],
+        "{}",
+        double.log_tails()
+    );
 
     // The same, as metrics and as `status` (the counters began with the restart: the script
     // fetched here is counted).
@@ -607,11 +843,16 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
         "{s}"
     );
     assert_eq!(wrk0.last(), Some(&"ready"), "{s}");
+    let names = csr_names(kube.path());
     let approvals = std::fs::read_to_string(kube.path().join("approvals")).unwrap();
+    let (client, _) = approved_client(&names, &approvals, "wrk0");
     assert_eq!(
         approvals,
-        "csr-client-wrk0 kubernetes.io/kube-apiserver-client-kubelet\n\
-         csr-serving-wrk0 kubernetes.io/kubelet-serving\n"
+        format!(
+            "{client} kubernetes.io/kube-apiserver-client-kubelet\n\
+             {} kubernetes.io/kubelet-serving\n",
+            names["serving-wrk0"]
+        )
     );
 
     let down = cli(&state, &["down", "--yes"]);

@@ -11,6 +11,7 @@
 
 pub mod files;
 pub mod iso;
+pub mod preflight;
 pub mod sendfile;
 pub mod server;
 

@@ -122,6 +122,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let loaded = load(config_path).await?;
     log_warnings(&loaded.warnings);
     let plan = Plan::derive(&loaded.config, next_serial(None));
+    log_missing_boot_files(&plan);
     raise_descriptor_limit();
 
     // The account first: a wrong run_as is a mistake to report before anything is bound.
@@ -469,6 +470,7 @@ async fn reload(
                 ))
             } else {
                 let plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
+                log_missing_boot_files(&plan);
                 let serial = first_serial(&plan);
                 handle.store(Arc::new(plan));
                 journal.publish(None, EventKind::PlanLoaded { serial });
@@ -571,6 +573,13 @@ fn needs_restart(
         (Some(_), None) => keys.push("ha (removed)".to_owned()),
     }
     keys
+}
+
+/// The boot files the plan's nodes will ask for and can't get (`http::preflight`), as warnings.
+fn log_missing_boot_files(plan: &Plan) {
+    for m in crate::http::preflight::missing(plan) {
+        tracing::warn!("boot: {m}: a node that asks for it gets 404");
+    }
 }
 
 fn log_warnings(warnings: &config::Problems) {
