@@ -307,3 +307,52 @@ fn only_check_lists_the_warnings() {
         "{said}"
     );
 }
+
+/// `check --install` refuses a config whose nodes would boot into a 404 (the artifacts their
+/// scripts name are not there); plain `check` warns; with the files in place both pass.
+#[test]
+fn check_install_wants_every_artifact_the_scripts_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("okd.yml");
+    std::fs::write(
+        &config,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.10 }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+state_dir: ./state
+listen: { tftp: [] }
+"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("install_dir")).unwrap();
+    std::fs::write(dir.path().join("install_dir/master.ign"), "{}").unwrap();
+    let file = config.to_str().unwrap();
+    let refused = run(&["check", "--install", file]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    for name in ["kernel", "initramfs.img", "rootfs.img"] {
+        assert!(
+            said.contains(&format!(
+                "error: {}",
+                dir.path().join("artifacts").join(name).display()
+            )),
+            "{name}: {said}"
+        );
+    }
+    let warned = run(&["check", file]);
+    assert!(warned.status.success());
+    assert!(String::from_utf8_lossy(&warned.stderr).contains("warning: "));
+    std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+    for name in ["kernel", "initramfs.img", "rootfs.img"] {
+        std::fs::write(dir.path().join("artifacts").join(name), b"x").unwrap();
+    }
+    let ok = run(&["check", "--install", file]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
