@@ -91,7 +91,8 @@ The cluster, in the middle of its install, as the test's flag files in DIR tell 
   the Node turns Ready;
 - hostile CSRs (an unknown node, an extra SAN, the wrong user, the wrong usages, and with a
   BOOTSTRAP name a client CSR of the bootstrap node) are filed at the start;
-- ClusterVersion (at an OKD 4.15) is Available, not Failing, not Progressing; no ClusterOperator
+- ClusterVersion (at an OKD 4.15) is not Available and Progressing until 2 s after etcd let its
+  bootstrap member go, then Available, not Failing, not Progressing; no ClusterOperator
   exists before the masters joined, then three, of which ingress is not Available (and not
   Progressing) until <dir>/operators-settled exists; each change is an update (new
   resourceVersion, lastTransitionTime).
@@ -933,8 +934,12 @@ create("clusterversions", {
     "metadata": {"name": "version"},
     "spec": {"clusterID": str(uuid.uuid4()), "channel": "stable-4"},
     "status": {"desired": {"version": "4.15.0-0.okd-2024-03-10-010116"},
-               "conditions": [condition("Available", "True"), condition("Failing", "False"),
-                              condition("Progressing", "False")]}})
+               "conditions": [condition("Available", "False"), condition("Failing", "False"),
+                              condition("Progressing", "True", None,
+                                        "Working towards 4.15.0-0.okd-2024-03-10-010116")]}})
+# The cluster-version operator reports the install done a while after etcd let its bootstrap
+# member go: a status that changes over time, so the orchestration's waits run end to end.
+CV_SETTLES_AFTER = 2.0
 w0 = next(iter(WORKERS))
 file_csr("intruder", "system:node:intruder", "system:nodes", None, BOOTSTRAPPER,
          BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
@@ -950,6 +955,7 @@ if BOOTSTRAP:
     file_csr("client-" + BOOTSTRAP, "system:node:" + BOOTSTRAP, "system:nodes", None,
              BOOTSTRAPPER, BOOTSTRAPPER_GROUPS, ["digital signature", "client auth"], CLIENT)
 done = set()
+etcd_at = [0.0]
 
 
 def issued(role):
@@ -975,8 +981,15 @@ def cluster_moves():
         done.add("bootstrap")
         create("configmaps", {"metadata": {"name": "bootstrap", "namespace": "kube-system"},
                               "data": {"status": "complete"}})
+    if "etcd" in done and "cv" not in done and time.time() - etcd_at[0] >= CV_SETTLES_AFTER:
+        done.add("cv")
+        set_conditions("clusterversions", "version", [
+            condition("Available", "True"), condition("Failing", "False"),
+            condition("Progressing", "False", None,
+                      "Cluster version is 4.15.0-0.okd-2024-03-10-010116")])
     if flag("etcd-bootstrap-removed") and "etcd" not in done:
         done.add("etcd")
+        etcd_at[0] = time.time()
         set_conditions("etcds", "cluster", [
             condition("EtcdMembersAvailable", "True"),
             condition("EtcdBootstrapMemberRemoved", "True", "BootstrapMemberRemoved")])

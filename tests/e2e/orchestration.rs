@@ -398,6 +398,14 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     let s = status(&state);
     assert_eq!(s["cluster"], "bootstrapping", "{s}");
     std::fs::write(auth.join("etcd-bootstrap-removed"), b"").unwrap();
+    // The ClusterVersion still progressing: waited for, by name.
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&state)["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("ClusterVersion version"))),
+        "{}",
+        status(&state)
+    );
     // An operator not Available (though not Progressing) is not settled.
     assert!(
         wait_until(Duration::from_secs(30), || status(&state)["waiting_for"]
