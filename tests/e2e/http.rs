@@ -199,8 +199,9 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
     let state = state.to_str().unwrap();
     let out = appliance(["node", "reinstall", "mst0", "--state-dir", state]);
     assert!(out.status.success(), "{out:?}");
+    // An unknown node is a usage error, as it is for every command that names one.
     let out = appliance(["node", "reinstall", "nobody", "--state-dir", state]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let script = body(&mst0, &format!("{BASE}/boot/52-54-00-00-00-11.ipxe"));
     assert!(script.contains("coreos.inst.ignition_url="), "{script}");
 
