@@ -145,14 +145,32 @@ async fn act<P: Provider>(
     let journal = Journal::new();
     // Progress comes from the journal, so what is printed is what was recorded.
     let mut events = journal.subscribe();
+    // On a terminal, what is still being waited for and how long that may take (a graceful
+    // stop waits up to the shutdown timeout with nothing else to show).
+    let waiting = (verb != Verb::List)
+        .then(|| waiting_line(verb, machines.len(), &plan.timeouts))
+        .flatten();
+    let total = machines.len();
     let printer = (verb != Verb::List).then(|| {
+        let waiting = waiting.clone();
         tokio::spawn(async move {
+            let mut left = total;
             while let Ok(event) = events.recv().await {
                 if let EventKind::Machine { result, .. } = &event.kind {
-                    if result.is_ok() {
-                        println!("{event}");
-                    } else {
-                        eprintln!("{event}");
+                    let print = || {
+                        if result.is_ok() {
+                            println!("{event}");
+                        } else {
+                            eprintln!("{event}");
+                        }
+                    };
+                    match &waiting {
+                        Some(bar) => {
+                            bar.suspend(print);
+                            left = left.saturating_sub(1);
+                            bar.set_message(format!("{left} left"));
+                        }
+                        None => print(),
                     }
                 }
             }
@@ -166,6 +184,9 @@ async fn act<P: Provider>(
     if let Some(printer) = printer {
         let _ = printer.await;
     }
+    if let Some(bar) = &waiting {
+        bar.finish_and_clear();
+    }
     if verb == Verb::List {
         for (m, report) in machines.iter().zip(&reports) {
             println!("{m}");
@@ -177,6 +198,37 @@ async fn act<P: Provider>(
         }
     }
     summarize(&reports, verb)
+}
+
+/// The line that says what is being waited for, on a terminal only (a spinner on stderr);
+/// `None` elsewhere, where each node's result line is the progress.
+fn waiting_line(
+    verb: Verb,
+    machines: usize,
+    timeouts: &okd_appliance::plan::machines::ControlTimeouts,
+) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let what = match verb {
+        Verb::Stop => format!(
+            "asking {machines} machine(s) to shut down; forced off after {} each",
+            humantime::format_duration(timeouts.shutdown)
+        ),
+        _ => format!(
+            "waiting for {machines} machine(s); each provider task may take up to {}",
+            humantime::format_duration(timeouts.task)
+        ),
+    };
+    let bar = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template("{spinner} {prefix} ({elapsed}; {msg})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(what);
+    bar.set_message(format!("{machines} left"));
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    Some(bar)
 }
 
 fn summarize(reports: &[NodeReport], verb: Verb) -> ExitCode {
