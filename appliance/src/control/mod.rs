@@ -164,16 +164,17 @@ pub enum ControlError {
     /// The credentials could not be read, or the provider refused them.
     #[error("{0}")]
     Credentials(String),
-    /// Authenticated, but a privilege is missing; Proxmox names it.
-    #[error(
-        "the API token {token} lacks {privilege} on {path}: grant it, e.g. `pveum acl modify {path} --tokens '{token}' --roles {role}` (a token with privilege separation needs its own ACL entry, not only its user's)"
-    )]
+    /// Authenticated, but a privilege is missing (Proxmox names it, or the call says what it
+    /// needs where Proxmox answers a bare "Permission check failed").
+    #[error("the API token {token} lacks {privilege} on {path}: {grant}")]
     Privilege {
         token: String,
+        /// One privilege, or `A|B` when any of them would do.
         privilege: String,
         path: String,
-        /// A built-in Proxmox role that holds the privilege.
-        role: &'static str,
+        /// How to grant it: the `pveum` lines for the token and its user (a privilege-separated
+        /// token has only what both have).
+        grant: String,
     },
     /// A machine exists but contradicts the config (another MAC, a VM ID taken by another
     /// VM). Nothing was changed.

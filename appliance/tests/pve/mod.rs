@@ -1,15 +1,26 @@
-//! A test double of one Proxmox VE node's REST API, for the control module's tests.
+//! A test double of a Proxmox VE cluster's REST API (two nodes, `pve1` and `pve2`, one API
+//! endpoint), for the control module's tests.
 //!
 //! It serves HTTPS on 127.0.0.1 with a certificate from a test CA made here, checks the API
 //! token of every request, and validates every request against the official schema
 //! (`schema.rs`), and its own answers against the schema's `returns`: a violation is recorded
 //! (a bad request is answered 400 as Proxmox would), and
-//! [`PveDouble::assert_clean`] (also run on drop) fails the test for it. It keeps VMs, tasks
+//! [`PveDouble::assert_clean`] (also run on drop) fails the test for it. Permissions are
+//! evaluated as Proxmox does (`access.rs`: roles, ACL propagation, privilege-separated tokens,
+//! compound checks), with the messages Proxmox gives, bare ones included. It keeps VMs, tasks
 //! and ISO volumes, answers with Proxmox's shapes (UPIDs, task status with `exitstatus`,
 //! `{"data": ...}` envelopes, error messages in body and reason phrase), and injects the
 //! failure modes users of Proxmox automation meet: lock timeouts, missing privileges, `nextid`
-//! races, tasks that never end, a guest that ignores ACPI, a create that leaves a VM behind,
-//! and requests that are never answered.
+//! races, tasks that never end, a guest that ignores ACPI, failed creates, transient errors
+//! while a task is polled, and requests that are never answered.
+//!
+//! Every behaviour cites the upstream file it follows (proxmox/<repository> and path; read at
+//! qemu-server e6352be, pve-manager 14a22df, pve-storage 0c56bad, pve-access-control 5ccd07d,
+//! pve-http-server 5c9e4ea, pve-cluster 7091d92, pve-guest-common 4a8f6cb, pve-common f665029).
+//!
+//! Time is counted in requests: every authenticated request moves every running task one
+//! step, and a task stops after `task_polls` steps (so a client that polls sees it end, and so
+//! does one that only lists VMs).
 //!
 //! Why Rust and not Python: it runs in `cargo test` with no interpreter or package to
 //! install in CI, in the test's own process, so a test injects faults and inspects VM state
@@ -18,13 +29,14 @@
 // Two test crates include this module; each uses part of it.
 #![allow(dead_code)]
 
+pub mod access;
 pub mod schema;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
@@ -33,29 +45,119 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
+pub use access::Access;
+
 pub const NODE: &str = "pve1";
+/// The cluster's second node, where HA or a migration may move a VM.
+pub const NODE2: &str = "pve2";
 pub const TOKEN_ID: &str = "okd@pve!appliance";
 pub const SECRET: &str = "4f0c1e7a-6b55-4a53-9d0e-2f1b8c3a9e71";
 
+/// The double's default set-up: the user, a privilege-separated token, and both granted
+/// Administrator on `/` (tests narrow it with `withheld` or start from [`Access::builtin`]).
+pub const ADMIN_SETUP: &str = "\
+pveum user add okd@pve
+pveum user token add okd@pve appliance
+pveum acl modify / --users okd@pve --tokens 'okd@pve!appliance' --roles Administrator
+";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vm {
-    pub name: String,
+    /// The node whose `qemu-server/` holds the config (pve-cluster: a VM ID is on one node).
+    pub node: String,
     pub config: BTreeMap<String, String>,
+    /// Changes written to a running VM that don't hotplug (qemu-server `QemuServer.pm`
+    /// `vmconfig_hotplug_pending`: `boot` among them), applied at its next cold start.
+    pub pending: BTreeMap<String, String>,
     pub running: bool,
+    /// Running, but paused (`qmpstatus: paused`); its status is still `running`.
+    pub paused: bool,
     /// The guest ignores ACPI power buttons: shutdown times out.
     pub ignores_acpi: bool,
+    /// Managed by HA (`hastate` in `/cluster/resources`).
+    pub ha: bool,
 }
+
+impl Vm {
+    /// The `name` of its config; empty for a create's placeholder.
+    pub fn name(&self) -> &str {
+        self.config.get("name").map_or("", String::as_str)
+    }
+
+    /// What VM lists show: the name, or `VM <id>` without one (qemu-server `QemuServer.pm`
+    /// `vmstatus`).
+    fn listed_name(&self, vmid: u32) -> String {
+        match self.config.get("name") {
+            Some(n) => n.clone(),
+            None => format!("VM {vmid}"),
+        }
+    }
+
+    fn lock(&self) -> Option<&str> {
+        self.config.get("lock").map(String::as_str)
+    }
+}
+
+/// What happens when a task stops.
+#[derive(Debug, Clone)]
+enum Effect {
+    None,
+    /// qemu-server `API2/Qemu.pm` `create_vm`: the worker writes the whole config (without
+    /// the `lock: create` of the placeholder).
+    Created {
+        vmid: u32,
+        config: BTreeMap<String, String>,
+    },
+    /// ... or, when it fails, unlinks the config (`unlink($conffile)`): nothing is left.
+    CreateFailed {
+        vmid: u32,
+    },
+    /// An HA request (`hastart`, `hastop`): the task only asks ha-manager; the VM's state
+    /// changes when the HA stack acts on it, [`HA_LAG`] steps after the task.
+    Ha {
+        vmid: u32,
+        running: bool,
+    },
+    Power {
+        vmid: u32,
+        running: bool,
+    },
+    /// A backup (or another task holding the config lock) ends.
+    Unlock {
+        vmid: u32,
+    },
+}
+
+/// Steps between an HA request's task and the state change it asked for.
+pub const HA_LAG: u32 = 3;
 
 #[derive(Debug, Clone)]
 struct Task {
     upid: String,
-    polls_left: u32,
+    node: String,
+    /// Steps until it stops.
+    left: u32,
     hang: bool,
     exitstatus: String,
     starttime: u64,
     pid: u32,
     kind: String,
     id: String,
+    effect: Effect,
+}
+
+/// A transient failure of one task-status request.
+#[derive(Debug, Clone)]
+pub enum PollFault {
+    /// An error status as pveproxy relays it (595/596 from a failed proxy connection to the
+    /// task's node: pve-http-server `APIServer/AnyEvent.pm` `proxy_request`, AnyEvent::HTTP's
+    /// 59x codes).
+    Status(u16, &'static str),
+    /// The connection closes without an answer, as when pveproxy reloads and its old workers
+    /// end their connections.
+    Reset,
+    /// No answer at all (the client's request timeout).
+    Stall,
 }
 
 /// Failures to inject; counters count down as they fire.
@@ -65,7 +167,10 @@ pub struct Faults {
     pub lock_timeouts_on_create: u32,
     /// The next N config updates are refused with `can't lock file ... got timeout`.
     pub lock_timeouts_on_put: u32,
-    /// Privileges the token lacks.
+    /// The next N creates are refused with a cluster-filesystem lock timeout (pve-cluster
+    /// `Cluster.pm` `cfs_lock`: `cfs-lock '...' error: got lock request timeout`).
+    pub cfs_lock_timeouts: u32,
+    /// Privileges the token lacks, whatever its ACLs.
     pub withheld: BTreeSet<String>,
     /// The next N `nextid` answers are taken by another client before the create.
     pub nextid_races: u32,
@@ -73,14 +178,27 @@ pub struct Faults {
     pub hang_tasks: BTreeSet<String>,
     /// Requests are read and never answered.
     pub stall: bool,
-    /// Creates fail after the VM's config was written (the VM stays).
-    pub create_leaves_vm: bool,
+    /// Creates fail in their task (the storage is full); the config is unlinked.
+    pub create_fails: bool,
+    /// The next task-status requests fail this way, one each.
+    pub poll_failures: VecDeque<PollFault>,
+    /// How long a 401 is delayed (pve-http-server `APIServer/AnyEvent.pm`: "always delay
+    /// unauthorized calls by 3 seconds").
+    pub unauthorized_delay: Duration,
+    /// Requests whose path ends so are done at once but answered this much later (a busy
+    /// node).
+    pub slow: BTreeMap<String, Duration>,
+    /// `/cluster/resources` has no status data for the VMs yet (pvestatd's next round):
+    /// no `name`, status `unknown` (pve-manager `PVE/API2Tools.pm` `extract_vm_stats`).
+    pub no_status_data: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct State {
     pub vms: BTreeMap<u32, Vm>,
+    /// ISO volumes (`local:iso/x.iso`); the ISO storage is as if shared by the nodes.
     pub isos: BTreeSet<String>,
+    pub access: Access,
     pub faults: Faults,
     pub violations: Vec<String>,
     /// `METHOD /path` of every request, in order.
@@ -89,10 +207,64 @@ pub struct State {
     pub params: Vec<BTreeMap<String, String>>,
     /// Downloads asked for: (url, volume).
     pub downloads: Vec<(String, String)>,
-    /// Status queries a task answers `running` before it stops.
+    /// Steps a task runs before it stops.
     pub task_polls: u32,
+    /// `GET /version`: (version, release, repoid).
+    pub version: (String, String, String),
+    /// The cluster's nodes.
+    pub nodes: BTreeSet<String>,
+    /// Nodes that are down: pveproxy can't relay to them (595).
+    pub offline: BTreeSet<String>,
     tasks: BTreeMap<String, Task>,
+    /// Effects due in so many steps.
+    later: Vec<(u32, Effect)>,
     next_pid: u32,
+}
+
+impl Default for State {
+    fn default() -> State {
+        let mut access = Access::builtin();
+        access
+            .pveum_script(ADMIN_SETUP)
+            .expect("the default set-up");
+        State {
+            vms: BTreeMap::new(),
+            isos: BTreeSet::new(),
+            access,
+            faults: Faults {
+                unauthorized_delay: Duration::from_secs(3),
+                ..Faults::default()
+            },
+            violations: Vec::new(),
+            requests: Vec::new(),
+            params: Vec::new(),
+            downloads: Vec::new(),
+            task_polls: 0,
+            version: version_of("8.2"),
+            nodes: BTreeSet::from([NODE.to_owned(), NODE2.to_owned()]),
+            offline: BTreeSet::new(),
+            tasks: BTreeMap::new(),
+            later: Vec::new(),
+            next_pid: 0x1000,
+        }
+    }
+}
+
+/// `GET /version` of a release, as pve-manager `PVE/API2.pm` `version` answers it: the
+/// package version (`7.4-17` before 8.0, `8.2.4` since), the `x.y` release, the short git
+/// revision (8 hex digits before 8.0, 16 since).
+pub fn version_of(release: &str) -> (String, String, String) {
+    let (version, repoid) = match release {
+        "7.4" => ("7.4-17", "513c62be"),
+        "8.0" => ("8.0.4", "d258a813cfa6b390"),
+        "8.1" => ("8.1.10", "4b06efb5db453f29"),
+        "8.2" => ("8.2.4", "faa83925c9641325"),
+        "8.4" => ("8.4.1", "2a5fa54a8503f96d"),
+        "9.0" => ("9.0.3", "025864202ebb6109"),
+        "9.1" => ("9.1.2", "9d436f37a0ac4172"),
+        other => panic!("the double has no version for release {other}"),
+    };
+    (version.into(), release.into(), repoid.into())
 }
 
 pub struct PveDouble {
@@ -106,6 +278,17 @@ pub struct PveDouble {
     pub state: Arc<Mutex<State>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the double does with a request.
+enum Answer {
+    Reply(Reply, Option<Value>),
+    /// A 401, after pveproxy's delay.
+    Delayed(Reply, Duration),
+    /// Close the connection without an answer.
+    Reset,
+    /// Never answer.
+    Stall,
 }
 
 impl PveDouble {
@@ -145,10 +328,7 @@ impl PveDouble {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(State {
-            next_pid: 0x1000,
-            ..State::default()
-        }));
+        let state = Arc::new(Mutex::new(State::default()));
         let schema = Arc::new(schema::Schema::load());
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let shared = Arc::clone(&state);
@@ -177,12 +357,9 @@ impl PveDouble {
                         };
                         let service = hyper::service::service_fn(move |req| {
                             let (state, schema) = (Arc::clone(&state), Arc::clone(&schema));
-                            async move {
-                                Ok::<_, std::convert::Infallible>(
-                                    handle(req, &state, &schema).await,
-                                )
-                            }
+                            async move { handle(req, &state, &schema).await }
                         });
+                        // An error from the service (a `Reset`) closes the connection.
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(tls), service)
                             .await;
@@ -216,29 +393,78 @@ impl PveDouble {
         );
     }
 
-    /// A VM somebody else made (or an earlier run), straight into the state.
+    /// Starts over with no users, tokens or ACLs, then runs `pveum` lines.
+    pub fn set_up_access(&self, script: &str) -> Result<(), String> {
+        self.with(|s| {
+            s.access = Access::builtin();
+            s.access.pveum_script(script)
+        })
+    }
+
+    /// Runs `pveum` lines on top of what is there.
+    pub fn pveum(&self, script: &str) -> Result<(), String> {
+        self.with(|s| s.access.pveum_script(script))
+    }
+
+    /// What `GET /version` answers: `7.4`, `8.1`, `8.2`, `9.0`...
+    pub fn set_release(&self, release: &str) {
+        self.with(|s| s.version = version_of(release));
+    }
+
+    /// A VM somebody else made (or an earlier run), straight into the state, on `pve1`.
     pub fn add_vm(&self, vmid: u32, name: &str, mac: &str, running: bool) {
         self.with(|s| {
             let mut config = BTreeMap::new();
             config.insert("name".into(), name.into());
-            config.insert("digest".into(), format!("{vmid:040x}"));
             config.insert("net0".into(), format!("virtio={mac},bridge=vmbr1"));
             config.insert("cores".into(), "4".into());
             config.insert("memory".into(), "16384".into());
             config.insert("boot".into(), "order=net0;scsi0".into());
             config.insert(
                 "scsi0".into(),
-                format!("local-lvm:vm-{vmid}-disk-0,size=120G"),
+                format!("local-lvm:vm-{vmid}-disk-0,iothread=1,size=120G"),
             );
             s.vms.insert(
                 vmid,
                 Vm {
-                    name: name.into(),
+                    node: NODE.into(),
                     config,
+                    pending: BTreeMap::new(),
                     running,
+                    paused: false,
                     ignores_acpi: false,
+                    ha: false,
                 },
             );
+        });
+    }
+
+    /// HA recovery or a migration: the VM's config moves to `node` (pve-cluster: a VM's
+    /// config lives under the node that runs it, `nodes/<node>/qemu-server/<vmid>.conf`).
+    pub fn move_vm(&self, vmid: u32, node: &str) {
+        self.with(|s| s.vms.get_mut(&vmid).expect("the VM").node = node.into());
+    }
+
+    /// A task (a backup: `vzdump`) holds the VM's config lock for `steps` steps
+    /// (pve-guest-common `AbstractConfig.pm` `check_lock`: `VM is locked (backup)`).
+    pub fn lock_for(&self, vmid: u32, lock: &str, steps: u32) {
+        self.with(|s| {
+            s.vms
+                .get_mut(&vmid)
+                .expect("the VM")
+                .config
+                .insert("lock".into(), lock.into());
+            s.later.push((steps, Effect::Unlock { vmid }));
+        });
+    }
+
+    /// Lets hanging tasks of this type end (they stop on the following steps).
+    pub fn release(&self, kind: &str) {
+        self.with(|s| {
+            s.faults.hang_tasks.remove(kind);
+            for t in s.tasks.values_mut().filter(|t| t.kind == kind) {
+                t.hang = false;
+            }
         });
     }
 }
@@ -288,7 +514,20 @@ fn error_with(status: u16, message: &str, errors: Option<Value>) -> Reply {
     r
 }
 
-async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::Schema) -> Reply {
+/// pve-common `PVE/Exception.pm` `raise_param_exc`: 400 with per-parameter errors.
+fn param_error(param: &str, message: &str) -> Reply {
+    error_with(
+        400,
+        "Parameter verification failed.",
+        Some(json!({ param: message })),
+    )
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: &Mutex<State>,
+    schema: &schema::Schema,
+) -> Result<Reply, std::io::Error> {
     let method = req.method().as_str().to_owned();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
@@ -312,7 +551,7 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
     if state.lock().unwrap().faults.stall {
         std::future::pending::<()>().await;
     }
-    let (reply, returns) = answer(
+    let answer = answer(
         state,
         schema,
         &method,
@@ -322,8 +561,33 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
         &content_type,
         &body,
     );
+    let slow = {
+        let s = state.lock().unwrap();
+        s.faults
+            .slow
+            .iter()
+            .find(|(suffix, _)| path.ends_with(suffix.as_str()))
+            .map(|(_, d)| *d)
+    };
+    if let Some(delay) = slow {
+        tokio::time::sleep(delay).await;
+    }
+    let (reply, returns) = match answer {
+        Answer::Reply(reply, returns) => (reply, returns),
+        Answer::Delayed(reply, delay) => {
+            tokio::time::sleep(delay).await;
+            return Ok(reply);
+        }
+        Answer::Reset => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "pveproxy reloads",
+            ));
+        }
+        Answer::Stall => std::future::pending().await,
+    };
     let Some(returns) = returns else {
-        return reply;
+        return Ok(reply);
     };
     // The double's own answers must have the shapes the schema promises.
     let (parts, body) = reply.into_parts();
@@ -346,11 +610,10 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>, schema: &schema::S
             );
         }
     }
-    Response::from_parts(parts, Full::new(body))
+    Ok(Response::from_parts(parts, Full::new(body)))
 }
 
-/// Everything but the final body check, with the state locked: the reply, and the `returns`
-/// schema of the endpoint when the request reached it.
+/// Everything but the final body check, with the state locked.
 #[allow(clippy::too_many_arguments)]
 fn answer(
     state: &Mutex<State>,
@@ -361,17 +624,29 @@ fn answer(
     auth: Option<&str>,
     content_type: &str,
     body: &Bytes,
-) -> (Reply, Option<Value>) {
+) -> Answer {
     let method = method.to_owned();
     let mut s = state.lock().unwrap();
     s.requests.push(format!("{method} {path}"));
-    if auth != Some(&format!("PVEAPIToken={TOKEN_ID}={SECRET}")) {
-        return (error(401, "authentication failure"), None);
+    // pve-access-control `AccessControl.pm` `verify_token`: the token must exist and its
+    // secret match; pve-http-server `AnyEvent.pm` delays the 401.
+    let token_ok = auth
+        .and_then(|a| a.strip_prefix("PVEAPIToken="))
+        .and_then(|a| a.split_once('='))
+        .is_some_and(|(id, secret)| {
+            id == TOKEN_ID && secret == SECRET && s.access.tokens.contains_key(id)
+        });
+    if !token_ok {
+        return Answer::Delayed(
+            error(401, "authentication failure"),
+            s.faults.unauthorized_delay,
+        );
     }
+    s.tick();
     let Some(rest) = path.strip_prefix("/api2/json") else {
         s.violations
             .push(format!("{method} {path}: not under /api2/json"));
-        return (error(404, "not found"), None);
+        return Answer::Reply(error(404, "not found"), None);
     };
     let segments: Vec<String> = rest
         .split('/')
@@ -385,7 +660,7 @@ fn answer(
     let Some(matched) = schema.route(&segments) else {
         s.violations
             .push(format!("{method} {path}: no such path in the schema"));
-        return (
+        return Answer::Reply(
             error(501, &format!("Method '{method} {rest}' not implemented")),
             None,
         );
@@ -427,7 +702,7 @@ fn answer(
             .map(|v| ("request".to_owned(), Value::String(v.clone())))
             .collect();
         s.violations.extend(violations);
-        return (
+        return Answer::Reply(
             error_with(
                 400,
                 "Parameter verification failed.",
@@ -436,14 +711,28 @@ fn answer(
             None,
         );
     }
-    if let Some((priv_path, privilege)) = withheld(&s, &matched, &method, &params) {
-        return (
-            error(
-                403,
-                &format!("Permission check failed ({priv_path}, {privilege})"),
-            ),
-            None,
-        );
+    // pve-manager `PVE/HTTPServer.pm`: `check_api2_permissions` runs on the node that got the
+    // request, before it is proxied to `{node}`.
+    if let Some(check) = matched
+        .info
+        .get(method.as_str())
+        .and_then(|i| i.get("permissions"))
+        .and_then(|p| p.get("check"))
+    {
+        let denied = s.checker().exec(check, &params, false).err();
+        if let Some(message) = denied {
+            return Answer::Reply(error(403, &message), None);
+        }
+    }
+    // A task-status request may meet a transient failure on its way.
+    if matched.template == "/nodes/{node}/tasks/{upid}/status"
+        && let Some(fault) = s.faults.poll_failures.pop_front()
+    {
+        return match fault {
+            PollFault::Status(code, message) => Answer::Reply(error(code, message), None),
+            PollFault::Reset => Answer::Reset,
+            PollFault::Stall => Answer::Stall,
+        };
     }
     let returns = matched
         .info
@@ -451,159 +740,622 @@ fn answer(
         .and_then(|i| i.get("returns"))
         .cloned()
         .unwrap_or(Value::Null);
-    (
+    Answer::Reply(
         route(&mut s, &matched.template, &method, &params),
         Some(returns),
     )
 }
 
-/// The first privilege this request needs that the token lacks, with its ACL path.
-fn withheld(
-    s: &State,
-    matched: &schema::Matched,
-    method: &str,
-    p: &BTreeMap<String, String>,
-) -> Option<(String, String)> {
-    let sub = |path: &str| {
-        let mut out = path.to_owned();
-        for (k, v) in p {
-            out = out.replace(&format!("{{{k}}}"), v);
-        }
-        out
-    };
-    let mut needed: Vec<(String, String)> = Vec::new();
-    match (method, matched.template.as_str()) {
-        // Only described in the schema: the create checks these, in this order.
-        ("POST", "/nodes/{node}/qemu") => {
-            needed.push((sub("/vms/{vmid}"), "VM.Allocate".into()));
-            for key in ["scsi0", "ide2"] {
-                if let Some(storage) = p.get(key).and_then(|v| v.split(':').next()) {
-                    needed.push((
-                        format!("/storage/{storage}"),
-                        "Datastore.AllocateSpace".into(),
-                    ));
-                }
-            }
-            if let Some(bridge) = p.get("net0").and_then(|n| {
-                n.split(',')
-                    .find_map(|part| part.strip_prefix("bridge="))
-                    .map(str::to_owned)
-            }) {
-                needed.push((
-                    format!("/sdn/zones/localnetwork/{bridge}"),
-                    "SDN.Use".into(),
-                ));
-            }
-        }
-        ("PUT" | "POST", "/nodes/{node}/qemu/{vmid}/config") => {
-            for (key, privilege) in [("ide2", "VM.Config.CDROM"), ("boot", "VM.Config.Options")] {
-                if p.contains_key(key) {
-                    needed.push((sub("/vms/{vmid}"), privilege.into()));
-                }
-            }
-        }
-        _ => {
-            let check = matched.info.get(method)?.get("permissions")?.get("check")?;
-            // ["perm", PATH, [PRIVS], ("any", 1)?] or ["and", [...], ...]: the first perm.
-            let perm = if check.get(0)?.as_str() == Some("perm") {
-                check
-            } else {
-                check
-                    .as_array()?
-                    .iter()
-                    .find(|c| c.get(0).and_then(Value::as_str) == Some("perm"))?
-            };
-            let path = sub(perm.get(1)?.as_str()?);
-            let privs: Vec<String> = perm
-                .get(2)?
-                .as_array()?
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect();
-            let any = perm.get(3).and_then(Value::as_str) == Some("any");
-            if any {
-                if privs.iter().all(|pr| s.faults.withheld.contains(pr)) {
-                    return Some((path, privs[0].clone()));
-                }
-                return None;
-            }
-            needed.extend(privs.into_iter().map(|pr| (path.clone(), pr)));
-        }
-    }
-    needed
-        .into_iter()
-        .find(|(_, privilege)| s.faults.withheld.contains(privilege))
+fn lock_message(vmid: u32) -> String {
+    format!("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout")
+}
+
+/// qemu-server `PVE/QemuServer/Drive.pm` `$NEW_DISK_RE`: `[STORAGE:]SIZE` (GiB) allocates a
+/// new volume.
+fn new_disk(volume: &str) -> Option<(Option<&str>, f64)> {
+    let re = regex::Regex::new(r"^(([^/:\s]+):)?(\d+(\.\d+)?)$").expect("pattern");
+    let c = re.captures(volume)?;
+    Some((
+        c.get(2).map(|m| m.as_str()),
+        c.get(3)?.as_str().parse().ok()?,
+    ))
+}
+
+/// The first element of a drive's property string: its volume (`file=` optional).
+fn drive_volume(value: &str) -> &str {
+    let first = value.split(',').next().unwrap_or("");
+    first.strip_prefix("file=").unwrap_or(first)
+}
+
+fn drive_is_cdrom(value: &str) -> bool {
+    value.split(',').any(|p| p == "media=cdrom")
+}
+
+/// qemu-server `PVE/QemuServer/Drive.pm` `is_valid_drivename`.
+fn is_drive(key: &str) -> bool {
+    regex::Regex::new(
+        r"^(ide[0-3]|sata[0-5]|scsi([0-9]|[1-2][0-9]|30)|virtio([0-9]|1[0-5])|efidisk0|tpmstate0)$",
+    )
+    .expect("pattern")
+    .is_match(key)
 }
 
 impl State {
-    /// A task: stopped after `polls` status queries (never, for a hanging type).
-    fn task(&mut self, kind: &str, id: &str, exitstatus: &str) -> String {
-        let polls = self.task_polls;
+    fn checker(&self) -> access::Checker<'_> {
+        access::Checker {
+            access: &self.access,
+            who: TOKEN_ID,
+            withheld: &self.faults.withheld,
+        }
+    }
+
+    /// One step of time: running tasks move on; one that stops has its effect.
+    fn tick(&mut self) {
+        let mut stopped = Vec::new();
+        for (left, effect) in &mut self.later {
+            *left -= 1;
+            if *left == 0 {
+                stopped.push(effect.clone());
+            }
+        }
+        self.later.retain(|(left, _)| *left > 0);
+        for t in self.tasks.values_mut() {
+            if !t.hang && t.left > 0 {
+                t.left -= 1;
+                if t.left == 0 {
+                    stopped.push(t.effect.clone());
+                }
+            }
+        }
+        for effect in stopped {
+            self.apply(effect);
+        }
+    }
+
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::None => {}
+            Effect::Created { vmid, config } => {
+                if let Some(vm) = self.vms.get_mut(&vmid) {
+                    vm.config = config;
+                }
+            }
+            Effect::CreateFailed { vmid } => {
+                self.vms.remove(&vmid);
+            }
+            Effect::Ha { vmid, running } => {
+                self.later.push((HA_LAG, Effect::Power { vmid, running }));
+            }
+            Effect::Power { vmid, running } => {
+                if let Some(vm) = self.vms.get_mut(&vmid) {
+                    vm.running = running;
+                    vm.paused = false;
+                }
+            }
+            Effect::Unlock { vmid } => {
+                if let Some(vm) = self.vms.get_mut(&vmid) {
+                    vm.config.remove("lock");
+                }
+            }
+        }
+    }
+
+    /// A task on `node` (pve-common `PVE/RESTEnvironment.pm` `fork_worker`: the UPID names
+    /// the node, the worker type, its ID and the user, here the token).
+    fn task(
+        &mut self,
+        node: &str,
+        kind: &str,
+        id: &str,
+        exitstatus: &str,
+        effect: Effect,
+    ) -> String {
         self.next_pid += 1;
         let starttime = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
             .as_secs();
         let upid = format!(
-            "UPID:{NODE}:{:08X}:{:08X}:{starttime:08X}:{kind}:{id}:{TOKEN_ID}:",
+            "UPID:{node}:{:08X}:{:08X}:{starttime:08X}:{kind}:{id}:{TOKEN_ID}:",
             self.next_pid,
             self.next_pid * 7
         );
         let hang = self.faults.hang_tasks.contains(kind);
+        let left = self.task_polls;
+        if left == 0 && !hang {
+            self.apply(effect.clone());
+        }
         self.tasks.insert(
             upid.clone(),
             Task {
                 upid: upid.clone(),
-                polls_left: polls,
+                node: node.to_owned(),
+                left,
                 hang,
                 exitstatus: exitstatus.to_owned(),
                 starttime,
                 pid: self.next_pid,
                 kind: kind.to_owned(),
                 id: id.to_owned(),
+                effect,
             },
         );
         upid
     }
 
-    fn vm_list(&self) -> Value {
+    fn may_audit(&self, vmid: u32) -> bool {
+        self.checker().has(&format!("/vms/{vmid}"), "VM.Audit")
+    }
+
+    /// `GET /cluster/resources?type=vm` (pve-manager `PVE/API2/Cluster.pm` `resources`,
+    /// `PVE/API2Tools.pm` `extract_vm_stats`): every node's VMs the token may audit, with
+    /// their node, status, name and config lock; `hastate` for HA-managed ones.
+    fn resources(&self) -> Value {
         Value::Array(
             self.vms
                 .iter()
+                .filter(|(vmid, _)| self.may_audit(**vmid))
                 .map(|(vmid, vm)| {
-                    json!({
+                    let mut entry = json!({
+                        "id": format!("qemu/{vmid}"),
+                        "type": "qemu",
                         "vmid": vmid,
-                        "name": vm.name,
+                        "node": vm.node,
+                        "name": vm.listed_name(*vmid),
                         "status": if vm.running { "running" } else { "stopped" },
-                        "cpus": vm.config.get("cores").and_then(|c| c.parse::<u64>().ok()).unwrap_or(1),
+                        "template": 0,
+                        "maxcpu": vm.config.get("cores").and_then(|c| c.parse::<u64>().ok()).unwrap_or(1),
                         "maxmem": 16u64 << 30,
                         "uptime": if vm.running { 42 } else { 0 },
-                    })
+                    });
+                                        if let Some(lock) = vm.lock() {
+                        entry["lock"] = Value::String(lock.to_owned());
+                    }
+                    if self.faults.no_status_data {
+                        let fields = entry.as_object_mut().expect("an object");
+                        fields.remove("name");
+                        fields.insert("status".into(), "unknown".into());
+                    }
+                    if vm.ha {
+                        entry["hastate"] = Value::String(if vm.running { "started" } else { "stopped" }.into());
+                    }
+                    entry
                 })
                 .collect(),
         )
     }
-}
 
-fn lock_message(vmid: &str) -> String {
-    format!("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout")
+    /// `GET /nodes/{node}/qemu` (qemu-server `API2/Qemu.pm` `vmlist`): the node's VMs the
+    /// token may audit.
+    fn vm_list(&self, node: &str) -> Value {
+        Value::Array(
+            self.vms
+                .iter()
+                .filter(|(vmid, vm)| vm.node == node && self.may_audit(**vmid))
+                .map(|(vmid, vm)| {
+                    let mut entry = json!({
+                        "vmid": vmid,
+                        "name": vm.listed_name(*vmid),
+                        "status": if vm.running { "running" } else { "stopped" },
+                        "cpus": vm.config.get("cores").and_then(|c| c.parse::<u64>().ok()).unwrap_or(1),
+                        "maxmem": 16u64 << 30,
+                        "uptime": if vm.running { 42 } else { 0 },
+                    });
+                    if let Some(lock) = vm.lock() {
+                        entry["lock"] = Value::String(lock.to_owned());
+                    }
+                    entry
+                })
+                .collect(),
+        )
+    }
+
+    /// qemu-server `API2/Qemu.pm` `$check_storage_access` over the drives of `p`: a new disk
+    /// needs Datastore.AllocateSpace on its storage; an existing volume (an ISO) is checked by
+    /// pve-storage `PVE/Storage.pm` `check_volume_access`: Datastore.Allocate on its storage,
+    /// or, for ISOs, Datastore.AllocateSpace or Datastore.Audit.
+    fn check_storage_access(&self, p: &BTreeMap<String, String>) -> Result<(), String> {
+        let c = self.checker();
+        for (key, value) in p.iter().filter(|(k, _)| is_drive(k)) {
+            let volume = drive_volume(value);
+            if volume == "none" || volume.is_empty() {
+                continue;
+            }
+            if !drive_is_cdrom(value)
+                && let Some((storage, _)) = new_disk(volume)
+            {
+                let Some(storage) = storage else {
+                    return Err(format!(
+                        "{key}: no storage ID specified (and no default storage)"
+                    ));
+                };
+                c.check(&format!("/storage/{storage}"), &["Datastore.AllocateSpace"])?;
+                continue;
+            }
+            let Some((storage, _)) = volume.split_once(':') else {
+                return Err("Only root can pass arbitrary filesystem paths.".into());
+            };
+            let path = format!("/storage/{storage}");
+            if c.check(&path, &["Datastore.Allocate"]).is_ok() {
+                continue;
+            }
+            c.check_any(&path, &["Datastore.AllocateSpace", "Datastore.Audit"])?;
+        }
+        Ok(())
+    }
+
+    /// qemu-server `API2/Qemu.pm` `$check_vm_modify_config_perm`: each option's privilege on
+    /// `/vms/{vmid}` (drives are checked elsewhere; `boot` is a disk option).
+    fn check_modify_config(&self, vmid: u32, keys: &[&String]) -> Result<(), String> {
+        let c = self.checker();
+        let path = format!("/vms/{vmid}");
+        for key in keys {
+            let key = key.as_str();
+            if is_drive(key) || key == "cdrom" || key == "digest" || key == "delete" {
+                continue;
+            }
+            let privilege = match key {
+                "cores" | "cpu" | "cpulimit" | "cpuunits" | "numa" | "smp" | "sockets"
+                | "vcpus" => "VM.Config.CPU",
+                "memory" | "balloon" | "shares" => "VM.Config.Memory",
+                "acpi" | "hotplug" | "kvm" | "machine" | "scsihw" | "smbios1" | "tablet"
+                | "vga" | "watchdog" => "VM.Config.HWType",
+                "agent" | "autostart" | "bios" | "description" | "keyboard" | "localtime"
+                | "name" | "onboot" | "ostype" | "protection" | "reboot" | "startdate" | "tdf"
+                | "template" => "VM.Config.Options",
+                "boot" | "bootdisk" | "vmstatestorage" => "VM.Config.Disk",
+                k if k.starts_with("net") => "VM.Config.Network",
+                other => return Err(format!("only root can set '{other}' config")),
+            };
+            c.check(&path, &[privilege])?;
+        }
+        Ok(())
+    }
+
+    /// qemu-server `QemuServer.pm` `check_bridge_access` -> pve-guest-common
+    /// `PVE/GuestHelpers.pm` `check_vnet_access`: SDN.Use on the bridge, or on its VLAN.
+    fn check_bridge_access(&self, p: &BTreeMap<String, String>) -> Result<(), String> {
+        for (_, net) in p.iter().filter(|(k, _)| k.starts_with("net")) {
+            let field = |name: &str| {
+                net.split(',')
+                    .find_map(|part| part.strip_prefix(&format!("{name}=")))
+            };
+            let Some(bridge) = field("bridge") else {
+                continue;
+            };
+            let path = match field("tag") {
+                Some(tag) => format!("/sdn/zones/localnetwork/{bridge}/{tag}"),
+                None => format!("/sdn/zones/localnetwork/{bridge}"),
+            };
+            self.checker().check(&path, &["SDN.Use"])?;
+        }
+        Ok(())
+    }
+
+    /// The VM `vmid` on `node`, or qemu-server's error for a config that isn't there.
+    fn vm_on(&self, node: &str, vmid: u32) -> Result<&Vm, Box<Reply>> {
+        match self.vms.get(&vmid) {
+            Some(vm) if vm.node == node => Ok(vm),
+            _ => Err(Box::new(error(
+                500,
+                &format!(
+                    "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+                ),
+            ))),
+        }
+    }
+
+    fn create(&mut self, node: &str, vmid: u32, p: &BTreeMap<String, String>) -> Reply {
+        // qemu-server `API2/Qemu.pm` `create_vm`, in its order.
+        let c = self.checker();
+        let pool = p.get("pool");
+        let allowed = c.check(&format!("/vms/{vmid}"), &["VM.Allocate"]).is_ok()
+            || pool.is_some_and(|pool| c.check(&format!("/pool/{pool}"), &["VM.Allocate"]).is_ok());
+        if !allowed {
+            // `raise_perm_exc()`: no path, no privilege.
+            return error(403, "Permission check failed");
+        }
+        let keys: Vec<&String> = p
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "node" | "vmid" | "pool" | "storage" | "start"))
+            .collect();
+        if let Err(e) = self
+            .check_storage_access(p)
+            .and_then(|()| self.check_modify_config(vmid, &keys))
+            .and_then(|()| self.check_bridge_access(p))
+        {
+            return if e.starts_with("Permission check failed") {
+                error(403, &e)
+            } else {
+                error(500, &e)
+            };
+        }
+        // `$check_drive_param`: an ISO needs `media=cdrom`; a new disk's size is GiB.
+        for key in keys.iter().filter(|k| is_drive(k)) {
+            let value = &p[key.as_str()];
+            let volume = drive_volume(value);
+            if volume.contains(":iso/") && !drive_is_cdrom(value) {
+                return param_error(key, "explicit 'media=cdrom' is required for iso images");
+            }
+            if !drive_is_cdrom(value) && new_disk(volume).is_none() {
+                return param_error(key, &format!("volume '{volume}' does not exist"));
+            }
+        }
+        // pve-cluster `Cluster.pm` `cfs_lock`, around writing the config.
+        if self.faults.cfs_lock_timeouts > 0 {
+            self.faults.cfs_lock_timeouts -= 1;
+            return error(
+                500,
+                &format!("cfs-lock 'file-qemu-server_{vmid}_conf' error: got lock request timeout"),
+            );
+        }
+        // pve-guest-common `AbstractConfig.pm` `create_and_lock_config` with pve-cluster
+        // `Cluster.pm` `check_vmid_unused`: a placeholder holding `lock: create`.
+        if let Some(other) = self.vms.get(&vmid) {
+            return error(
+                500,
+                &format!(
+                    "unable to create VM {vmid} - VM {vmid} already exists on node '{}'",
+                    other.node
+                ),
+            );
+        }
+        self.vms.insert(
+            vmid,
+            Vm {
+                node: node.to_owned(),
+                config: BTreeMap::from([("lock".to_owned(), "create".to_owned())]),
+                pending: BTreeMap::new(),
+                running: false,
+                paused: false,
+                ignores_acpi: false,
+                ha: false,
+            },
+        );
+        let id = vmid.to_string();
+        if self.faults.lock_timeouts_on_create > 0 {
+            self.faults.lock_timeouts_on_create -= 1;
+            // The worker's `lock_config_full($vmid, 1, ...)` times out.
+            return ok(Value::String(self.task(
+                node,
+                "qmcreate",
+                &id,
+                &lock_message(vmid),
+                Effect::CreateFailed { vmid },
+            )));
+        }
+        if let Some(iso) = p.get("ide2").map(|v| drive_volume(v))
+            && iso != "none"
+            && !self.isos.contains(iso)
+        {
+            return ok(Value::String(self.task(
+                node,
+                "qmcreate",
+                &id,
+                &format!("unable to create VM {vmid} - volume '{iso}' does not exist"),
+                Effect::CreateFailed { vmid },
+            )));
+        }
+        if self.faults.create_fails {
+            return ok(Value::String(self.task(
+                node,
+                "qmcreate",
+                &id,
+                &format!("unable to create VM {vmid} - lvcreate 'pve/vm-{vmid}-disk-0' error:   Volume group \"pve\" has insufficient free space"),
+                Effect::CreateFailed { vmid },
+            )));
+        }
+        // `create_disks`: a new volume per `STORAGE:SIZE`, the drive's other options kept.
+        let mut config = BTreeMap::new();
+        for (k, v) in p {
+            if matches!(k.as_str(), "node" | "vmid" | "pool" | "storage" | "start") {
+                continue;
+            }
+            let v = match new_disk(drive_volume(v)) {
+                Some((Some(storage), size)) if is_drive(k) && !drive_is_cdrom(v) => {
+                    let mut d = format!("{storage}:vm-{vmid}-disk-0");
+                    for opt in v.split(',').skip(1) {
+                        d.push(',');
+                        d.push_str(opt);
+                    }
+                    d.push_str(&format!(",size={size}G"));
+                    d
+                }
+                _ => v.clone(),
+            };
+            config.insert(k.clone(), v);
+        }
+        config.insert(
+            "smbios1".into(),
+            format!("uuid=00000000-0000-4000-8000-{vmid:012}"),
+        );
+        config.insert(
+            "vmgenid".into(),
+            format!("00000000-0000-4000-8000-{vmid:012}"),
+        );
+        ok(Value::String(self.task(
+            node,
+            "qmcreate",
+            &id,
+            "OK",
+            Effect::Created { vmid, config },
+        )))
+    }
+
+    /// qemu-server `API2/Qemu.pm` `update_vm_api` (PUT: synchronous).
+    fn update(&mut self, node: &str, vmid: u32, p: &BTreeMap<String, String>) -> Reply {
+        let keys: Vec<&String> = p.keys().filter(|k| *k != "node" && *k != "vmid").collect();
+        if let Err(e) = self
+            .check_modify_config(vmid, &keys)
+            .and_then(|()| self.check_storage_access(p))
+            .and_then(|()| self.check_bridge_access(p))
+        {
+            return error(403, &e);
+        }
+        if self.faults.lock_timeouts_on_put > 0 {
+            self.faults.lock_timeouts_on_put -= 1;
+            return error(500, &lock_message(vmid));
+        }
+        let vm = match self.vm_on(node, vmid) {
+            Ok(vm) => vm,
+            Err(reply) => return *reply,
+        };
+        // pve-guest-common `AbstractConfig.pm` `check_lock`.
+        if let Some(lock) = vm.lock() {
+            return error(500, &format!("VM is locked ({lock})"));
+        }
+        // `$check_drive_perms`: a CD-ROM needs VM.Config.CDROM, other drives VM.Config.Disk.
+        for key in keys.iter().filter(|k| is_drive(k)) {
+            let privilege = if drive_is_cdrom(&p[key.as_str()]) {
+                "VM.Config.CDROM"
+            } else {
+                "VM.Config.Disk"
+            };
+            if let Err(e) = self.checker().check(&format!("/vms/{vmid}"), &[privilege]) {
+                return error(403, &e);
+            }
+        }
+        for key in keys.iter().filter(|k| is_drive(k)) {
+            let volume = drive_volume(&p[key.as_str()]);
+            if volume != "none" && !self.isos.contains(volume) {
+                return error(500, &format!("volume '{volume}' does not exist"));
+            }
+        }
+        let vm = self.vms.get_mut(&vmid).expect("checked");
+        for key in keys {
+            let value = p[key.as_str()].clone();
+            // `vmconfig_hotplug_pending`: on a running VM only the fast-plug options and
+            // drives (a CD change) apply now; the rest waits for a cold start.
+            let hot = is_drive(key) || matches!(key.as_str(), "name" | "description" | "onboot");
+            if vm.running && !hot {
+                vm.pending.insert(key.clone(), value);
+            } else {
+                vm.config.insert(key.clone(), value);
+            }
+        }
+        ok(Value::Null)
+    }
+
+    /// The `status/*` actions (qemu-server `API2/Qemu.pm` `vm_start`, `vm_stop`,
+    /// `vm_shutdown`, `vm_reset`, `vm_resume`).
+    fn power(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        action: &str,
+        p: &BTreeMap<String, String>,
+    ) -> Reply {
+        let vm = match self.vm_on(node, vmid) {
+            Ok(vm) => vm,
+            Err(reply) => return *reply,
+        };
+        if let Some(lock) = vm.lock() {
+            return error(500, &format!("VM is locked ({lock})"));
+        }
+        if vm.ha && matches!(action, "start" | "stop" | "shutdown") {
+            // `vm_start` / `vm_stop` / `vm_shutdown` of an HA-managed VM only ask
+            // ha-manager (`hastart`, `hastop`); `overrule-shutdown` is refused for them.
+            if action == "stop" && p.get("overrule-shutdown").map(String::as_str) == Some("1") {
+                return param_error("overrule-shutdown", "Not applicable for HA resources.");
+            }
+            let running = action == "start";
+            let kind = if running { "hastart" } else { "hastop" };
+            let upid = self.task(
+                node,
+                kind,
+                &vmid.to_string(),
+                "OK",
+                Effect::Ha { vmid, running },
+            );
+            return ok(Value::String(upid));
+        }
+        let vm = self.vms.get_mut(&vmid).expect("checked");
+        let (kind, exit) = match action {
+            "start" => {
+                if vm.running {
+                    return error(500, &format!("VM {vmid} already running"));
+                }
+                // `vm_start`: pending changes are applied at a cold start.
+                let pending = std::mem::take(&mut vm.pending);
+                vm.config.extend(pending);
+                vm.running = true;
+                vm.paused = false;
+                ("qmstart", "OK".to_owned())
+            }
+            "shutdown" => {
+                if !vm.running {
+                    return error(500, &format!("VM {vmid} not running"));
+                }
+                // "sending a graceful shutdown command to paused VMs runs into timeouts".
+                if vm.paused && p.get("forceStop").map(String::as_str) != Some("1") {
+                    return error(500, "VM is paused - cannot shutdown");
+                }
+                if vm.ignores_acpi && !vm.paused {
+                    (
+                        "qmshutdown",
+                        "VM quit/powerdown failed - got timeout".to_owned(),
+                    )
+                } else {
+                    vm.running = false;
+                    vm.paused = false;
+                    ("qmshutdown", "OK".to_owned())
+                }
+            }
+            "stop" => {
+                vm.running = false;
+                vm.paused = false;
+                ("qmstop", "OK".to_owned())
+            }
+            "reset" => {
+                if !vm.running {
+                    return error(500, &format!("VM {vmid} not running"));
+                }
+                ("qmreset", "OK".to_owned())
+            }
+            "resume" => {
+                if !vm.running {
+                    return error(500, &format!("VM {vmid} not running"));
+                }
+                vm.paused = false;
+                ("qmresume", "OK".to_owned())
+            }
+            other => return error(501, &format!("the double does not do {other}")),
+        };
+        let upid = self.task(node, kind, &vmid.to_string(), &exit, Effect::None);
+        ok(Value::String(upid))
+    }
 }
 
 fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, String>) -> Reply {
     let vmid: u32 = p.get("vmid").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let vm_missing = || {
-        error(
+    let node = p.get("node").cloned().unwrap_or_default();
+    // pve-cluster `Cluster.pm` `remote_node_ip` via pve-common `Network.pm`: a node that is
+    // not in the cluster can't be resolved.
+    if p.contains_key("node") && !s.nodes.contains(&node) {
+        return error(
             500,
-            &format!("Configuration file 'nodes/{NODE}/qemu-server/{vmid}.conf' does not exist"),
-        )
-    };
-    if p.get("node").is_some_and(|n| n != NODE) {
-        return error(595, &format!("no such node '{}'", p["node"]));
+            &format!(
+                "hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not known"
+            ),
+        );
+    }
+    // pve-http-server `APIServer/AnyEvent.pm` `proxy_request`: AnyEvent::HTTP's 595 when the
+    // node the call is for can't be connected to.
+    if s.offline.contains(&node) {
+        return error(595, "No route to host");
     }
     match (method, template) {
         ("GET", "/version") => {
-            ok(json!({"version": "8.2.4", "release": "8.2", "repoid": "faa83925c9641325"}))
+            let (version, release, repoid) = s.version.clone();
+            ok(json!({"version": version, "release": release, "repoid": repoid}))
         }
+        ("GET", "/cluster/resources") => match p.get("type").map(String::as_str) {
+            Some("vm") => ok(s.resources()),
+            other => error(
+                501,
+                &format!("the double lists only type=vm, not {other:?}"),
+            ),
+        },
         ("GET", "/cluster/nextid") => {
             let id = (100..).find(|id| !s.vms.contains_key(id)).unwrap();
             if s.faults.nextid_races > 0 {
@@ -612,80 +1364,32 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                 s.vms.insert(
                     id,
                     Vm {
-                        name: format!("someone-else-{id}"),
-                        config: BTreeMap::from([
-                            ("name".into(), format!("someone-else-{id}")),
-                            ("digest".into(), format!("{id:040x}")),
-                        ]),
+                        node: NODE.into(),
+                        config: BTreeMap::from([("name".into(), format!("someone-else-{id}"))]),
+                        pending: BTreeMap::new(),
                         running: false,
+                        paused: false,
                         ignores_acpi: false,
+                        ha: false,
                     },
                 );
             }
             // Proxmox sends the ID as a string.
             ok(Value::String(id.to_string()))
         }
-        ("GET", "/nodes/{node}/qemu") => ok(s.vm_list()),
-        ("POST", "/nodes/{node}/qemu") => {
-            if s.vms.contains_key(&vmid) {
-                return error(500, &format!("VM {vmid} already exists on node '{NODE}'"));
-            }
-            if s.faults.lock_timeouts_on_create > 0 {
-                s.faults.lock_timeouts_on_create -= 1;
-                let upid = s.task(
-                    "qmcreate",
-                    &vmid.to_string(),
-                    &lock_message(&vmid.to_string()),
-                );
-                return ok(Value::String(upid));
-            }
-            if let Some(iso) = p.get("ide2").and_then(|v| v.split(',').next())
-                && iso != "none"
-                && !s.isos.contains(iso)
-            {
-                let upid = s.task(
-                    "qmcreate",
-                    &vmid.to_string(),
-                    &format!("volume '{iso}' does not exist"),
-                );
-                return ok(Value::String(upid));
-            }
-            let mut config = BTreeMap::new();
-            for (k, v) in p {
-                if k == "node" || k == "vmid" {
-                    continue;
+        ("GET", "/nodes/{node}/qemu") => ok(s.vm_list(&node)),
+        ("POST", "/nodes/{node}/qemu") => s.create(&node, vmid, p),
+        ("GET", "/nodes/{node}/qemu/{vmid}/config") => match s.vm_on(&node, vmid) {
+            Err(reply) => *reply,
+            Ok(vm) => {
+                // pve-guest-common `AbstractConfig.pm` `load_current_config`: pending values
+                // applied unless `current=1`.
+                let mut values = vm.config.clone();
+                if p.get("current").map(String::as_str) != Some("1") {
+                    values.extend(vm.pending.clone());
                 }
-                let v = if k == "scsi0" {
-                    let (storage, size) = v.split_once(':').unwrap();
-                    format!("{storage}:vm-{vmid}-disk-0,iothread=1,size={size}G")
-                } else {
-                    v.clone()
-                };
-                config.insert(k.clone(), v);
-            }
-            config.insert("digest".into(), format!("{vmid:040x}"));
-            s.vms.insert(
-                vmid,
-                Vm {
-                    name: p.get("name").cloned().unwrap_or_default(),
-                    config,
-                    running: false,
-                    ignores_acpi: false,
-                },
-            );
-            let exit = if s.faults.create_leaves_vm {
-                format!("unable to create VM {vmid} - storage 'local-lvm' is full")
-            } else {
-                "OK".to_owned()
-            };
-            let upid = s.task("qmcreate", &vmid.to_string(), &exit);
-            ok(Value::String(upid))
-        }
-        ("GET", "/nodes/{node}/qemu/{vmid}/config") => match s.vms.get(&vmid) {
-            None => vm_missing(),
-            Some(vm) => {
                 let mut cfg = serde_json::Map::new();
-                for (k, v) in &vm.config {
+                for (k, v) in &values {
                     // Proxmox sends numbers as numbers here, except memory.
                     let value = match k.as_str() {
                         "cores" | "sockets" => v
@@ -696,90 +1400,58 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                     };
                     cfg.insert(k.clone(), value);
                 }
+                cfg.insert(
+                    "digest".into(),
+                    Value::String(format!("{:040x}", values.len() as u32 + vmid)),
+                );
                 ok(Value::Object(cfg))
             }
         },
-        ("PUT", "/nodes/{node}/qemu/{vmid}/config") => {
-            if s.faults.lock_timeouts_on_put > 0 {
-                s.faults.lock_timeouts_on_put -= 1;
-                return error(500, &lock_message(&vmid.to_string()));
-            }
-            let isos = s.isos.clone();
-            let Some(vm) = s.vms.get_mut(&vmid) else {
-                return vm_missing();
-            };
-            for (k, v) in p {
-                if k == "node" || k == "vmid" {
-                    continue;
+        ("PUT", "/nodes/{node}/qemu/{vmid}/config") => s.update(&node, vmid, p),
+        ("GET", "/nodes/{node}/qemu/{vmid}/status/current") => match s.vm_on(&node, vmid) {
+            Err(reply) => *reply,
+            Ok(vm) => {
+                let mut status = json!({
+                    "vmid": vmid, "name": vm.listed_name(vmid),
+                    "status": if vm.running { "running" } else { "stopped" },
+                    // qemu-server `QemuServer.pm` `vmstatus`: QEMU's own state, `paused`
+                    // for a paused guest whose status is still `running`.
+                    "qmpstatus": match (vm.running, vm.paused) {
+                        (true, true) => "paused",
+                        (true, false) => "running",
+                        _ => "stopped",
+                    },
+                    "ha": { "managed": u8::from(vm.ha) },
+                });
+                if let Some(lock) = vm.lock() {
+                    status["lock"] = Value::String(lock.to_owned());
                 }
-                if k == "ide2"
-                    && let Some(iso) = v.split(',').next()
-                    && iso != "none"
-                    && !isos.contains(iso)
-                {
-                    return error(500, &format!("volume '{iso}' does not exist"));
-                }
-                vm.config.insert(k.clone(), v.clone());
+                ok(status)
             }
-            ok(Value::Null)
-        }
-        ("GET", "/nodes/{node}/qemu/{vmid}/status/current") => match s.vms.get(&vmid) {
-            None => vm_missing(),
-            Some(vm) => ok(json!({
-                "vmid": vmid, "name": vm.name,
-                "status": if vm.running { "running" } else { "stopped" },
-                "qmpstatus": if vm.running { "running" } else { "stopped" },
-            })),
         },
         ("POST", t) if t.starts_with("/nodes/{node}/qemu/{vmid}/status/") => {
-            let Some(vm) = s.vms.get_mut(&vmid) else {
-                return vm_missing();
+            let action = t.rsplit('/').next().unwrap().to_owned();
+            s.power(&node, vmid, &action, p)
+        }
+        ("DELETE", "/nodes/{node}/qemu/{vmid}") => {
+            // qemu-server `API2/Qemu.pm` `destroy_vm`.
+            let vm = match s.vm_on(&node, vmid) {
+                Ok(vm) => vm,
+                Err(reply) => return *reply,
             };
-            let id = vmid.to_string();
-            let (kind, exit) = match t.rsplit('/').next().unwrap() {
-                "start" => {
-                    if vm.running {
-                        return error(500, &format!("VM {vmid} already running"));
-                    }
-                    vm.running = true;
-                    ("qmstart", "OK".to_owned())
-                }
-                "shutdown" => {
-                    if vm.ignores_acpi {
-                        (
-                            "qmshutdown",
-                            "VM quit/powerdown failed - got timeout".to_owned(),
-                        )
-                    } else {
-                        vm.running = false;
-                        ("qmshutdown", "OK".to_owned())
-                    }
-                }
-                "stop" => {
-                    vm.running = false;
-                    ("qmstop", "OK".to_owned())
-                }
-                "reset" => {
-                    if !vm.running {
-                        return error(500, &format!("VM {vmid} not running"));
-                    }
-                    ("qmreset", "OK".to_owned())
-                }
-                other => return error(501, &format!("the double does not do {other}")),
-            };
-            let upid = s.task(kind, &id, &exit);
+            if let Some(lock) = vm.lock() {
+                return error(500, &format!("VM is locked ({lock})"));
+            }
+            if vm.running {
+                return error(500, &format!("VM {vmid} is running - destroy failed"));
+            }
+            s.vms.remove(&vmid);
+            let upid = s.task(&node, "qmdestroy", &vmid.to_string(), "OK", Effect::None);
             ok(Value::String(upid))
         }
-        ("DELETE", "/nodes/{node}/qemu/{vmid}") => match s.vms.get(&vmid) {
-            None => vm_missing(),
-            Some(vm) if vm.running => error(500, &format!("VM {vmid} is running - destroy failed")),
-            Some(_) => {
-                s.vms.remove(&vmid);
-                let upid = s.task("qmdestroy", &vmid.to_string(), "OK");
-                ok(Value::String(upid))
-            }
-        },
         ("GET", "/nodes/{node}/storage/{storage}/content") => {
+            // pve-storage `API2/Storage/Content.pm` `index`: the schema's any-of check ran;
+            // each volume is filtered through `check_volume_access`.
             let storage = &p["storage"];
             let prefix = format!("{storage}:");
             ok(Value::Array(
@@ -791,9 +1463,10 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
             ))
         }
         ("POST", "/nodes/{node}/storage/{storage}/download-url") => {
+            // pve-storage `API2/Storage/Status.pm` `download_url` (its and/or check ran).
             let volume = format!("{}:iso/{}", p["storage"], p["filename"]);
-            if !p["filename"].ends_with(".iso") {
-                return error(500, "wrong file extension");
+            if !p["filename"].ends_with(".iso") && !p["filename"].ends_with(".img") {
+                return param_error("filename", "wrong file extension");
             }
             if s.isos.contains(&volume) {
                 return error(
@@ -803,26 +1476,38 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
             }
             s.downloads.push((p["url"].clone(), volume.clone()));
             s.isos.insert(volume);
-            let upid = s.task("download", &p["filename"], "OK");
+            let upid = s.task(&node, "download", &p["filename"], "OK", Effect::None);
             ok(Value::String(upid))
         }
         ("DELETE", "/nodes/{node}/storage/{storage}/content/{volume}") => {
-            if !s.isos.remove(&p["volume"]) {
-                return error(500, &format!("volume '{}' does not exist", p["volume"]));
+            // pve-storage `API2/Storage/Content.pm` `delete`: Datastore.Allocate on the
+            // storage (for anything but a backup).
+            let volume = p["volume"].clone();
+            let storage = volume.split(':').next().unwrap_or(&p["storage"]).to_owned();
+            if let Err(e) = s
+                .checker()
+                .check(&format!("/storage/{storage}"), &["Datastore.Allocate"])
+            {
+                return error(403, &e);
             }
-            let upid = s.task("imgdel", &p["volume"], "OK");
+            if !s.isos.remove(&volume) {
+                return error(500, &format!("volume '{volume}' does not exist"));
+            }
+            let upid = s.task(&node, "imgdel", &storage, "OK", Effect::None);
             ok(Value::String(upid))
         }
         ("GET", "/nodes/{node}/tasks/{upid}/status") => {
-            let Some(task) = s.tasks.get_mut(&p["upid"]) else {
-                return error(500, &format!("no such task '{}'", p["upid"]));
+            // pve-manager `PVE/API2/Tasks.pm` `read_task_status`: the task's own node, its
+            // owner (or Sys.Audit on the node).
+            let Some(task) = s.tasks.get(&p["upid"]) else {
+                return param_error("upid", "no such task");
             };
-            let stopped = !task.hang && task.polls_left == 0;
-            if !task.hang && task.polls_left > 0 {
-                task.polls_left -= 1;
+            if task.node != node {
+                return param_error("upid", "no such task");
             }
+            let stopped = !task.hang && task.left == 0;
             let mut status = json!({
-                "upid": task.upid, "node": NODE, "pid": task.pid, "pstart": task.pid * 7,
+                "upid": task.upid, "node": task.node, "pid": task.pid, "pstart": task.pid * 7,
                 "starttime": task.starttime, "type": task.kind, "id": task.id, "user": TOKEN_ID,
                 "status": if stopped { "stopped" } else { "running" },
             });

@@ -32,6 +32,33 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'@')
     .remove(b'!');
 
+/// pveproxy answers a refused token after 3 s (pve-http-server `src/PVE/APIServer/AnyEvent.pm`:
+/// "always delay unauthorized calls by 3 seconds"): a shorter request timeout would report a
+/// wrong token as "no answer".
+pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// pveproxy closes a connection that has been idle for 5 s (pve-http-server
+/// `src/PVE/APIServer/AnyEvent.pm`: the handle's `timeout`, 5 unless set; pve-manager's
+/// pveproxy keeps it): a pooled connection kept longer may be closed just as a request goes
+/// out on it.
+const POOL_IDLE: Duration = Duration::from_secs(3);
+
+/// hyper's pooled client over rustls, as `https::client` makes it, with idle connections
+/// dropped before pveproxy drops them.
+fn pooled_client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClient {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .build(https)
+}
+
 /// A path segment (node, storage, volume, UPID), percent-encoded.
 pub fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
@@ -44,17 +71,23 @@ pub enum PveError {
     Control(ControlError),
     /// Proxmox answered the request with an error.
     Refused { status: u16, message: String },
+    /// A bare 403 `Permission check failed`, which names no privilege (an `or` of checks, or
+    /// a handler's own `raise_perm_exc()`): the caller knows what the call needs.
+    Denied { message: String },
     /// A task ran and failed.
     TaskFailed { upid: String, exitstatus: String },
+    /// A task (or the state change it asked for) did not end within its limit; it goes on in
+    /// Proxmox. Unlike a request that got no answer, it says something about the task.
+    TaskTimeout(String),
 }
 
 impl PveError {
     /// Proxmox's own words, for errors that have them.
     pub fn message(&self) -> Option<&str> {
         match self {
-            PveError::Refused { message, .. } => Some(message),
+            PveError::Refused { message, .. } | PveError::Denied { message } => Some(message),
             PveError::TaskFailed { exitstatus, .. } => Some(exitstatus),
-            PveError::Control(_) => None,
+            PveError::Control(_) | PveError::TaskTimeout(_) => None,
         }
     }
 
@@ -66,6 +99,20 @@ impl PveError {
         self.message().is_some_and(spell::is_already_exists)
     }
 
+    /// An error that says nothing about the request itself: the connection failed or was
+    /// closed (pveproxy reloading ends its old workers' connections), no answer came within
+    /// the request timeout, or pveproxy could not relay it (595/596 and the other 59x of
+    /// AnyEvent::HTTP that pve-http-server `APIServer/AnyEvent.pm` `proxy_request` passes on;
+    /// 502-504). Worth asking again while there is time.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PveError::Control(ControlError::Unreachable { .. } | ControlError::Timeout(_)) => true,
+            PveError::Control(ControlError::Failed(m)) => m.contains("reading the answer"),
+            PveError::Refused { status, .. } => matches!(status, 502..=504 | 595..=599),
+            _ => false,
+        }
+    }
+
     /// The error as the operator sees it, `what` saying what was being done.
     pub fn into_control(self, what: &str) -> ControlError {
         match self {
@@ -73,9 +120,13 @@ impl PveError {
             PveError::Refused { status, message } => {
                 ControlError::Failed(format!("{what}: proxmox answered {status}: {message}"))
             }
+            PveError::Denied { message } => {
+                ControlError::Failed(format!("{what}: proxmox answered 403: {message}"))
+            }
             PveError::TaskFailed { upid, exitstatus } => {
                 ControlError::Failed(format!("{what}: task {upid} failed: {exitstatus}"))
             }
+            PveError::TaskTimeout(why) => ControlError::Timeout(why),
         }
     }
 }
@@ -146,7 +197,8 @@ impl Api {
             endpoint: px.url.clone(),
             reason: e.to_string(),
         })?;
-        let client = https::client(tls, request_timeout);
+        let request_timeout = request_timeout.max(MIN_REQUEST_TIMEOUT);
+        let client = pooled_client(tls, request_timeout);
         Ok(Api {
             client,
             base: format!("{}/api2/json", px.url),
@@ -160,6 +212,20 @@ impl Api {
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// A bare 403 of a call that needs `privilege` on `path` becomes the privilege error that
+    /// names them.
+    pub fn needs(&self, e: PveError, path: &str, privilege: &str) -> PveError {
+        match e {
+            PveError::Denied { .. } => PveError::Control(ControlError::Privilege {
+                token: self.token_id.clone(),
+                privilege: privilege.to_owned(),
+                path: path.to_owned(),
+                grant: spell::grant(&self.token_id, path, privilege),
+            }),
+            other => other,
+        }
     }
 
     pub async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
@@ -242,13 +308,26 @@ impl Api {
                 message.trim(),
                 self.secret_source
             ))),
+            // pveproxy could not reach the node the call is for (AnyEvent::HTTP's 595:
+            // connecting; 596: TLS or sending): a connection problem, not a refusal.
+            s if s.as_u16() == 595 || s.as_u16() == 596 => {
+                PveError::Control(ControlError::Unreachable {
+                    endpoint: self.endpoint.clone(),
+                    reason: format!(
+                        "{method} {path}: proxmox could not reach the node that serves it ({} {})",
+                        s.as_u16(),
+                        message.trim()
+                    ),
+                })
+            }
             StatusCode::FORBIDDEN => match spell::missing_privilege(&message) {
                 Some((path, privilege)) => PveError::Control(ControlError::Privilege {
                     token: self.token_id.clone(),
-                    role: spell::role_with(&privilege),
+                    grant: spell::grant(&self.token_id, &path, &privilege),
                     privilege,
                     path,
                 }),
+                None if spell::is_bare_permission_denial(&message) => PveError::Denied { message },
                 None => PveError::Refused {
                     status: status.as_u16(),
                     message,
@@ -279,8 +358,18 @@ impl Api {
             })?;
         let path = format!("/nodes/{}/tasks/{}/status", seg(node), seg(upid));
         let deadline = tokio::time::Instant::now() + limit;
+        // The task goes on in Proxmox whatever happens to one poll: a transient error is
+        // asked again until the deadline, and named if the wait ends on it.
         loop {
-            let status = self.get(&path, &[]).await?;
+            let (status, failing) = match self.get(&path, &[]).await {
+                Ok(status) => (status, None),
+                Err(e) if e.is_transient() => {
+                    let why = e.into_control(&format!("polling task {upid}")).to_string();
+                    tracing::info!("{why}; polling again");
+                    (Value::Null, Some(why))
+                }
+                Err(e) => return Err(e),
+            };
             if status.get("status").and_then(Value::as_str) == Some("stopped") {
                 let exit = status
                     .get("exitstatus")
@@ -303,10 +392,13 @@ impl Api {
                 };
             }
             if tokio::time::Instant::now() + poll > deadline {
-                return Err(PveError::Control(ControlError::Timeout(format!(
-                    "task {upid} still running after {}: it goes on in proxmox (see its task log, or stop it there)",
+                let last = failing
+                    .map(|why| format!("; the last poll failed: {why}"))
+                    .unwrap_or_default();
+                return Err(PveError::TaskTimeout(format!(
+                    "task {upid} still running after {}: it goes on in proxmox (see its task log, or stop it there){last}",
                     humantime::format_duration(limit)
-                ))));
+                )));
             }
             tokio::time::sleep(poll).await;
         }

@@ -1,16 +1,23 @@
-//! The Proxmox VE provider: the cluster's machines as QEMU VMs on one Proxmox node, driven over
-//! the REST API with an API token.
+//! The Proxmox VE provider: the cluster's machines as QEMU VMs of a Proxmox VE (8.2 or later)
+//! cluster, created on one configured node, driven over the REST API with an API token.
 //!
-//! A VM is found by its name (`<node>.<cluster domain>`), created with the node's MAC on
+//! A VM is found by its name (`<node>.<cluster domain>`) anywhere in the Proxmox cluster
+//! (`/cluster/resources`: HA recovery or a migration may have moved it) and acted on at the
+//! node that holds it; it is created on the configured node with the node's MAC on
 //! `net0`, a new disk on `scsi0`, the boot order of the plan and, for the ISO path, the node's
 //! live ISO (fetched into the ISO storage with `download-url`) on `ide2`. Nothing relies on
 //! `args` (root@pam only: an API token can't set it).
 //!
-//! Known failure modes, each with its own handling: a missing privilege (403, named in the
-//! error with the role that grants it), `can't lock file ... got timeout` (retried with
-//! exponential backoff; creates run one at a time), a `nextid` race (another client took the
-//! ID: a fresh one is asked for), MAC drift (an error, never "fixed"), a task that never ends
-//! (bounded wait). A create that fails after a VM appeared says which VM was left behind.
+//! Known failure modes, each with its own handling: a release older than 8.2 (refused after one
+//! `GET /version` per provider), a missing privilege (403, named in the error with the `pveum`
+//! lines that grant it to the token and its user; named from the call where Proxmox answers a
+//! bare "Permission check failed"), lock errors (file, cluster filesystem, `VM is locked`:
+//! retried with exponential backoff; creates run one at a time), a `nextid` race (another
+//! client took the ID: a fresh one is asked for), MAC drift (an error, never "fixed"), a task
+//! that never ends (bounded wait, through transient poll failures), a create still running
+//! (its `lock: create` placeholder is waited for, never created twice), HA-managed VMs (power
+//! through ha-manager, awaited), paused VMs. A failed create says whether its VM is gone,
+//! still being created or left behind.
 
 mod api;
 pub mod spell;
@@ -52,13 +59,58 @@ pub struct ProxmoxProvider {
     pace: Pace,
     /// Creates and destroys take storage and VM ID locks: one at a time, whoever calls.
     serial: tokio::sync::Mutex<()>,
+    /// `GET /version`, asked once per provider (one per action batch, whose actions all wait
+    /// for the one answer): the version, or why it can't be used or was not learned.
+    checked: tokio::sync::OnceCell<Result<String, ControlError>>,
 }
 
-/// A VM as the node's VM list shows it.
+/// A VM of the cluster, at the node that holds it.
 #[derive(Debug, Clone)]
 struct Vm {
     vmid: u32,
+    node: String,
     running: Power,
+    /// Managed by HA: starts and stops are requests to ha-manager, which acts on them a
+    /// little later (qemu-server `src/PVE/API2/Qemu.pm` `vm_start`, `vm_stop`: `hastart`,
+    /// `hastop` tasks).
+    ha: bool,
+}
+
+/// One VM as `GET /cluster/resources?type=vm` lists it (pve-manager `PVE/API2/Cluster.pm`
+/// `resources`, `PVE/API2Tools.pm` `extract_vm_stats`).
+#[derive(Debug, Clone)]
+struct Listed {
+    vmid: u32,
+    node: String,
+    /// From the node's status data: missing for a VM that is not in it yet.
+    name: Option<String>,
+    power: Power,
+    /// The config's `lock` (`create` while a create task runs, `backup`, `migrate`...).
+    lock: Option<String>,
+    ha: bool,
+}
+
+impl Listed {
+    /// The placeholder of a create still running: qemu-server `src/PVE/API2/Qemu.pm`
+    /// `create_vm` writes a config holding only `lock: create` (pve-guest-common
+    /// `src/PVE/AbstractConfig.pm` `create_and_lock_config`), listed as `VM <id>` (qemu-server
+    /// `src/PVE/QemuServer.pm` `vmstatus`), until its task writes the real one or unlinks it.
+    fn placeholder(&self) -> bool {
+        self.lock.as_deref() == Some("create")
+            && self
+                .name
+                .as_deref()
+                .is_none_or(|n| n == format!("VM {}", self.vmid))
+    }
+
+    fn vm(&self) -> Vm {
+        Vm {
+            vmid: self.vmid,
+            node: self.node.clone(),
+            running: self.power.clone(),
+            ha: self.ha,
+        }
+    }
 }
 
 impl ProxmoxProvider {
@@ -70,6 +122,7 @@ impl ProxmoxProvider {
             timeouts,
             pace: Pace::default(),
             serial: tokio::sync::Mutex::new(()),
+            checked: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -91,98 +144,224 @@ impl ProxmoxProvider {
         ))
     }
 
+    /// The node's release, checked once: older than 8.2 is refused (see
+    /// [`spell::OLDEST_RELEASE`]); newer than the newest checked major is used with a warning.
+    async fn supported(&self) -> Result<(), ControlError> {
+        self.checked
+            .get_or_init(|| self.check_version())
+            .await
+            .as_ref()
+            .map(drop)
+            .map_err(Clone::clone)
+    }
+
+    async fn check_version(&self) -> Result<String, ControlError> {
+        let v = self
+            .api
+            .get("/version", &[])
+            .await
+            .map_err(|e| e.into_control("asking for the Proxmox VE version"))?;
+        let version = v
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let Some(release) = spell::release(&v) else {
+            return Err(ControlError::Failed(format!(
+                "proxmox at {} answered `{v}` for its version: okd-appliance can't tell whether it is Proxmox VE {}.{} or later",
+                self.api.endpoint(),
+                spell::OLDEST_RELEASE.0,
+                spell::OLDEST_RELEASE.1
+            )));
+        };
+        if let Some(why) = spell::unsupported(self.api.endpoint(), &version, release) {
+            return Err(ControlError::Failed(why));
+        }
+        if release.0 > spell::NEWEST_MAJOR {
+            tracing::warn!(
+                "proxmox at {} runs Proxmox VE {version}, newer than the {}.x okd-appliance was checked against",
+                self.api.endpoint(),
+                spell::NEWEST_MAJOR
+            );
+        }
+        Ok(version)
+    }
+
     fn node_path(&self) -> String {
         format!("/nodes/{}", seg(&self.px.node))
     }
 
-    fn vm_path(&self, vmid: u32) -> String {
-        format!("{}/qemu/{vmid}", self.node_path())
+    /// The VM at the node that holds it.
+    fn vm_path(&self, vm: &Vm) -> String {
+        format!("/nodes/{}/qemu/{}", seg(&vm.node), vm.vmid)
     }
 
-    fn id(&self, vmid: u32) -> String {
-        format!("vm {vmid} on {}", self.px.node)
+    /// Where create's VM.Allocate is checked: the pool when there is one.
+    fn allocate_path(&self, vmid: u32) -> String {
+        match &self.px.pool {
+            Some(pool) => format!("/pool/{pool}"),
+            None => format!("/vms/{vmid}"),
+        }
     }
 
-    /// The node's VMs this token may see (VM.Audit).
-    async fn list(&self) -> Result<Vec<(u32, Option<String>, Power)>, ControlError> {
+    fn id(vm: &Vm) -> String {
+        format!("vm {} on {}", vm.vmid, vm.node)
+    }
+
+    /// The cluster's QEMU VMs this token may see (VM.Audit on each), wherever they run.
+    async fn list(&self) -> Result<Vec<Listed>, ControlError> {
         let data = self
             .api
-            .get(&format!("{}/qemu", self.node_path()), &[])
+            .get("/cluster/resources", &[("type", "vm".to_owned())])
             .await
-            .map_err(|e| e.into_control("listing the VMs"))?;
+            .map_err(|e| e.into_control("listing the cluster's VMs"))?;
         let items = data.as_array().ok_or_else(|| {
-            ControlError::Failed("listing the VMs: proxmox did not answer with a list".into())
+            ControlError::Failed(
+                "listing the cluster's VMs: proxmox did not answer with a list".into(),
+            )
         })?;
-        Ok(items
+        let mut vms: Vec<Listed> = items
             .iter()
+            .filter(|vm| vm.get("type").and_then(Value::as_str) == Some("qemu"))
             .filter_map(|vm| {
-                let vmid = vm.get("vmid").and_then(as_u32)?;
-                let name = vm.get("name").and_then(Value::as_str).map(str::to_owned);
-                let power = match vm.get("status").and_then(Value::as_str) {
-                    Some("running") => Power::On,
-                    Some("stopped") => Power::Off,
-                    other => Power::Other(other.unwrap_or("unknown").to_owned()),
-                };
-                Some((vmid, name, power))
+                let text = |key: &str| vm.get(key).and_then(Value::as_str).map(str::to_owned);
+                Some(Listed {
+                    vmid: vm.get("vmid").and_then(as_u32)?,
+                    node: text("node")?,
+                    name: text("name"),
+                    power: match vm.get("status").and_then(Value::as_str) {
+                        Some("running") => Power::On,
+                        Some("stopped") => Power::Off,
+                        other => Power::Other(other.unwrap_or("unknown").to_owned()),
+                    },
+                    lock: text("lock"),
+                    ha: text("hastate").is_some(),
+                })
             })
-            .collect())
+            .collect();
+        // The name comes from the nodes' status data, which a new VM is not in for a few
+        // seconds: its config says (unless its node can't be reached: then it stays unnamed).
+        for vm in vms.iter_mut().filter(|vm| vm.name.is_none()) {
+            match self.config(&vm.vm()).await {
+                Ok(cfg) => {
+                    vm.name = cfg.get("name").and_then(Value::as_str).map(str::to_owned);
+                    vm.lock = cfg.get("lock").and_then(Value::as_str).map(str::to_owned);
+                }
+                Err(e) => tracing::info!("vm {} has no name in the listing: {e}", vm.vmid),
+            }
+        }
+        // A create's placeholder has no name of its own.
+        for vm in vms.iter_mut().filter(|vm| vm.placeholder()) {
+            vm.name = None;
+        }
+        Ok(vms)
     }
 
     /// The machine's VM, if it exists. A configured VM ID that another VM holds, or a VM of
     /// this name under another ID, is a conflict.
     async fn find(&self, m: &MachineSpec) -> Result<Option<Vm>, ControlError> {
         let vms = self.list().await?;
-        let named: Vec<&(u32, Option<String>, Power)> = vms
+        self.pick(m, &vms)
+    }
+
+    /// The machine's VM among the listed ones.
+    fn pick(&self, m: &MachineSpec, vms: &[Listed]) -> Result<Option<Vm>, ControlError> {
+        let named: Vec<&Listed> = vms
             .iter()
-            .filter(|(_, name, _)| name.as_deref() == Some(m.vm_name.as_str()))
+            .filter(|vm| vm.name.as_deref() == Some(m.vm_name.as_str()))
             .collect();
         if named.len() > 1 {
-            let ids: Vec<String> = named.iter().map(|(id, _, _)| id.to_string()).collect();
+            let ids: Vec<String> = named.iter().map(|vm| Self::id(&vm.vm())).collect();
             return Err(ControlError::Conflict(format!(
-                "{} VMs on {} are named {}: {}; okd-appliance can't tell which one is the node's",
+                "{} VMs of the cluster are named {}: {}; okd-appliance can't tell which one is the node's",
                 named.len(),
-                self.px.node,
                 m.vm_name,
                 ids.join(", ")
             )));
         }
         if let Some(want) = m.vmid {
-            if let Some((_, other, _)) = vms
-                .iter()
-                .find(|(id, name, _)| *id == want && name.as_deref() != Some(m.vm_name.as_str()))
-            {
+            if let Some(other) = vms.iter().find(|vm| {
+                vm.vmid == want
+                    && vm.name.as_deref() != Some(m.vm_name.as_str())
+                    && !vm.placeholder()
+            }) {
                 return Err(ControlError::Conflict(format!(
                     "VM ID {want}, configured for {}, belongs to VM `{}` on {}: nothing was changed; give the node another vmid",
                     m.node,
-                    other.as_deref().unwrap_or("(no name)"),
-                    self.px.node
+                    other.name.as_deref().unwrap_or("(no name)"),
+                    other.node
                 )));
             }
-            if let Some((id, _, _)) = named.first()
-                && *id != want
+            if let Some(vm) = named.first()
+                && vm.vmid != want
             {
                 return Err(ControlError::Conflict(format!(
-                    "{} exists as VM {id}, but the config gives it VM ID {want}: nothing was changed",
-                    m.vm_name
+                    "{} exists as VM {} on {}, but the config gives it VM ID {want}: nothing was changed",
+                    m.vm_name, vm.vmid, vm.node
                 )));
             }
         }
-        Ok(named.first().map(|(vmid, _, power)| Vm {
-            vmid: *vmid,
-            running: power.clone(),
-        }))
+        Ok(named.first().map(|vm| vm.vm()))
     }
 
-    async fn config(&self, vmid: u32) -> Result<Map<String, Value>, ControlError> {
+    /// Creates still running that may be the machine's: its configured VM ID's, or without
+    /// one, any (their placeholder names nothing).
+    fn in_flight<'a>(&self, m: &MachineSpec, vms: &'a [Listed]) -> Vec<&'a Listed> {
+        vms.iter()
+            .filter(|vm| vm.placeholder() && m.vmid.is_none_or(|id| id == vm.vmid))
+            .collect()
+    }
+
+    /// `vm 100 on pve1, vm 101 on pve2`.
+    fn ids(vms: &[&Listed]) -> String {
+        vms.iter()
+            .map(|vm| Self::id(&vm.vm()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The machine's VM, once no create that may be its own is running: those are waited for,
+    /// up to the task timeout (a rerun after a create outlived it must not make a second VM).
+    async fn find_settled(&self, m: &MachineSpec) -> Result<Option<Vm>, ControlError> {
+        let deadline = tokio::time::Instant::now() + self.timeouts.task;
+        loop {
+            let vms = self.list().await?;
+            if let Some(vm) = self.pick(m, &vms)? {
+                return Ok(Some(vm));
+            }
+            let busy = self.in_flight(m, &vms);
+            if busy.is_empty() {
+                return Ok(None);
+            }
+            if tokio::time::Instant::now() + self.pace.poll > deadline {
+                return Err(ControlError::Timeout(format!(
+                    "{} is still being created (lock: create) after {}; it may be {}, from an earlier run or another client: nothing was created; run again when its task ends",
+                    Self::ids(&busy),
+                    humantime::format_duration(self.timeouts.task),
+                    m.vm_name
+                )));
+            }
+            tokio::time::sleep(self.pace.poll).await;
+        }
+    }
+
+    /// The machine's VM's create still running, when its VM ID is configured.
+    fn creating(&self, m: &MachineSpec, vms: &[Listed]) -> Option<Vm> {
+        m.vmid?;
+        self.in_flight(m, vms).first().map(|vm| vm.vm())
+    }
+
+    async fn config(&self, vm: &Vm) -> Result<Map<String, Value>, ControlError> {
+        let id = Self::id(vm);
         let data = self
             .api
-            .get(&format!("{}/config", self.vm_path(vmid)), &[])
+            .get(&format!("{}/config", self.vm_path(vm)), &[])
             .await
-            .map_err(|e| e.into_control(&format!("reading the config of vm {vmid}")))?;
+            .map_err(|e| e.into_control(&format!("reading the config of {id}")))?;
         match data {
             Value::Object(map) => Ok(map),
             _ => Err(ControlError::Failed(format!(
-                "reading the config of vm {vmid}: proxmox did not answer with an object"
+                "reading the config of {id}: proxmox did not answer with an object"
             ))),
         }
     }
@@ -192,7 +371,7 @@ impl ProxmoxProvider {
     fn differences(
         &self,
         m: &MachineSpec,
-        vmid: u32,
+        vm: &Vm,
         cfg: &Map<String, Value>,
     ) -> Result<Vec<String>, ControlError> {
         let nic = cfg.get(spell::NIC).and_then(Value::as_str);
@@ -206,7 +385,7 @@ impl ProxmoxProvider {
             return Err(ControlError::Conflict(format!(
                 "{} ({}) has {found}, but the config gives {} the MAC {}: okd-appliance doesn't change it; fix the config or the VM, or destroy the VM",
                 m.vm_name,
-                self.id(vmid),
+                Self::id(vm),
                 m.node,
                 m.mac
             )));
@@ -286,34 +465,70 @@ impl ProxmoxProvider {
     }
 
     /// A synchronous config change (`PUT .../config`), retrying lock timeouts.
-    async fn set(&self, vmid: u32, key: &str, value: &str) -> Result<(), ControlError> {
-        let path = format!("{}/config", self.vm_path(vmid));
+    async fn set(&self, vm: &Vm, key: &str, value: &str) -> Result<(), ControlError> {
+        let path = format!("{}/config", self.vm_path(vm));
         let params = [(key, value.to_owned())];
         self.locked(|| self.api.put(&path, &params))
             .await
             .map(drop)
-            .map_err(|e| e.into_control(&format!("setting {key} of vm {vmid}")))
+            .map_err(|e| e.into_control(&format!("setting {key} of {}", Self::id(vm))))
     }
 
     async fn existing(&self, m: &MachineSpec) -> Result<(Vm, Map<String, Value>), ControlError> {
-        let Some(vm) = self.find(m).await? else {
+        let vms = self.list().await?;
+        let Some(vm) = self.pick(m, &vms)? else {
+            if let Some(vm) = self.creating(m, &vms) {
+                return Err(ControlError::Failed(format!(
+                    "{} ({}) is still being created (lock: create): run again when its task ends",
+                    m.vm_name,
+                    Self::id(&vm)
+                )));
+            }
             return Err(ControlError::Absent(format!(
-                "{} does not exist on {}: create it first (`okd-appliance nodes create {}`)",
-                m.vm_name, self.px.node, m.node
+                "{} does not exist in the cluster: create it first (`okd-appliance nodes create {}`)",
+                m.vm_name, m.node
             )));
         };
-        let cfg = self.config(vm.vmid).await?;
-        self.differences(m, vm.vmid, &cfg)?;
+        let cfg = self.config(&vm).await?;
+        self.differences(m, &vm, &cfg)?;
+        let vm = self.refine_power(vm).await?;
         Ok((vm, cfg))
+    }
+
+    /// A running VM may be paused: `/cluster/resources` says `running` for it, QEMU's own
+    /// state (`qmpstatus`) says `paused` (qemu-server `src/PVE/QemuServer.pm` `vmstatus`,
+    /// `vm_is_paused`: `paused`, `prelaunch`, `suspended`).
+    async fn refine_power(&self, mut vm: Vm) -> Result<Vm, ControlError> {
+        // `unknown`: not in the nodes' status data yet; the node itself knows.
+        if vm.running != Power::On && vm.running != Power::Other("unknown".into()) {
+            return Ok(vm);
+        }
+        let status = self
+            .api
+            .get(&format!("{}/status/current", self.vm_path(&vm)), &[])
+            .await
+            .map_err(|e| e.into_control(&format!("reading the status of {}", Self::id(&vm))))?;
+        match status.get("qmpstatus").and_then(Value::as_str) {
+            Some(q @ ("paused" | "prelaunch" | "suspended")) => {
+                vm.running = Power::Other(if q == "prelaunch" { "paused" } else { q }.to_owned());
+            }
+            Some("stopped") => vm.running = Power::Off,
+            _ => match status.get("status").and_then(Value::as_str) {
+                Some("running") => vm.running = Power::On,
+                Some("stopped") => vm.running = Power::Off,
+                _ => {}
+            },
+        }
+        Ok(vm)
     }
 
     async fn ensure(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let _one_at_a_time = self.serial.lock().await;
-        if let Some(vm) = self.find(m).await? {
-            let cfg = self.config(vm.vmid).await?;
-            let drift = self.differences(m, vm.vmid, &cfg)?;
+        if let Some(vm) = self.find_settled(m).await? {
+            let cfg = self.config(&vm).await?;
+            let drift = self.differences(m, &vm, &cfg)?;
             let fetched = self.ensure_iso(m).await?;
-            let mut what = format!("{} exists", self.id(vm.vmid));
+            let mut what = format!("{} exists", Self::id(&vm));
             if !drift.is_empty() {
                 what.push_str(&format!(
                     "; differs from the config (not changed): {}",
@@ -329,8 +544,8 @@ impl ProxmoxProvider {
         let fetched = self.ensure_iso(m).await?;
         let vmid = self.create(m).await?;
         let mut what = format!(
-            "created {} ({} vCPU, {} MiB, {} GiB on {}, {}, {})",
-            self.id(vmid),
+            "created vm {vmid} on {} ({} vCPU, {} MiB, {} GiB on {}, {}, {})",
+            self.px.node,
             m.cores,
             m.memory_mib,
             m.disk_gib,
@@ -368,7 +583,9 @@ impl ProxmoxProvider {
                         message: "the create request returned no task".into(),
                     }),
                 },
-                Err(e) => Err(e),
+                // Create's VM.Allocate check answers a bare 403 (qemu-server
+                // `src/PVE/API2/Qemu.pm` `create_vm`: `raise_perm_exc()`).
+                Err(e) => Err(self.api.needs(e, &self.allocate_path(vmid), "VM.Allocate")),
             };
             let err = match result {
                 Ok(()) => return Ok(vmid),
@@ -412,13 +629,24 @@ impl ProxmoxProvider {
 
     /// The create's error, saying whether a VM was left behind.
     async fn failed_create(&self, m: &MachineSpec, vmid: u32, err: PveError) -> ControlError {
-        let left = match self.find(m).await {
-            Ok(Some(vm)) => format!(
-                "; {} was left behind: remove it with `okd-appliance nodes destroy {} --yes`",
-                self.id(vm.vmid),
-                m.node
-            ),
-            Ok(None) => "; no VM was left behind".to_owned(),
+        let listed = self.list().await;
+        let left = match &listed {
+            Ok(vms) => match vms.iter().find(|vm| vm.vmid == vmid && vm.placeholder()) {
+                Some(vm) => format!(
+                    "; {} is still being created (lock: create): its task goes on in proxmox, and `okd-appliance nodes create {}` again waits for it",
+                    Self::id(&vm.vm()),
+                    m.node
+                ),
+                None => match self.pick(m, vms) {
+                    Ok(Some(vm)) => format!(
+                        "; {} was left behind: remove it with `okd-appliance nodes destroy {} --yes`",
+                        Self::id(&vm),
+                        m.node
+                    ),
+                    Ok(None) => "; no VM was left behind".to_owned(),
+                    Err(e) => format!("; {e}"),
+                },
+            },
             Err(_) => format!(
                 "; whether vm {vmid} was left behind is unknown: check {} in the Proxmox GUI",
                 m.vm_name
@@ -462,9 +690,16 @@ impl ProxmoxProvider {
             ("content", "iso".to_owned()),
             ("filename", file_name.clone()),
         ];
+        // pve-storage `src/PVE/API2/Storage/Status.pm` `download_url`: Datastore.AllocateTemplate
+        // on the storage (named when missing), then `or(Sys.Audit and Sys.Modify on /,
+        // Sys.AccessNetwork on the node)`, a bare 403.
         self.task("POST", &path, &params, self.timeouts.task)
             .await
-            .map_err(|e| e.into_control(&format!("downloading {url} into {volume}")))?;
+            .map_err(|e| {
+                self.api
+                    .needs(e, &format!("/nodes/{}", self.px.node), "Sys.AccessNetwork")
+                    .into_control(&format!("downloading {url} into {volume}"))
+            })?;
         Ok(Some(volume))
     }
 
@@ -486,86 +721,168 @@ impl ProxmoxProvider {
         }))
     }
 
-    async fn remove_iso(&self, m: &MachineSpec) -> Result<Option<String>, ControlError> {
+    /// The node's ISO in the ISO storage, if it is there (listing it needs Datastore.Audit or
+    /// Datastore.AllocateSpace on the storage).
+    async fn present_iso(&self, m: &MachineSpec) -> Result<Option<String>, ControlError> {
         let InstallMedium::Iso { file_name, .. } = &m.install else {
             return Ok(None);
         };
         let volume = spell::iso_volume(&self.px, file_name);
-        if !self.iso_present(&volume).await? {
-            return Ok(None);
-        }
+        Ok(self.iso_present(&volume).await?.then_some(volume))
+    }
+
+    /// Deletes an ISO volume (Datastore.Allocate on its storage).
+    async fn delete_iso(&self, volume: &str) -> Result<(), ControlError> {
         let path = format!(
             "{}/storage/{}/content/{}",
             self.node_path(),
             seg(&self.px.iso_storage),
-            seg(&volume)
+            seg(volume)
         );
         self.task("DELETE", &path, &[], self.timeouts.task)
             .await
-            .map_err(|e| e.into_control(&format!("removing {volume}")))?;
-        Ok(Some(volume))
+            .map(drop)
+            .map_err(|e| e.into_control(&format!("removing {volume}")))
+    }
+
+    /// Starts or stops the VM: a task at its node, and for an HA-managed VM the wait until
+    /// ha-manager has done it.
+    async fn power_task(
+        &self,
+        vm: &Vm,
+        action: &str,
+        params: &[(&str, String)],
+        limit: Duration,
+    ) -> Result<(), PveError> {
+        let path = format!("{}/status/{action}", self.vm_path(vm));
+        self.task("POST", &path, params, limit).await?;
+        if vm.ha && matches!(action, "start" | "stop" | "shutdown") {
+            self.await_power(vm, action == "start", limit).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the VM runs (or stops), for at most `limit`: ha-manager acts on a request
+    /// after its task has ended, and a request that got no answer may have been done.
+    async fn await_power(&self, vm: &Vm, running: bool, limit: Duration) -> Result<(), PveError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let path = format!("{}/status/current", self.vm_path(vm));
+        loop {
+            let status = self.api.get(&path, &[]).await?;
+            let now = status.get("status").and_then(Value::as_str);
+            if now == Some(if running { "running" } else { "stopped" }) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() + self.pace.poll > deadline {
+                let asked = if vm.ha {
+                    "ha-manager was asked to "
+                } else {
+                    "proxmox was asked to "
+                };
+                return Err(PveError::TaskTimeout(format!(
+                    "{asked}{} {}, and it is still {} after {}",
+                    if running { "start" } else { "stop" },
+                    Self::id(vm),
+                    now.unwrap_or("unknown"),
+                    humantime::format_duration(limit)
+                )));
+            }
+            tokio::time::sleep(self.pace.poll).await;
+        }
+    }
+
+    /// Stops the VM at once: `overrule-shutdown` ends a shutdown task still holding its lock
+    /// (not for HA-managed VMs: qemu-server refuses it for them).
+    async fn stop(&self, vm: &Vm) -> Result<(), PveError> {
+        let params: &[(&str, String)] = if vm.ha {
+            &[]
+        } else {
+            &[("overrule-shutdown", "1".to_owned())]
+        };
+        self.power_task(vm, "stop", params, self.timeouts.task)
+            .await
     }
 
     async fn power_on(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let (vm, _) = self.existing(m).await?;
         if vm.running == Power::On {
-            return Ok(Outcome::Unchanged(format!(
-                "{} is running",
-                self.id(vm.vmid)
+            return Ok(Outcome::Unchanged(format!("{} is running", Self::id(&vm))));
+        }
+        if let Power::Other(state) = &vm.running
+            && state != "unknown"
+        {
+            // Paused (or suspended): a start would answer "already running".
+            self.power_task(&vm, "resume", &[], self.timeouts.task)
+                .await
+                .map_err(|e| e.into_control(&format!("resuming {}", Self::id(&vm))))?;
+            return Ok(Outcome::Changed(format!(
+                "resumed {} (it was {state})",
+                Self::id(&vm)
             )));
         }
-        self.task(
-            "POST",
-            &format!("{}/status/start", self.vm_path(vm.vmid)),
-            &[],
-            self.timeouts.task,
-        )
-        .await
-        .map_err(|e| e.into_control(&format!("starting vm {}", vm.vmid)))?;
-        Ok(Outcome::Changed(format!("started {}", self.id(vm.vmid))))
+        self.power_task(&vm, "start", &[], self.timeouts.task)
+            .await
+            .map_err(|e| e.into_control(&format!("starting {}", Self::id(&vm))))?;
+        Ok(Outcome::Changed(format!("started {}", Self::id(&vm))))
     }
 
     /// ACPI shutdown first; if the guest is still running after the shutdown timeout, stop it.
     async fn power_off(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let (vm, _) = self.existing(m).await?;
         if vm.running == Power::Off {
-            return Ok(Outcome::Unchanged(format!(
-                "{} is stopped",
-                self.id(vm.vmid)
+            return Ok(Outcome::Unchanged(format!("{} is stopped", Self::id(&vm))));
+        }
+        if let Power::Other(state) = &vm.running
+            && state != "unknown"
+        {
+            // qemu-server's `vm_shutdown` refuses a paused VM ("sending a graceful shutdown
+            // command to paused VMs runs into timeouts").
+            self.stop(&vm)
+                .await
+                .map_err(|e| e.into_control(&format!("stopping {}", Self::id(&vm))))?;
+            return Ok(Outcome::Changed(format!(
+                "{} was {state}: stopped (a {state} guest can't shut down)",
+                Self::id(&vm)
             )));
         }
         let grace = self.timeouts.shutdown;
         let shutdown = self
-            .task(
-                "POST",
-                &format!("{}/status/shutdown", self.vm_path(vm.vmid)),
+            .power_task(
+                &vm,
+                "shutdown",
                 &[("timeout", grace.as_secs().max(1).to_string())],
                 // Proxmox ends the task itself at its timeout; allow it a little more.
                 grace + self.timeouts.request,
             )
             .await;
         match shutdown {
-            Ok(_) => return Ok(Outcome::Changed(format!("shut down {}", self.id(vm.vmid)))),
+            Ok(()) => return Ok(Outcome::Changed(format!("shut down {}", Self::id(&vm)))),
+            // The request got no answer: the node may well be shutting the VM down. That is
+            // no sign of a guest ignoring ACPI; wait for it instead of forcing it off.
+            Err(PveError::Control(ControlError::Timeout(why))) => {
+                return match self.await_power(&vm, false, grace).await {
+                    Ok(()) => Ok(Outcome::Changed(format!("shut down {}", Self::id(&vm)))),
+                    Err(_) => Err(ControlError::Timeout(format!(
+                        "{why}; {} is still running {} later: it may be shutting down; run `nodes stop` again to force it off after timeouts.shutdown",
+                        Self::id(&vm),
+                        humantime::format_duration(grace)
+                    ))),
+                };
+            }
             // Connection, TLS and privilege problems would hit the stop too.
-            Err(PveError::Control(e)) if !matches!(e, ControlError::Timeout(_)) => return Err(e),
+            Err(PveError::Control(e)) => return Err(e),
             Err(e) => tracing::info!(
-                "vm {}: graceful shutdown did not finish ({}), forcing it off",
-                vm.vmid,
+                "{}: graceful shutdown did not finish ({}), forcing it off",
+                Self::id(&vm),
                 e.message().unwrap_or("timeout")
             ),
         }
-        self.task(
-            "POST",
-            &format!("{}/status/stop", self.vm_path(vm.vmid)),
-            // Ends a shutdown task still holding the VM's lock.
-            &[("overrule-shutdown", "1".to_owned())],
-            self.timeouts.task,
-        )
-        .await
-        .map_err(|e| e.into_control(&format!("stopping vm {}", vm.vmid)))?;
+        self.stop(&vm)
+            .await
+            .map_err(|e| e.into_control(&format!("stopping {}", Self::id(&vm))))?;
         Ok(Outcome::Changed(format!(
             "{} did not shut down within {}: forced off",
-            self.id(vm.vmid),
+            Self::id(&vm),
             humantime::format_duration(grace)
         )))
     }
@@ -574,19 +891,18 @@ impl ProxmoxProvider {
         let (vm, _) = self.existing(m).await?;
         if vm.running != Power::On {
             return Err(ControlError::Failed(format!(
-                "{} is not running: start it instead of resetting it",
-                self.id(vm.vmid)
+                "{} is {}: start it instead of resetting it",
+                Self::id(&vm),
+                match &vm.running {
+                    Power::Off => "not running".to_owned(),
+                    other => other.to_string(),
+                }
             )));
         }
-        self.task(
-            "POST",
-            &format!("{}/status/reset", self.vm_path(vm.vmid)),
-            &[],
-            self.timeouts.task,
-        )
-        .await
-        .map_err(|e| e.into_control(&format!("resetting vm {}", vm.vmid)))?;
-        Ok(Outcome::Changed(format!("reset {}", self.id(vm.vmid))))
+        self.power_task(&vm, "reset", &[], self.timeouts.task)
+            .await
+            .map_err(|e| e.into_control(&format!("resetting {}", Self::id(&vm))))?;
+        Ok(Outcome::Changed(format!("reset {}", Self::id(&vm))))
     }
 
     /// Proxmox has no one-time boot override: the device goes first in the persistent order.
@@ -605,20 +921,27 @@ impl ProxmoxProvider {
         {
             return Err(ControlError::Failed(format!(
                 "{} has no ISO in its CD drive: insert the media first",
-                self.id(vm.vmid)
+                Self::id(&vm)
             )));
         }
         let order = spell::boot_first(&m.boot_order, device);
         if cfg.get("boot").and_then(Value::as_str) == Some(order.as_str()) {
             return Ok(Outcome::Unchanged(format!(
                 "{} boots `{order}`",
-                self.id(vm.vmid)
+                Self::id(&vm)
             )));
         }
-        self.set(vm.vmid, "boot", &order).await?;
+        self.set(&vm, "boot", &order).await?;
+        // `boot` is no hot-pluggable option (qemu-server `src/PVE/QemuServer.pm`
+        // `vmconfig_hotplug_pending`): on a running VM it stays pending until a cold start.
+        let pending = if vm.running == Power::Off {
+            ""
+        } else {
+            "; it is pending until the VM is stopped and started (a reset or a reboot inside the guest keeps the old order)"
+        };
         Ok(Outcome::Changed(format!(
-            "{} boots `{order}` (proxmox has no one-time boot device: the order stays until changed)",
-            self.id(vm.vmid)
+            "{} boots `{order}` (proxmox has no one-time boot device: the order stays until changed){pending}",
+            Self::id(&vm)
         )))
     }
 
@@ -639,14 +962,13 @@ impl ProxmoxProvider {
         if inserted == Some(volume.as_str()) && fetched.is_none() {
             return Ok(Outcome::Unchanged(format!(
                 "{} has {volume}",
-                self.id(vm.vmid)
+                Self::id(&vm)
             )));
         }
-        self.set(vm.vmid, spell::CDROM, &spell::cdrom(&volume))
-            .await?;
+        self.set(&vm, spell::CDROM, &spell::cdrom(&volume)).await?;
         Ok(Outcome::Changed(format!(
             "inserted {volume} into {}",
-            self.id(vm.vmid)
+            Self::id(&vm)
         )))
     }
 
@@ -659,30 +981,39 @@ impl ProxmoxProvider {
         let Some(volume) = inserted else {
             return Ok(Outcome::Unchanged(format!(
                 "{} has no media",
-                self.id(vm.vmid)
+                Self::id(&vm)
             )));
         };
         let volume = volume.to_owned();
-        self.set(vm.vmid, spell::CDROM, spell::empty_cdrom())
-            .await?;
+        self.set(&vm, spell::CDROM, spell::empty_cdrom()).await?;
         Ok(Outcome::Changed(format!(
             "ejected {volume} from {}",
-            self.id(vm.vmid)
+            Self::id(&vm)
         )))
     }
 
     async fn status(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
-        let Some(vm) = self.find(m).await? else {
+        let vms = self.list().await?;
+        let Some(vm) = self.pick(m, &vms)? else {
+            if let Some(vm) = self.creating(m, &vms) {
+                return Ok(Outcome::Status(MachineStatus::Present {
+                    id: Self::id(&vm),
+                    power: Power::Other("being created (lock: create)".into()),
+                    media: None,
+                    drift: Vec::new(),
+                }));
+            }
             return Ok(Outcome::Status(MachineStatus::Absent));
         };
-        let cfg = self.config(vm.vmid).await?;
-        let drift = match self.differences(m, vm.vmid, &cfg) {
+        let cfg = self.config(&vm).await?;
+        let vm = self.refine_power(vm).await?;
+        let drift = match self.differences(m, &vm, &cfg) {
             Ok(drift) => drift,
             Err(ControlError::Conflict(why)) => vec![why],
             Err(e) => return Err(e),
         };
         Ok(Outcome::Status(MachineStatus::Present {
-            id: self.id(vm.vmid),
+            id: Self::id(&vm),
             power: vm.running,
             media: cfg
                 .get(spell::CDROM)
@@ -695,28 +1026,37 @@ impl ProxmoxProvider {
 
     async fn destroy(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let _one_at_a_time = self.serial.lock().await;
-        let Some(vm) = self.find(m).await? else {
-            return Ok(match self.remove_iso(m).await? {
-                Some(iso) => Outcome::Changed(format!("no VM; removed {iso}")),
+        // The ISO storage is listed first: without the privilege to list it, nothing is
+        // destroyed.
+        let iso = self.present_iso(m).await?;
+        let vms = self.list().await?;
+        let Some(vm) = self.pick(m, &vms)? else {
+            if let Some(vm) = self.creating(m, &vms) {
+                return Err(ControlError::Failed(format!(
+                    "{} ({}) is still being created (lock: create): nothing was destroyed; run again when its task ends",
+                    m.vm_name,
+                    Self::id(&vm)
+                )));
+            }
+            return Ok(match iso {
+                Some(iso) => {
+                    self.delete_iso(&iso).await?;
+                    Outcome::Changed(format!("no VM; removed {iso}"))
+                }
                 None => Outcome::Unchanged(format!("{} is absent", m.vm_name)),
             });
         };
         // A VM with the node's name but another MAC may be someone else's: never destroy it.
-        let cfg = self.config(vm.vmid).await?;
-        self.differences(m, vm.vmid, &cfg)?;
+        let cfg = self.config(&vm).await?;
+        self.differences(m, &vm, &cfg)?;
         if vm.running != Power::Off {
-            self.task(
-                "POST",
-                &format!("{}/status/stop", self.vm_path(vm.vmid)),
-                &[("overrule-shutdown", "1".to_owned())],
-                self.timeouts.task,
-            )
-            .await
-            .map_err(|e| e.into_control(&format!("stopping vm {} to destroy it", vm.vmid)))?;
+            self.stop(&vm).await.map_err(|e| {
+                e.into_control(&format!("stopping {} to destroy it", Self::id(&vm)))
+            })?;
         }
         self.task(
             "DELETE",
-            &self.vm_path(vm.vmid),
+            &self.vm_path(&vm),
             &[
                 ("purge", "1".to_owned()),
                 ("destroy-unreferenced-disks", "1".to_owned()),
@@ -724,9 +1064,15 @@ impl ProxmoxProvider {
             self.timeouts.task,
         )
         .await
-        .map_err(|e| e.into_control(&format!("destroying vm {}", vm.vmid)))?;
-        let mut what = format!("destroyed {} and its disks", self.id(vm.vmid));
-        if let Some(iso) = self.remove_iso(m).await? {
+        .map_err(|e| e.into_control(&format!("destroying {}", Self::id(&vm))))?;
+        let mut what = format!("destroyed {} and its disks", Self::id(&vm));
+        if let Some(iso) = iso {
+            if let Err(e) = self.delete_iso(&iso).await {
+                return Err(ControlError::Failed(format!(
+                    "{what}, but {iso} stays: {e} (`nodes destroy {}` again removes it)",
+                    m.node
+                )));
+            }
             what.push_str(&format!("; removed {iso}"));
         }
         Ok(Outcome::Changed(what))
@@ -739,6 +1085,7 @@ impl Provider for ProxmoxProvider {
     }
 
     async fn act(&self, m: &MachineSpec, action: Action) -> Result<Outcome, ControlError> {
+        self.supported().await?;
         match action {
             Action::Ensure => self.ensure(m).await,
             Action::PowerOn => self.power_on(m).await,
