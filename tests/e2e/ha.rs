@@ -151,6 +151,34 @@ fn ignition_status_of(node: &Netns, name: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// busybox udhcpc in `ns` (given `mac`), kept running to renew later: its hook, the process
+/// and its first `bound` call.
+fn lease(
+    ns: &harness::Node,
+    dir: &Path,
+    mac: &str,
+    name: &str,
+) -> (Hook, Process, crate::dhcp_support::HookCall) {
+    ns.set_mac(mac).unwrap();
+    let hook = Hook::new(dir, name);
+    let hook_path = hook.path.display().to_string();
+    let udhcpc = Process::spawn(
+        "udhcpc",
+        guarded(
+            ns,
+            &dir.join(format!("resolv-{name}.conf")),
+            &[
+                "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
+            ],
+        ),
+    )
+    .unwrap();
+    let bound = hook
+        .wait(0, &["bound"], Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), udhcpc.log_tails()));
+    (hook, udhcpc, bound)
+}
+
 fn state(dir: &Path) -> String {
     let state = dir.join("state");
     run(&["ha", "status", "--state-dir"], &[state.to_str().unwrap()]).1
@@ -271,23 +299,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
 
     // A machine the config does not list takes a pool address from the active host.
     let roamer = topo.add_bare_node("dyn").unwrap();
-    roamer.set_mac("52:54:00:00:00:77").unwrap();
-    let hook = Hook::new(dirs[0].path(), "udhcpc");
-    let hook_path = hook.path.display().to_string();
-    let udhcpc = Process::spawn(
-        "udhcpc",
-        guarded(
-            &roamer,
-            &dirs[0].path().join("resolv.conf"),
-            &[
-                "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
-            ],
-        ),
-    )
-    .unwrap();
-    let bound = hook
-        .wait(0, &["bound"], Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), udhcpc.log_tails()));
+    let (hook, udhcpc, bound) = lease(&roamer, dirs[0].path(), "52:54:00:00:00:77", "udhcpc");
     let pool_ip = bound.env["ip"].clone();
     assert_eq!(bound.env["serverid"], VIP);
     assert!(pool_ip.starts_with("10.99.0.1"), "{pool_ip}");
@@ -681,23 +693,7 @@ fn a_split_brain_never_hands_one_address_to_two_clients() {
     };
     notify(dirs[0].path(), "standby");
     let roamer = topo.add_bare_node("late").unwrap();
-    roamer.set_mac("52:54:00:00:02:01").unwrap();
-    let hook = Hook::new(dirs[0].path(), "udhcpc-late");
-    let hook_path = hook.path.display().to_string();
-    let udhcpc = Process::spawn(
-        "udhcpc",
-        guarded(
-            &roamer,
-            &dirs[0].path().join("resolv-late.conf"),
-            &[
-                "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
-            ],
-        ),
-    )
-    .unwrap();
-    let bound = hook
-        .wait(0, &["bound"], Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no lease: {:?}\n{}", hook.reasons(), udhcpc.log_tails()));
+    let (hook, udhcpc, bound) = lease(&roamer, dirs[0].path(), "52:54:00:00:02:01", "udhcpc-late");
     let late_ip: std::net::Ipv4Addr = bound.env["ip"].parse().unwrap();
     assert!(
         (111..=120).contains(&late_ip.octets()[3]),

@@ -23,6 +23,16 @@ const MAX_BODY: usize = 16 * 1024 * 1024;
 pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 pub fn client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClient {
+    client_with_idle(tls, connect_timeout, Duration::from_secs(30))
+}
+
+/// [`client`] whose idle connections are dropped after `idle` (before the server drops them:
+/// pveproxy closes an idle keep-alive connection after 5 s).
+pub fn client_with_idle(
+    tls: rustls::ClientConfig,
+    connect_timeout: Duration,
+    idle: Duration,
+) -> HttpsClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(connect_timeout));
@@ -32,7 +42,7 @@ pub fn client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClie
         .enable_http1()
         .wrap_connector(http);
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(idle)
         .build(https)
 }
 

@@ -43,22 +43,6 @@ pub const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// out on it.
 const POOL_IDLE: Duration = Duration::from_secs(3);
 
-/// hyper's pooled client over rustls, as `https::client` makes it, with idle connections
-/// dropped before pveproxy drops them.
-fn pooled_client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClient {
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only()
-        .enable_http1()
-        .wrap_connector(http);
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE)
-        .build(https)
-}
-
 /// A path segment (node, storage, volume, UPID), percent-encoded.
 pub fn seg(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
@@ -198,7 +182,7 @@ impl Api {
             reason: e.to_string(),
         })?;
         let request_timeout = request_timeout.max(MIN_REQUEST_TIMEOUT);
-        let client = pooled_client(tls, request_timeout);
+        let client = https::client_with_idle(tls, request_timeout, POOL_IDLE);
         Ok(Api {
             client,
             base: format!("{}/api2/json", px.url),
