@@ -71,6 +71,17 @@ fn plan(d: &PveDouble, trust: &Trust<'_>) -> ControlPlan {
     Plan::derive(&loaded.config, 1).control
 }
 
+/// The volume of a node's ISO in the double's ISO storage, as the plan names it (the name
+/// carries a digest of the ISO's kernel arguments).
+fn iso_volume(plan: &ControlPlan, node: &str) -> String {
+    match &plan.machine(node).expect("a node of the plan").install {
+        okd_appliance::plan::machines::InstallMedium::Iso { file_name, .. } => {
+            format!("local:iso/{file_name}")
+        }
+        other => panic!("{node} installs by {other:?}"),
+    }
+}
+
 struct Setup {
     double: PveDouble,
     plan: ControlPlan,
@@ -182,6 +193,7 @@ fn show(reports: &[NodeReport]) -> String {
 #[tokio::test]
 async fn create_start_stop_destroy_are_idempotent() {
     let t = setup();
+    let worker_iso = iso_volume(&t.plan, "worker-0");
     let created = t.run(Action::Ensure).await;
     assert!(changed(&created), "{}", show(&created));
     t.double.with(|s| {
@@ -208,16 +220,13 @@ async fn create_start_stop_destroy_are_idempotent() {
         // The worker took the next free ID; its ISO was fetched from the appliance first.
         let worker = &s.vms[&100];
         assert_eq!(worker.config["boot"], "order=scsi0;ide2");
-        assert_eq!(
-            worker.config["ide2"],
-            "local:iso/worker-0.okd.lab.example.com.iso,media=cdrom"
-        );
+        assert_eq!(worker.config["ide2"], format!("{worker_iso},media=cdrom"));
         assert_eq!(worker.config["memory"], "8192");
         assert_eq!(
             s.downloads,
             [(
                 "http://10.0.0.1:8080/iso/worker-0.iso".to_owned(),
-                "local:iso/worker-0.okd.lab.example.com.iso".to_owned()
+                worker_iso.clone()
             )]
         );
     });
@@ -352,6 +361,7 @@ async fn media_and_boot_device() {
 #[tokio::test]
 async fn lock_timeouts_are_retried_with_backoff() {
     let t = setup();
+    let worker_iso = iso_volume(&t.plan, "worker-0");
     t.double.with(|s| {
         s.faults.lock_timeouts_on_create = 2;
         s.faults.lock_timeouts_on_put = 1;
@@ -375,7 +385,7 @@ async fn lock_timeouts_are_retried_with_backoff() {
     assert!(msg.contains("can't lock file"), "{msg}");
     assert!(msg.contains("no VM was left behind"), "{msg}");
     assert!(
-        msg.contains("the ISO local:iso/worker-0.okd.lab.example.com.iso stays"),
+        msg.contains(&format!("the ISO {worker_iso} stays")),
         "{msg}"
     );
     assert_eq!(err.kind(), FailureKind::Action);
@@ -910,6 +920,7 @@ async fn the_readme_grants_are_enough_for_both_paths_and_each_is_needed() {
 #[tokio::test]
 async fn the_iso_path_names_its_storage_privileges_and_destroys_nothing_it_cant_finish() {
     let t = setup();
+    let worker_iso = iso_volume(&t.plan, "worker-0");
     let withhold = |privs: &[&str]| {
         t.double.with(|s| {
             s.faults.withheld = privs.iter().map(|p| (*p).to_owned()).collect();
@@ -943,7 +954,7 @@ async fn the_iso_path_names_its_storage_privileges_and_destroys_nothing_it_cant_
     let msg = err.to_string();
     assert!(msg.contains("destroyed vm 100"), "{msg}");
     assert!(
-        msg.contains("local:iso/worker-0.okd.lab.example.com.iso stays")
+        msg.contains(&format!("{worker_iso} stays"))
             && msg.contains("lacks Datastore.Allocate on /storage/local"),
         "{msg}"
     );
@@ -1215,4 +1226,51 @@ async fn a_vm_not_yet_in_the_status_data_is_found_by_its_config() {
         t.one("master-0", Action::PowerOff).await.unwrap(),
         Outcome::Changed(_)
     ));
+}
+
+/// A node's ISO carries its kernel arguments: after they change (another install disk, say),
+/// the ISO in Proxmox's storage is another file, fetched anew and inserted, and the outdated
+/// one is removed; destroy removes every ISO of the VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_iso_made_with_other_kernel_arguments_is_replaced() {
+    let mut t = setup();
+    let old_iso = iso_volume(&t.plan, "worker-0");
+    assert!(t.run(Action::Ensure).await.iter().all(|r| r.result.is_ok()));
+    assert!(t.double.with(|s| s.isos.contains(&old_iso)));
+    // The same config with another install disk for the worker.
+    let text = config_text(&t.double, &Trust::Ca(&t.double.ca_file)).replace(
+        "machine: { install: iso } }",
+        "install_dev: /dev/sdb, machine: { install: iso } }",
+    );
+    let loaded = config::parse(
+        &text,
+        "okd.yml",
+        t.double.dir.path(),
+        config::InstallCheck::Skip,
+    )
+    .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+    let mut plan = Plan::derive(&loaded.config, 1).control;
+    plan.timeouts = t.plan.timeouts;
+    t.plan = plan;
+    let new_iso = iso_volume(&t.plan, "worker-0");
+    assert_ne!(new_iso, old_iso);
+    let inserted = t.one("worker-0", Action::InsertMedia).await.unwrap();
+    assert!(matches!(inserted, Outcome::Changed(_)), "{inserted}");
+    t.double.with(|s| {
+        assert!(s.isos.contains(&new_iso), "{:?}", s.isos);
+        assert!(
+            !s.isos.contains(&old_iso),
+            "the outdated ISO stays: {:?}",
+            s.isos
+        );
+        assert_eq!(s.vms[&100].config["ide2"], format!("{new_iso},media=cdrom"));
+    });
+    let destroyed = t.one("worker-0", Action::Destroy).await.unwrap();
+    assert!(
+        destroyed
+            .to_string()
+            .contains(&format!("removed {new_iso}")),
+        "{destroyed}"
+    );
+    assert!(t.double.with(|s| s.isos.is_empty()));
 }

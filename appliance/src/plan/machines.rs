@@ -135,7 +135,9 @@ pub fn iso_url(base_url: &str, node: &str) -> String {
     format!("{base_url}/iso/{node}.iso")
 }
 
-pub fn derive(config: &Config) -> ControlPlan {
+/// The machines of `config`; `boot` gives each node's live-ISO kernel arguments, which name
+/// its ISO in a provider's storage.
+pub fn derive(config: &Config, boot: &[crate::plan::BootParams]) -> ControlPlan {
     let domain = config.cluster.domain();
     let machines = config
         .control
@@ -144,12 +146,17 @@ pub fn derive(config: &Config) -> ControlPlan {
         .filter_map(|settings| {
             // Validation made one machine per valid node; the lookup can't miss.
             let node = config.nodes.iter().find(|n| n.name == settings.node)?;
+            let iso_args = boot
+                .iter()
+                .find(|b| b.node == settings.node)
+                .map_or(&[][..], |b| b.iso_kernel_args.as_slice());
             Some(spec(
                 settings,
                 node.role,
                 node.mac,
                 &domain,
                 &config.install.base_url,
+                iso_args,
             ))
         })
         .collect();
@@ -166,6 +173,7 @@ fn spec(
     mac: MacAddr,
     domain: &str,
     base_url: &str,
+    iso_args: &[String],
 ) -> MachineSpec {
     let vm_name = format!("{}.{domain}", settings.node);
     let (install, boot_order) = match settings.install {
@@ -181,7 +189,7 @@ fn spec(
         InstallPath::Iso => (
             InstallMedium::Iso {
                 url: iso_url(base_url, &settings.node),
-                file_name: format!("{vm_name}.iso"),
+                file_name: iso_file_name(&vm_name, iso_args),
             },
             vec![BootDevice::Disk, BootDevice::Cdrom],
         ),
@@ -199,6 +207,32 @@ fn spec(
         install,
         boot_order,
     }
+}
+
+/// The name a node's ISO gets in a provider's storage: its VM's name and a digest of the
+/// kernel arguments embedded in it, so an ISO made with other arguments is never taken for the
+/// current one (`<vm_name>-<8 hex digits>.iso`; see [`is_iso_of`]).
+pub fn iso_file_name(vm_name: &str, iso_args: &[String]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, iso_args.join(" ").as_bytes());
+    format!(
+        "{vm_name}-{}.iso",
+        data_encoding::HEXLOWER.encode(&digest.as_ref()[..4])
+    )
+}
+
+/// Whether `file_name` is an ISO of the VM `vm_name`, current or made with older arguments
+/// (or before the names carried a digest: `<vm_name>.iso`).
+pub fn is_iso_of(vm_name: &str, file_name: &str) -> bool {
+    let Some(rest) = file_name
+        .strip_prefix(vm_name)
+        .and_then(|r| r.strip_suffix(".iso"))
+    else {
+        return false;
+    };
+    rest.is_empty()
+        || rest
+            .strip_prefix('-')
+            .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// One line per machine, as `nodes list` prints it and the golden files pin it.
@@ -245,27 +279,60 @@ mod tests {
             bmc: None,
         };
         let mac = MacAddr([0x52, 0x54, 0, 0, 0, 5]);
+        let args = vec!["coreos.inst.install_dev=/dev/vda".to_owned()];
         let iso = spec(
             &settings(InstallPath::Iso),
             Role::Worker,
             mac,
             "okd.example.com",
             "http://10.0.0.1:8080",
+            &args,
         );
         assert_eq!(iso.boot_order, [BootDevice::Disk, BootDevice::Cdrom]);
-        assert_eq!(
-            iso.install,
-            InstallMedium::Iso {
-                url: "http://10.0.0.1:8080/iso/worker-0.iso".into(),
-                file_name: "worker-0.okd.example.com.iso".into()
-            }
+        let InstallMedium::Iso { url, file_name } = &iso.install else {
+            panic!("{:?}", iso.install)
+        };
+        assert_eq!(url, "http://10.0.0.1:8080/iso/worker-0.iso");
+        assert!(
+            is_iso_of("worker-0.okd.example.com", file_name),
+            "{file_name}"
         );
+        // Other kernel arguments, another name: an ISO made with the old ones is never reused.
+        let other = spec(
+            &settings(InstallPath::Iso),
+            Role::Worker,
+            mac,
+            "okd.example.com",
+            "http://10.0.0.1:8080",
+            &["coreos.inst.install_dev=/dev/sda".to_owned()],
+        );
+        let InstallMedium::Iso {
+            file_name: other, ..
+        } = &other.install
+        else {
+            panic!()
+        };
+        assert_ne!(file_name, other);
+        assert!(is_iso_of("worker-0.okd.example.com", other));
+        assert!(is_iso_of(
+            "worker-0.okd.example.com",
+            "worker-0.okd.example.com.iso"
+        ));
+        for not_its in [
+            "worker-01.okd.example.com-0123abcd.iso",
+            "worker-0.okd.example.com-0123abc.iso",
+            "worker-0.okd.example.com-0123abcd.img",
+            "worker-0.okd.example.com.evil-0123abcd.iso",
+        ] {
+            assert!(!is_iso_of("worker-0.okd.example.com", not_its), "{not_its}");
+        }
         let pxe = spec(
             &settings(InstallPath::Pxe),
             Role::Worker,
             mac,
             "okd.example.com",
             "http://10.0.0.1:8080",
+            &args,
         );
         assert_eq!(pxe.boot_order, [BootDevice::Network, BootDevice::Disk]);
         assert_eq!(pxe.vm_name, "worker-0.okd.example.com");

@@ -99,6 +99,8 @@ impl Plan {
     /// Derives the plan. `serial` becomes the SOA serial of every zone; callers pass a value
     /// that grows with each reload (seconds since the epoch work).
     pub fn derive(config: &Config, serial: u32) -> Plan {
+        let boot = boot::derive(config);
+        let control = machines::derive(config, &boot);
         Plan {
             cluster_domain: config.cluster.domain(),
             zones: zones::derive(config, serial),
@@ -110,13 +112,13 @@ impl Plan {
             },
             dhcp: dhcp::derive(config),
             lb: lb::derive(config),
-            boot: boot::derive(config),
+            boot,
             unknown_script: documents::unknown_script(),
             listen: listen(config),
             interface: config.network.interface.clone(),
             state_dir: config.state_dir.clone(),
             files: boot::files(config),
-            control: machines::derive(config),
+            control,
             orchestration: orchestration::derive(config),
             ha: ha::derive(config),
             api: config.api.clone(),

@@ -677,7 +677,8 @@ impl ProxmoxProvider {
             return Ok(None);
         };
         let volume = spell::iso_volume(&self.px, file_name);
-        if self.iso_present(&volume).await? {
+        let held = self.isos_of(m).await?;
+        if held.contains(&volume) {
             return Ok(None);
         }
         let path = format!(
@@ -700,10 +701,19 @@ impl ProxmoxProvider {
                     .needs(e, &format!("/nodes/{}", self.px.node), "Sys.AccessNetwork")
                     .into_control(&format!("downloading {url} into {volume}"))
             })?;
+        // The node's ISOs made with other kernel arguments (their names carry a digest of
+        // them): never booted again, so removed; a failure leaves them, and says so.
+        for stale in held {
+            if let Err(e) = self.delete_iso(&stale).await {
+                tracing::warn!("{}: the outdated ISO {stale} stays: {e}", m.node);
+            }
+        }
         Ok(Some(volume))
     }
 
-    async fn iso_present(&self, volume: &str) -> Result<bool, ControlError> {
+    /// Every ISO volume of the node's VM in the ISO storage: the current one and those made
+    /// with older kernel arguments (`plan::machines::is_iso_of`).
+    async fn isos_of(&self, m: &MachineSpec) -> Result<Vec<String>, ControlError> {
         let path = format!(
             "{}/storage/{}/content",
             self.node_path(),
@@ -714,21 +724,18 @@ impl ProxmoxProvider {
             .get(&path, &[("content", "iso".to_owned())])
             .await
             .map_err(|e| e.into_control(&format!("listing the ISOs of {}", self.px.iso_storage)))?;
-        Ok(items.as_array().is_some_and(|items| {
-            items
-                .iter()
-                .any(|i| i.get("volid").and_then(Value::as_str) == Some(volume))
-        }))
-    }
-
-    /// The node's ISO in the ISO storage, if it is there (listing it needs Datastore.Audit or
-    /// Datastore.AllocateSpace on the storage).
-    async fn present_iso(&self, m: &MachineSpec) -> Result<Option<String>, ControlError> {
-        let InstallMedium::Iso { file_name, .. } = &m.install else {
-            return Ok(None);
-        };
-        let volume = spell::iso_volume(&self.px, file_name);
-        Ok(self.iso_present(&volume).await?.then_some(volume))
+        let prefix = format!("{}:iso/", self.px.iso_storage);
+        Ok(items
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.get("volid").and_then(Value::as_str))
+            .filter(|v| {
+                v.strip_prefix(&prefix)
+                    .is_some_and(|f| crate::plan::machines::is_iso_of(&m.vm_name, f))
+            })
+            .map(str::to_owned)
+            .collect())
     }
 
     /// Deletes an ISO volume (Datastore.Allocate on its storage).
@@ -1028,7 +1035,8 @@ impl ProxmoxProvider {
         let _one_at_a_time = self.serial.lock().await;
         // The ISO storage is listed first: without the privilege to list it, nothing is
         // destroyed.
-        let iso = self.present_iso(m).await?;
+        // Listing the ISO storage needs Datastore.Audit or Datastore.AllocateSpace on it.
+        let isos = self.isos_of(m).await?;
         let vms = self.list().await?;
         let Some(vm) = self.pick(m, &vms)? else {
             if let Some(vm) = self.creating(m, &vms) {
@@ -1038,13 +1046,16 @@ impl ProxmoxProvider {
                     Self::id(&vm)
                 )));
             }
-            return Ok(match iso {
-                Some(iso) => {
-                    self.delete_iso(&iso).await?;
-                    Outcome::Changed(format!("no VM; removed {iso}"))
-                }
-                None => Outcome::Unchanged(format!("{} is absent", m.vm_name)),
-            });
+            if isos.is_empty() {
+                return Ok(Outcome::Unchanged(format!("{} is absent", m.vm_name)));
+            }
+            for iso in &isos {
+                self.delete_iso(iso).await?;
+            }
+            return Ok(Outcome::Changed(format!(
+                "no VM; removed {}",
+                isos.join(", ")
+            )));
         };
         // A VM with the node's name but another MAC may be someone else's: never destroy it.
         let cfg = self.config(&vm).await?;
@@ -1066,8 +1077,8 @@ impl ProxmoxProvider {
         .await
         .map_err(|e| e.into_control(&format!("destroying {}", Self::id(&vm))))?;
         let mut what = format!("destroyed {} and its disks", Self::id(&vm));
-        if let Some(iso) = iso {
-            if let Err(e) = self.delete_iso(&iso).await {
+        for iso in &isos {
+            if let Err(e) = self.delete_iso(iso).await {
                 return Err(ControlError::Failed(format!(
                     "{what}, but {iso} stays: {e} (`nodes destroy {}` again removes it)",
                     m.node
