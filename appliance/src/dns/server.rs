@@ -64,7 +64,7 @@ impl Indexed {
     }
 
     fn allowed(&self, nets: &[IpNet], ip: IpAddr) -> bool {
-        let ip = canonical(ip);
+        let ip = IpAddr::to_canonical(&ip);
         nets.iter().any(|n| n.contains(&ip))
     }
 
@@ -80,14 +80,6 @@ impl Indexed {
             transfer_allowed: self.allowed(&policy.axfr_allowed, client),
         };
         (ctx, trusted)
-    }
-}
-
-/// IPv4-mapped IPv6 addresses are their IPv4 selves for every access list.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

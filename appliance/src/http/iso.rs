@@ -31,8 +31,8 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::files::{self, Decision};
+use super::response::{Body, empty, text};
 use super::sendfile::{FileBody, Segments};
-use super::server::{Body, empty, text};
 use crate::journal::{EventKind, Journal};
 use crate::liveiso::{BaseIso, FileIdentity, KargsTooLong, NodeImage, Piece};
 use crate::plan::{self, Plan};

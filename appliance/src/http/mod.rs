@@ -1,10 +1,12 @@
 //! The HTTP boot server: iPXE scripts, ignition configs and CoreOS artifacts.
 //!
-//! Architecture invariant: `files` (range and conditional rules, path resolution) and `content`
-//! (scripts, ignition) are pure; the only state it keeps is each node's install phase
+//! Architecture invariant: `files` (range and conditional rules, path resolution) is pure, and
+//! the documents it sends (scripts, ignition) come ready-made from the plan
+//! (`plan::documents`); the only state it keeps is each node's install phase
 //! (`crate::install_state`: ignition fetched by the installer; role config fetched by the
 //! installed system) and `iso`'s cache of the parsed base ISO, rebuilt whenever the file or plan
-//! changes. `server` is the socket layer (hyper): it routes, decides who may fetch what by the
+//! changes. `response` holds the body type and plain answers; `preflight` lists what the boots
+//! will fetch and can't get. `server` is the socket layer (hyper): it routes, decides who may fetch what by the
 //! peer's address, and streams files (`sendfile`: file bodies go to the socket through sendfile(2)).
 //! `iso` serves the per-node live ISOs: the base ISO through sendfile with the kernel-argument
 //! areas replaced from memory.
@@ -12,6 +14,7 @@
 pub mod files;
 pub mod iso;
 pub mod preflight;
+pub mod response;
 pub mod sendfile;
 pub mod server;
 

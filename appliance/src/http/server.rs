@@ -14,8 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, combinators::BoxBody};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
@@ -28,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::files::{self, Decision, FileMeta};
 use super::iso::{self, IsoCache};
+use super::response::{Body, empty, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
@@ -44,8 +44,6 @@ const MAX_CONNECTIONS: usize = 512;
 const PER_ADDRESS: usize = 32;
 /// A connection on which no byte moved either way for this long is closed (a stalled reader).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
-pub type Body = BoxBody<Bytes, io::Error>;
 
 /// Serves HTTP on `listener` until `token` is cancelled; open connections finish their request.
 pub async fn serve(
@@ -81,7 +79,7 @@ pub async fn serve(
                 }
             },
         };
-        let Some(held) = per_address.admit(canonical(peer.ip())) else {
+        let Some(held) = per_address.admit(IpAddr::to_canonical(&peer.ip())) else {
             tracing::debug!(
                 "http {peer}: its address holds {PER_ADDRESS} connections already; closed"
             );
@@ -222,14 +220,6 @@ impl Drop for Held {
     }
 }
 
-/// IPv4-mapped IPv6 peers are their IPv4 selves.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
     ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
@@ -246,8 +236,8 @@ fn boots_from_iso(plan: &Plan, boot: &BootParams, ip: IpAddr, local: Option<Sock
     }
     let host_is = |url: &str| {
         url::Url::parse(url).ok().is_some_and(|u| match u.host() {
-            Some(url::Host::Ipv4(a)) => canonical(ip) == IpAddr::V4(a),
-            Some(url::Host::Ipv6(a)) => canonical(ip) == IpAddr::V6(a),
+            Some(url::Host::Ipv4(a)) => IpAddr::to_canonical(&ip) == IpAddr::V4(a),
+            Some(url::Host::Ipv6(a)) => IpAddr::to_canonical(&ip) == IpAddr::V6(a),
             _ => false,
         })
     };
@@ -262,7 +252,7 @@ fn boots_from_iso(plan: &Plan, boot: &BootParams, ip: IpAddr, local: Option<Sock
         Provider::Libvirt(lv) => match url::Url::parse(&lv.uri) {
             Ok(u) if u.host().is_some() => host_is(&lv.uri),
             // qemu:///system: QEMU runs here and reads from one of this host's addresses.
-            _ => ip.is_loopback() || local.is_some_and(|l| canonical(l.ip()) == ip),
+            _ => ip.is_loopback() || local.is_some_and(|l| IpAddr::to_canonical(&l.ip()) == ip),
         },
     }
 }
@@ -299,7 +289,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         return r;
     }
     let path = req.uri().path();
-    let ip = canonical(peer.ip());
+    let ip = IpAddr::to_canonical(&peer.ip());
     let files = &plan.files;
     if path == "/healthz" {
         return text(StatusCode::OK, "ok\n");
@@ -603,7 +593,7 @@ async fn script(
 ) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
-    let from_node = node.is_some_and(|b| is_node(b, canonical(peer.ip())));
+    let from_node = node.is_some_and(|b| is_node(b, IpAddr::to_canonical(&peer.ip())));
     if let (Some(node), false) = (node, from_node) {
         tracing::info!(
             "http: iPXE script of {} read by {peer}, not the node's address: its install state is unchanged",
@@ -676,26 +666,6 @@ async fn blocking_state<T: Send + 'static>(
     tokio::task::spawn_blocking(move || op(&dir, &node, &when))
         .await
         .unwrap_or_else(|e| Err(io::Error::other(e)))
-}
-
-fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-pub(super) fn empty() -> Body {
-    full(Bytes::new())
-}
-
-pub(super) fn text(status: StatusCode, body: &str) -> Response<Body> {
-    let mut r = Response::new(full(body.to_owned()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
 }
 
 /// A generated document (never cached: it changes with the plan and may be per node).
