@@ -13,15 +13,13 @@ pub struct Sha256([u8; 32]);
 impl Sha256 {
     /// Parses 64 hex digits (either case); anything else is `None`.
     pub fn from_hex(text: &str) -> Option<Sha256> {
-        let bytes = text.as_bytes();
-        if bytes.len() != 64 {
+        if text.len() != 64 {
             return None;
         }
-        let mut out = [0u8; 32];
-        for (byte, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *byte = hex_value(pair[0])? << 4 | hex_value(pair[1])?;
-        }
-        Some(Sha256(out))
+        let bytes = data_encoding::HEXLOWER_PERMISSIVE
+            .decode(text.as_bytes())
+            .ok()?;
+        Some(Sha256(bytes.try_into().ok()?))
     }
 
     /// The digest of `data` in one piece.
@@ -32,21 +30,9 @@ impl Sha256 {
     }
 }
 
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
 impl fmt::Display for Sha256 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&data_encoding::HEXLOWER.encode(&self.0))
     }
 }
 

@@ -1192,13 +1192,8 @@ fn is_env_name(s: &str) -> bool {
 /// otherwise well formed (20 tells a SHA-1 fingerprint).
 fn parse_fingerprint(s: &str) -> Result<[u8; 32], Option<usize>> {
     let hex: String = s.chars().filter(|c| *c != ':').collect();
-    if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(None);
-    }
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-        .collect::<Result<_, _>>()
+    let bytes = data_encoding::HEXLOWER_PERMISSIVE
+        .decode(hex.as_bytes())
         .map_err(|_| None)?;
     <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| Some(bytes.len()))
 }
