@@ -112,10 +112,13 @@ enum Transition {
     Reach(NodePhase),
     /// The install starts over from this phase (kept if reached, else reached now).
     Back(NodePhase),
+    /// What happened from this phase on is undone; what came before still holds (a reinstall
+    /// request changes no machine: a node the appliance never powered on is not "powered-on").
+    Forget(NodePhase),
 }
 
 fn transition(kind: &EventKind) -> Option<Transition> {
-    use Transition::{Back, Reach};
+    use Transition::{Back, Forget, Reach};
     Some(match kind {
         EventKind::Machine {
             action: "create",
@@ -139,7 +142,7 @@ fn transition(kind: &EventKind) -> Option<Transition> {
         EventKind::Installed { .. } | EventKind::RoleIgnitionFetched { .. } => {
             Reach(NodePhase::Installed)
         }
-        EventKind::ReinstallRequested => Back(NodePhase::PoweredOn),
+        EventKind::ReinstallRequested => Forget(NodePhase::Dhcp),
         _ => return None,
     })
 }
@@ -183,6 +186,17 @@ impl Progress {
     pub fn apply(&mut self, node: &str, kind: &EventKind, at: u64) -> Option<Change> {
         match transition(kind)? {
             Transition::Reach(phase) => self.reach(node, phase, at),
+            Transition::Forget(phase) => {
+                let steps = self.nodes.entry(node.to_owned()).or_default();
+                let before = steps.last().map_or(NodePhase::Defined, |s| s.phase);
+                steps.retain(|s| s.phase < phase);
+                let after = steps.last().map_or(NodePhase::Defined, |s| s.phase);
+                (before != after).then(|| Change {
+                    node: Some(node.to_owned()),
+                    phase: after.name(),
+                    took: None,
+                })
+            }
             Transition::Back(phase) => {
                 let steps = self.nodes.entry(node.to_owned()).or_default();
                 let before = steps.last().map(|s| s.phase);
@@ -520,6 +534,17 @@ mod tests {
         assert_eq!(p.nodes["master-0"][3].at, 104, "the retry's time");
         run(&mut p, &[EventKind::ReinstallRequested]);
         assert_eq!(p.node_phase("master-0"), NodePhase::PoweredOn);
+        // A node no provider created or started (provider: none): a reinstall takes it back
+        // to defined, not to a power state the appliance never saw.
+        p.apply("worker-0", &EventKind::ScriptFetched { from: from() }, 300);
+        p.apply(
+            "worker-0",
+            &EventKind::IgnitionFetched { from: from() },
+            301,
+        );
+        p.apply("worker-0", &EventKind::ReinstallRequested, 302);
+        assert_eq!(p.node_phase("worker-0"), NodePhase::Defined);
+        assert!(p.nodes["worker-0"].is_empty());
         run(&mut p, &[machine("destroy", true)]);
         assert_eq!(p.node_phase("master-0"), NodePhase::Defined);
         assert!(p.nodes["master-0"].is_empty());
