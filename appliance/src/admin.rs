@@ -183,18 +183,18 @@ async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
         ["node", "reinstall", _] | ["lb", "drain" | "undrain", _]
     );
     let refused = changes_state.then(|| parts.standby_refusal()).flatten();
-    let reply = match words.as_slice() {
-        _ if refused.is_some() => format!("error: {}\n", refused.unwrap_or_default()),
-        ["node", "reinstall", node] => {
+    let reply = match (refused, words.as_slice()) {
+        (Some(why), _) => format!("error: {why}\n"),
+        (None, ["node", "reinstall", node]) => {
             reinstall(node, &parts.plan.load_full(), &parts.journal).await
         }
-        ["reload"] => reload(&parts.reloads).await,
-        ["ha", rest @ ..] => ha(parts, rest).await,
-        ["status"] => match serde_json::to_string(&whole_status(parts)) {
+        (None, ["reload"]) => reload(&parts.reloads).await,
+        (None, ["ha", rest @ ..]) => ha(parts, rest).await,
+        (None, ["status"]) => match serde_json::to_string(&whole_status(parts)) {
             Ok(json) => format!("ok\n{json}\n"),
             Err(e) => format!("error: {e}\n"),
         },
-        ["cluster", rest @ ..] => match parts.orchestration.as_ref() {
+        (None, ["cluster", rest @ ..]) => match parts.orchestration.as_ref() {
             Ok(o) => cluster(o, rest).await,
             Err(why) => format!("error: the install orchestration is unavailable: {why}\n"),
         },

@@ -309,14 +309,12 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
                 action @ ("drain" | "undrain" | "reinstall"),
             ],
         ) => {
-            let reply = match *action {
-                _ if parts.standby_refusal().is_some() => {
-                    format!("error: {}\n", parts.standby_refusal().unwrap_or_default())
-                }
-                "reinstall" => {
+            let reply = match (parts.standby_refusal(), *action) {
+                (Some(why), _) => format!("error: {why}\n"),
+                (None, "reinstall") => {
                     crate::admin::reinstall(node, &parts.plan.load_full(), &parts.journal).await
                 }
-                lb => {
+                (None, lb) => {
                     crate::admin::execute(&format!("lb {lb} {node}"), &parts.pools, &parts.journal)
                 }
             };

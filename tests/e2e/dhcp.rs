@@ -83,6 +83,19 @@ fn dhclient(ns: &Netns, site: &Site, hook: &Hook, extra: &[&str]) -> std::proces
 }
 
 /// What dhclient and dhcpcd (same variable names) must have been told about `node`.
+/// busybox udhcpc started in `node` with `argv`, and its first `bound` hook call.
+fn udhcpc_bound(node: &Netns, site: &Site, hook: &Hook, argv: &[&str]) -> (Process, HookCall) {
+    let client = Process::spawn(
+        "udhcpc",
+        guarded(node, &site.path().join("resolv.conf"), argv),
+    )
+    .expect("udhcpc");
+    let bound = hook
+        .wait(0, &["bound"], BIND_TIMEOUT)
+        .unwrap_or_else(|| panic!("no bound: {:?}\n{}", hook.reasons(), client.log_tails()));
+    (client, bound)
+}
+
 fn expect_isc_env(call: &HookCall, node: &Reserved) {
     call.expect(&[
         ("new_ip_address", node.ip.to_string()),
@@ -297,14 +310,7 @@ fn udhcpc_gets_its_reservation_renews_and_releases() {
         "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-O", "mtu", "-O", "ntpsrv",
         "-O", "search", "-t", "5", "-T", "1",
     ];
-    let mut client = Process::spawn(
-        "udhcpc",
-        guarded(&node, &site.path().join("resolv.conf"), &argv),
-    )
-    .expect("udhcpc");
-    let bound = hook
-        .wait(0, &["bound"], BIND_TIMEOUT)
-        .unwrap_or_else(|| panic!("no bound: {:?}\n{}", hook.reasons(), client.log_tails()));
+    let (mut client, bound) = udhcpc_bound(&node, &site, &hook, &argv);
     let expected = [
         ("ip", node_cfg.ip.to_string()),
         ("subnet", "255.255.255.0".into()),
@@ -376,14 +382,7 @@ fn a_unicast_dhcp_listen_address_still_hears_broadcasts() {
     let argv = [
         "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-q", "-t", "5", "-T", "1",
     ];
-    let client = Process::spawn(
-        "udhcpc",
-        guarded(&node, &site.path().join("resolv.conf"), &argv),
-    )
-    .expect("udhcpc");
-    let bound = hook
-        .wait(0, &["bound"], BIND_TIMEOUT)
-        .unwrap_or_else(|| panic!("no bound: {:?}\n{}", hook.reasons(), client.log_tails()));
+    let (_client, bound) = udhcpc_bound(&node, &site, &hook, &argv);
     assert_eq!(bound.env["ip"], node_cfg.ip.to_string());
     expect_acks_logged(&app, node_cfg.ip, node_cfg.mac, 1);
 }

@@ -179,6 +179,21 @@ fn lease(
     (hook, udhcpc, bound)
 }
 
+/// The iPXE script the active host serves the node with MAC `mac` (dashes), fetched from `ns`.
+fn boot_script(ns: &Netns, mac: &str) -> String {
+    let out = ns
+        .exec([
+            "curl",
+            "-sf",
+            "--max-time",
+            "3",
+            &format!("http://{VIP}:8080/boot/{mac}.ipxe"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn state(dir: &Path) -> String {
     let state = dir.join("state");
     run(&["ha", "status", "--state-dir"], &[state.to_str().unwrap()]).1
@@ -524,33 +539,13 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     assert_eq!(st["appliance"]["ha"]["host"], HOSTS[1], "{st}");
 
     // The node is not installed again by the new active host; the drain still holds.
-    let script = node
-        .exec([
-            "curl",
-            "-sf",
-            "--max-time",
-            "3",
-            &format!("http://{VIP}:8080/boot/52-54-00-00-00-11.ipxe"),
-        ])
-        .output()
-        .unwrap();
-    let script = String::from_utf8_lossy(&script.stdout);
+    let script = boot_script(&node, "52-54-00-00-00-11");
     assert!(
         script.contains("fetched its ignition; booting its disk"),
         "{script}"
     );
     // So is the node added by the reload: it is offered its disk, not the install script.
-    let script = late
-        .exec([
-            "curl",
-            "-sf",
-            "--max-time",
-            "3",
-            &format!("http://{VIP}:8080/boot/52-54-00-00-00-13.ipxe"),
-        ])
-        .output()
-        .unwrap();
-    let script = String::from_utf8_lossy(&script.stdout);
+    let script = boot_script(&late, "52-54-00-00-00-13");
     assert!(
         script.contains("fetched its ignition; booting its disk"),
         "{script}"
