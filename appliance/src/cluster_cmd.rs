@@ -9,34 +9,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use okd_appliance::admin;
-use serde::Deserialize;
-
-/// What `cluster status` answers (the admin socket's JSON).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Status {
-    pub cluster: Option<String>,
-    pub cluster_steps: Vec<StepView>,
-    pub running: bool,
-    pub up_requested: bool,
-    pub waiting_for: Option<String>,
-    pub failed: Option<String>,
-    pub workers_wanted: Option<usize>,
-    pub nodes: Vec<NodeView>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct NodeView {
-    pub name: String,
-    pub role: String,
-    pub phase: String,
-    pub steps: Vec<StepView>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct StepView {
-    pub phase: String,
-    pub at: u64,
-}
+use okd_appliance::orchestration::Status;
+use okd_appliance::orchestration::phases::{ClusterPhase, Step};
 
 /// The cluster phases `wait --for` can wait for, in install order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -44,14 +18,6 @@ pub enum WaitFor {
     BootstrapComplete,
     InstallComplete,
 }
-
-const ORDER: [&str; 5] = [
-    "bootstrapping",
-    "bootstrap-complete",
-    "bootstrap-removed",
-    "workers-joining",
-    "installed",
-];
 
 /// One request; prints the reply's text (without its `ok`) or the error.
 pub fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
@@ -110,10 +76,9 @@ pub fn status(state_dir: &Path, json: bool) -> ExitCode {
 /// Waits until the cluster reached `target`; bounded by `timeout`.
 pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
     let want = match target {
-        WaitFor::BootstrapComplete => "bootstrap-complete",
-        WaitFor::InstallComplete => "installed",
+        WaitFor::BootstrapComplete => ClusterPhase::BootstrapComplete,
+        WaitFor::InstallComplete => ClusterPhase::Installed,
     };
-    let rank = |p: &str| ORDER.iter().position(|o| *o == p);
     let start = Instant::now();
     let mut last = String::new();
     loop {
@@ -121,9 +86,8 @@ pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
             Ok((s, _)) => s,
             Err(code) => return code,
         };
-        let reached = status.cluster.as_deref().and_then(rank);
-        if reached.is_some_and(|r| Some(r) >= rank(want)) {
-            println!("cluster phase {}", status.cluster.unwrap_or_default());
+        if let Some(reached) = status.cluster.filter(|&p| p >= want) {
+            println!("cluster phase {}", reached.name());
             return ExitCode::SUCCESS;
         }
         if let Some(why) = status.failed.as_ref().filter(|_| !status.running) {
@@ -135,13 +99,13 @@ pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
         if !status.running {
             eprintln!(
                 "error: no install is running (cluster phase {}): start one with `okd-appliance cluster up`",
-                status.cluster.as_deref().unwrap_or("none")
+                status.cluster.map_or("none", ClusterPhase::name)
             );
             return ExitCode::from(1);
         }
         let line = format!(
             "cluster phase {}; waiting for {}",
-            status.cluster.as_deref().unwrap_or("none"),
+            status.cluster.map_or("none", ClusterPhase::name),
             status.waiting_for.as_deref().unwrap_or("the next poll")
         );
         if line != last {
@@ -150,7 +114,8 @@ pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
         }
         if start.elapsed() >= timeout {
             eprintln!(
-                "error: not {want} after {}",
+                "error: not {} after {}",
+                want.name(),
                 humantime::format_duration(timeout)
             );
             return ExitCode::from(6);
@@ -178,7 +143,7 @@ fn table(s: &Status, now: SystemTime) -> String {
     let _ = writeln!(
         out,
         "cluster: {} ({state})",
-        s.cluster.as_deref().unwrap_or("not started")
+        s.cluster.map_or("not started", ClusterPhase::name)
     );
     if !s.cluster_steps.is_empty() {
         let _ = writeln!(out, "  {}", timeline(&s.cluster_steps));
@@ -202,8 +167,8 @@ fn table(s: &Status, now: SystemTime) -> String {
             .unwrap_or_else(|| "-".into());
         [
             n.name.clone(),
-            n.role.to_string(),
-            n.phase.to_string(),
+            n.role.as_str().to_owned(),
+            n.phase.name().to_owned(),
             since,
             timeline(&n.steps),
         ]
@@ -230,7 +195,7 @@ fn table(s: &Status, now: SystemTime) -> String {
 
 /// `created 12:00:01, powered-on +2s, dhcp +19s, ...`: when it started, then how long each
 /// step took.
-fn timeline(steps: &[StepView]) -> String {
+fn timeline<P: std::fmt::Display>(steps: &[Step<P>]) -> String {
     let mut parts = Vec::with_capacity(steps.len());
     let mut previous: Option<u64> = None;
     for st in steps {
@@ -263,39 +228,16 @@ mod tests {
 
     #[test]
     fn the_table_shows_each_nodes_timeline() {
-        let s = Status {
-            cluster: Some("bootstrap-complete".into()),
-            cluster_steps: vec![
-                StepView {
-                    phase: "bootstrapping".into(),
-                    at: 1_000,
-                },
-                StepView {
-                    phase: "bootstrap-complete".into(),
-                    at: 2_260,
-                },
-            ],
-            running: true,
-            up_requested: true,
-            waiting_for: Some("2 connections to bootstrap to end".into()),
-            failed: None,
-            workers_wanted: None,
-            nodes: vec![NodeView {
-                name: "master-0".into(),
-                role: "master".into(),
-                phase: "dhcp".into(),
-                steps: vec![
-                    StepView {
-                        phase: "created".into(),
-                        at: 1_000,
-                    },
-                    StepView {
-                        phase: "dhcp".into(),
-                        at: 1_065,
-                    },
-                ],
-            }],
-        };
+        // As the admin socket answers it.
+        let s: Status = serde_json::from_str(
+            r#"{"cluster":"bootstrap-complete",
+                "cluster_steps":[{"phase":"bootstrapping","at":1000},{"phase":"bootstrap-complete","at":2260}],
+                "running":true,"up_requested":true,
+                "waiting_for":"2 connections to bootstrap to end","failed":null,"workers_wanted":null,
+                "nodes":[{"name":"master-0","role":"master","phase":"dhcp",
+                          "steps":[{"phase":"created","at":1000},{"phase":"dhcp","at":1065}]}]}"#,
+        )
+        .unwrap();
         // Long values widen their column instead of pushing the next ones out of line.
         let mut long = s.clone();
         long.nodes[0].name = "a-rather-long-worker-name-7".into();

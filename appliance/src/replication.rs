@@ -509,10 +509,8 @@ async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
     }
     let pools = parts.pools.load();
     let mut drained: Vec<String> = pools
-        .frontends
-        .iter()
-        .filter(|p| p.served)
-        .flat_map(|p| p.backends.iter())
+        .served()
+        .map(|(_, b)| b)
         .filter(|b| b.is_draining())
         .map(|b| b.name.clone())
         .collect();

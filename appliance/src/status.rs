@@ -223,21 +223,17 @@ impl crate::metrics::Sources for Sampler {
     fn backends(&self) -> Vec<crate::metrics::BackendSample> {
         let pools = self.pools.load();
         pools
-            .frontends
-            .iter()
-            .filter(|p| p.served)
-            .flat_map(|p| {
-                p.backends.iter().map(|b| crate::metrics::BackendSample {
-                    frontend: p.kind.name(),
-                    node: b.name.clone(),
-                    addr: b.addr.to_string(),
-                    up: b.is_up(),
-                    draining: b.is_draining(),
-                    active: b.active() as u64,
-                    connections: b.connections.load(Ordering::Relaxed),
-                    bytes_to_backend: b.bytes_to_backend.load(Ordering::Relaxed),
-                    bytes_to_client: b.bytes_to_client.load(Ordering::Relaxed),
-                })
+            .served()
+            .map(|(p, b)| crate::metrics::BackendSample {
+                frontend: p.kind.name(),
+                node: b.name.clone(),
+                addr: b.addr.to_string(),
+                up: b.is_up(),
+                draining: b.is_draining(),
+                active: b.active() as u64,
+                connections: b.connections.load(Ordering::Relaxed),
+                bytes_to_backend: b.bytes_to_backend.load(Ordering::Relaxed),
+                bytes_to_client: b.bytes_to_client.load(Ordering::Relaxed),
             })
             .collect()
     }

@@ -96,10 +96,8 @@ pub async fn run(
             }
             () = failures.notified() => {
                 let snapshot = pools.load_full();
-                for pool in snapshot.frontends.iter().filter(|p| p.served) {
-                    for backend in pool.backends.iter().filter(|b| b.is_suspected()) {
-                        probes.start(pool, backend, &tls, Duration::ZERO);
-                    }
+                for (pool, backend) in snapshot.served().filter(|(_, b)| b.is_suspected()) {
+                    probes.start(pool, backend, &tls, Duration::ZERO);
                 }
             }
             event = plan_loaded.recv() => {
@@ -123,10 +121,8 @@ pub async fn run(
                 }
                 let snapshot = pools.load_full();
                 // A frontend with no listener carries no traffic: its nodes are not probed.
-                for pool in snapshot.frontends.iter().filter(|p| p.served) {
-                    for backend in &pool.backends {
-                        probes.start(pool, backend, &tls, Duration::ZERO);
-                    }
+                for (pool, backend) in snapshot.served() {
+                    probes.start(pool, backend, &tls, Duration::ZERO);
                 }
             }
         }

@@ -37,19 +37,17 @@ pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> usize {
 /// [`drain`] without announcing it (a drain replicated from the pair's active host).
 pub fn drain_quietly(pools: &Pools, node: &str, journal: &Journal) -> usize {
     let mut named = 0;
-    for pool in pools.frontends.iter().filter(|p| p.served) {
-        for backend in pool.backends.iter().filter(|b| b.name == node) {
-            named += 1;
-            let deadline = Instant::now() + pools.drain_timeout;
-            if let Some(generation) = backend.start_drain(deadline) {
-                tokio::spawn(watch(
-                    pool.kind,
-                    Arc::clone(backend),
-                    generation,
-                    deadline,
-                    journal.clone(),
-                ));
-            }
+    for (pool, backend) in pools.served().filter(|(_, b)| b.name == node) {
+        named += 1;
+        let deadline = Instant::now() + pools.drain_timeout;
+        if let Some(generation) = backend.start_drain(deadline) {
+            tokio::spawn(watch(
+                pool.kind,
+                Arc::clone(backend),
+                generation,
+                deadline,
+                journal.clone(),
+            ));
         }
     }
     named
@@ -71,13 +69,7 @@ pub fn undrain(pools: &Pools, node: &str, journal: &Journal) -> usize {
 /// [`undrain`] without announcing it.
 pub fn undrain_quietly(pools: &Pools, node: &str) -> usize {
     let mut named = 0;
-    for backend in pools
-        .frontends
-        .iter()
-        .filter(|p| p.served)
-        .flat_map(|p| &p.backends)
-        .filter(|b| b.name == node)
-    {
+    for backend in pools.served_backends_of(node) {
         named += 1;
         backend.undrain();
     }

@@ -269,6 +269,26 @@ impl Pools {
     pub fn pool(&self, kind: FrontendKind) -> Option<&Pool> {
         self.frontends.iter().find(|p| p.kind == kind)
     }
+
+    /// Every backend of a pool that has a listener, with its pool: what drains, the pair's
+    /// replication and the orchestration look at (a pool without a listener carries no
+    /// connection).
+    pub fn served(&self) -> impl Iterator<Item = (&Pool, &Arc<Backend>)> {
+        self.frontends
+            .iter()
+            .filter(|p| p.served)
+            .flat_map(|p| p.backends.iter().map(move |b| (p, b)))
+    }
+
+    /// The served backends named `node`.
+    pub fn served_backends_of<'a>(
+        &'a self,
+        node: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Backend>> {
+        self.served()
+            .map(|(_, b)| b)
+            .filter(move |b| b.name == node)
+    }
 }
 
 impl Pool {

@@ -3,7 +3,9 @@
 //!
 //! Inside `serve`, one task follows the journal into each node's install phase
 //! ([`phases`]). When asked (`cluster up`, through the admin socket) a second task drives the
-//! install, one poll at a time:
+//! install, one poll at a time. Every rule is in [`decide::next`], a pure function of the
+//! phases, the run's memory and what the poll observed; this module fetches what it asks for
+//! and applies what it decides:
 //!
 //! 1. bootstrap and masters: created and powered on through the control provider (nothing to
 //!    do with `provider: none`: someone powers them);
@@ -21,20 +23,20 @@
 //! Architecture invariants:
 //! - Resumable: every step is idempotent and the cluster phase is persisted; an appliance
 //!   that restarts with an unfinished `up` resumes it, and `up` again continues where it was.
-//! - It never blocks a service: it runs on its own tasks and talks to the load balancer only
-//!   through `lb::drain`, like the admin socket.
+//! - It never blocks a service: it runs on its own tasks, changes the load balancer only
+//!   through `lb::drain`, like the admin socket, and reads it through `Pools::served_backends_of`.
 //! - An unreachable API is waited for (it is, for the first minutes of every install); a
 //!   machine that can't be created or powered stops the run with the provider's reason.
 
 pub mod cluster;
 pub mod csr;
+pub mod decide;
 pub mod phases;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +48,8 @@ use crate::plan::machines::MachineSpec;
 use crate::plan::{self, Plan};
 use crate::service::{Context, Running};
 use crate::vocabulary::Role;
-use cluster::{Cluster, ClusterError, EtcdBootstrap};
+use cluster::{Cluster, ClusterError};
+use decide::{Decision, Memory, Observed, Query, State, Trouble, Waiting};
 use phases::{ClusterPhase, NodePhase, Phases, Progress, Step};
 
 /// The orchestration as the admin socket sees it.
@@ -66,8 +69,8 @@ pub struct Orchestrator {
 struct RunState {
     /// The running `up`, cancelled by `down`.
     cancel: Option<CancellationToken>,
-    /// What it waits for now (the API, bootstrap, nodes).
-    waiting_for: Option<String>,
+    /// What it waits for now (the API, bootstrap, nodes), in the phase it was decided in.
+    waiting: Option<(ClusterPhase, Waiting)>,
     /// Why the last run stopped short.
     failed: Option<String>,
 }
@@ -129,11 +132,11 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
     Ok((orchestrator, running))
 }
 
-/// `cluster status`, for the CLI and scripts.
-#[derive(Debug, Serialize)]
+/// `cluster status`, for the CLI and scripts (the admin socket's JSON, read back by the CLI).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
-    pub cluster: Option<&'static str>,
-    pub cluster_steps: Vec<StepView>,
+    pub cluster: Option<ClusterPhase>,
+    pub cluster_steps: Vec<Step<ClusterPhase>>,
     /// An `up` is running.
     pub running: bool,
     pub up_requested: bool,
@@ -143,19 +146,12 @@ pub struct Status {
     pub nodes: Vec<NodeView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeView {
     pub name: String,
-    pub role: &'static str,
-    pub phase: &'static str,
-    pub steps: Vec<StepView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct StepView {
-    pub phase: &'static str,
-    /// Seconds since the epoch.
-    pub at: u64,
+    pub role: Role,
+    pub phase: NodePhase,
+    pub steps: Vec<Step<NodePhase>>,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -172,18 +168,11 @@ impl Orchestrator {
         let plan = self.plan.load();
         let run = self.lock();
         Status {
-            cluster: progress.cluster_phase().map(ClusterPhase::name),
-            cluster_steps: progress
-                .cluster
-                .iter()
-                .map(|s| StepView {
-                    phase: s.phase.name(),
-                    at: s.at,
-                })
-                .collect(),
+            cluster: progress.cluster_phase(),
+            cluster_steps: progress.cluster.clone(),
             running: run.cancel.is_some(),
             up_requested: progress.up_requested,
-            waiting_for: run.waiting_for.clone(),
+            waiting_for: decide::reason_in(run.waiting.as_ref(), progress.cluster_phase()),
             failed: run.failed.clone(),
             workers_wanted: progress.workers_wanted,
             nodes: plan
@@ -192,13 +181,9 @@ impl Orchestrator {
                 .iter()
                 .map(|n| NodeView {
                     name: n.name.clone(),
-                    role: n.role.as_str(),
-                    phase: progress.node_phase(&n.name).name(),
-                    steps: progress
-                        .nodes
-                        .get(&n.name)
-                        .map(|s| steps(s))
-                        .unwrap_or_default(),
+                    role: n.role,
+                    phase: progress.node_phase(&n.name),
+                    steps: progress.nodes.get(&n.name).cloned().unwrap_or_default(),
                 })
                 .collect(),
         }
@@ -256,7 +241,7 @@ impl Orchestrator {
             {
                 let mut run = this.lock();
                 run.cancel = None;
-                run.waiting_for = None;
+                run.waiting = None;
                 if let Err(why) = &outcome {
                     run.failed = Some(why.clone());
                 }
@@ -348,8 +333,16 @@ impl Orchestrator {
             .collect()
     }
 
-    fn waiting(&self, what: impl Into<String>) {
-        self.lock().waiting_for = Some(what.into());
+    /// Records what the run waits for, with the phase it was decided in.
+    fn waiting(&self, phase: ClusterPhase, what: Waiting) {
+        self.lock().waiting = Some((phase, what));
+    }
+
+    fn phase(&self) -> ClusterPhase {
+        self.phases
+            .snapshot()
+            .cluster_phase()
+            .unwrap_or(ClusterPhase::Bootstrapping)
     }
 
     /// The install, poll after poll, until installed, cancelled, or a machine action fails.
@@ -357,25 +350,19 @@ impl Orchestrator {
         let mut run = Drive::default();
         loop {
             let plan = self.plan.load_full();
-            let poll = plan.orchestration.poll;
-            if !self.active.is_active() {
-                self.waiting("this host to become the active one of its pair");
-            } else if let Some(done) = self.step(&plan, &mut run).await? {
+            if let Some(done) = self.poll(&plan, &mut run).await? {
                 return Ok(done);
             }
             tokio::select! {
                 () = cancel.cancelled() => return Ok(Finish::Cancelled),
-                () = tokio::time::sleep(poll) => {}
+                () = tokio::time::sleep(plan.orchestration.poll) => {}
             }
         }
     }
 
-    async fn step(&self, plan: &Plan, run: &mut Drive) -> Result<Option<Finish>, String> {
-        let progress = self.phases.snapshot();
-        let phase = progress
-            .cluster_phase()
-            .unwrap_or(ClusterPhase::Bootstrapping);
-        let bootstrap = plan.orchestration.bootstrap().map(|b| b.name.clone());
+    /// One poll: asks [`decide::next`] and applies its decisions until one ends the poll.
+    async fn poll(&self, plan: &Plan, run: &mut Drive) -> Result<Option<Finish>, String> {
+        let bootstrap = plan.orchestration.bootstrap().map(|b| b.name.as_str());
         let masters: Vec<String> = plan
             .orchestration
             .nodes
@@ -383,32 +370,117 @@ impl Orchestrator {
             .filter(|n| n.role == Role::Master)
             .map(|n| n.name.clone())
             .collect();
-        let workers: Vec<String> = {
-            let all = self.workers(plan);
-            let wanted = progress.workers_wanted.unwrap_or(all.len()).min(all.len());
-            all.into_iter().take(wanted).collect()
+        let mut seen = Observed::default();
+        // Each decision but the last fills one observation or starts one set of machines, so a
+        // poll takes a handful of them; the bound only guards against a rule that loops.
+        for _ in 0..MAX_DECISIONS_PER_POLL {
+            let progress = self.phases.snapshot();
+            let workers: Vec<String> = {
+                let all = self.workers(plan);
+                let wanted = progress.workers_wanted.unwrap_or(all.len()).min(all.len());
+                all.into_iter().take(wanted).collect()
+            };
+            let state = State {
+                active: self.active.is_active(),
+                progress: &progress,
+                bootstrap,
+                masters: &masters,
+                workers: &workers,
+                drain_timeout: self.pools.load().drain_timeout,
+                settle: plan.orchestration.settle,
+                now: Instant::now(),
+            };
+            let phase = progress
+                .cluster_phase()
+                .unwrap_or(ClusterPhase::Bootstrapping);
+            match decide::next(&mut run.memory, &state, &seen) {
+                Decision::Observe(query) => self.fetch(plan, run, query, &mut seen).await,
+                Decision::Start { nodes, drain } => {
+                    self.power_on(plan, &nodes).await?;
+                    if let Some(b) = drain {
+                        crate::lb::drain::drain(&self.pools.load(), &b, &self.journal);
+                    }
+                }
+                Decision::Wait(what) => {
+                    self.waiting(phase, what);
+                    return Ok(None);
+                }
+                Decision::Advance(step) => {
+                    if let Some(b) = &step.retire {
+                        self.retire_bootstrap(plan, b).await?;
+                    }
+                    if let Some(what) = step.note {
+                        self.journal
+                            .publish(None, EventKind::OrchestrationNote { what });
+                    }
+                    self.phases.advance_cluster(step.to).await;
+                    if let Some(b) = &step.drain {
+                        crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
+                    }
+                    if let Some(what) = step.waiting {
+                        self.waiting(step.to, what);
+                    }
+                    return Ok((step.to == ClusterPhase::Installed).then_some(Finish::Installed));
+                }
+                Decision::Installed => return Ok(Some(Finish::Installed)),
+            }
+        }
+        tracing::error!(
+            "the install decided {MAX_DECISIONS_PER_POLL} times in one poll; trying again at the next"
+        );
+        Ok(None)
+    }
+
+    /// Fetches one observation [`decide::next`] asked for.
+    async fn fetch(&self, plan: &Plan, run: &mut Drive, query: Query, seen: &mut Observed) {
+        if query == Query::Cluster {
+            seen.cluster = Some(self.look(plan, run).await);
+            return;
+        }
+        if query == Query::OpenToBootstrap {
+            let pools = self.pools.load();
+            let open = plan.orchestration.bootstrap().map_or(0, |b| {
+                pools
+                    .served_backends_of(&b.name)
+                    .map(|be| be.active())
+                    .sum()
+            });
+            seen.open_to_bootstrap = Some(open);
+            return;
+        }
+        let Some(cluster) = run.cluster.as_ref() else {
+            // Asked for only once the cluster was looked at; if not, look first.
+            seen.cluster = None;
+            return;
         };
-
-        if !run.machines_started {
-            let mut first: Vec<String> = masters.clone();
-            if phase < ClusterPhase::BootstrapComplete {
-                first.extend(bootstrap.clone());
+        match query {
+            Query::BootstrapComplete => {
+                seen.bootstrap_complete = Some(
+                    cluster
+                        .bootstrap_complete()
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
             }
-            self.power_on(plan, &first).await?;
-            if phase >= ClusterPhase::BootstrapComplete
-                && let Some(b) = &bootstrap
-            {
-                // A drain lives in memory: after a restart, the bootstrap leaves the pools again.
-                crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
-                run.drain_started = Some(Instant::now());
+            Query::Etcd => {
+                seen.etcd = Some(
+                    cluster
+                        .etcd_bootstrap_member_removed()
+                        .await
+                        .map_err(|e| e.to_string()),
+                );
             }
-            run.machines_started = true;
+            Query::Version => seen.version = Some(cluster.cluster_version().await.ok().flatten()),
+            Query::Operators => {
+                seen.operators = Some(cluster.operators().await.map_err(|e| e.to_string()));
+            }
+            Query::Cluster | Query::OpenToBootstrap => unreachable!("answered above"),
         }
-        if phase >= ClusterPhase::BootstrapRemoved && run.workers_started != Some(workers.len()) {
-            self.power_on(plan, &workers).await?;
-            run.workers_started = Some(workers.len());
-        }
+    }
 
+    /// Connects to the API (again, when the kubeconfig or its settings changed), then
+    /// approves certificate requests and records the nodes it shows.
+    async fn look(&self, plan: &Plan, run: &mut Drive) -> Result<(), Trouble> {
         if let Some(c) = &run.cluster {
             if !c.made_from(&plan.orchestration) {
                 // A reload named another kubeconfig or API address: the next requests go there.
@@ -425,166 +497,20 @@ impl Orchestrator {
             }
         }
         if run.cluster.is_none() {
-            match Cluster::connect(&plan.orchestration).await {
-                Ok(c) => run.cluster = Some(c),
-                Err(e) => {
-                    self.waiting(format!("the cluster API: {e}"));
-                    return Ok(None);
-                }
-            }
+            run.cluster = Some(
+                Cluster::connect(&plan.orchestration)
+                    .await
+                    .map_err(|e| Trouble::Api(e.to_string()))?,
+            );
         }
         let cluster = run.cluster.as_ref().expect("connected above");
         match self.observe(plan, cluster, &mut run.csrs).await {
-            Ok(()) => {}
-            Err(e @ ClusterError::Api { .. }) => {
-                self.waiting(format!("the cluster API: {e}"));
-                return Ok(None);
-            }
+            Ok(()) => Ok(()),
+            Err(e @ ClusterError::Api { .. }) => Err(Trouble::Api(e.to_string())),
             Err(e) => {
                 // A kubeconfig that changed under us: read it again next time.
                 run.cluster = None;
-                self.waiting(e.to_string());
-                return Ok(None);
-            }
-        }
-
-        match phase {
-            ClusterPhase::Bootstrapping => {
-                self.waiting("bootstrap complete (kube-system/bootstrap)");
-                let complete = cluster
-                    .bootstrap_complete()
-                    .await
-                    .map_err(|e| e.to_string());
-                if complete != Ok(true) {
-                    return Ok(None);
-                }
-                // Destroying the bootstrap while etcd still counts its member can leave etcd
-                // without quorum: wait as `openshift-install wait-for bootstrap-complete` does.
-                match cluster.etcd_bootstrap_member_removed().await {
-                    Ok(EtcdBootstrap::Removed) => {}
-                    Ok(EtcdBootstrap::NotYet(seen)) => {
-                        let version = cluster.cluster_version().await.ok().flatten();
-                        let old = version
-                            .as_ref()
-                            .filter(|v| v.predates_etcd_bootstrap_condition());
-                        let Some(old) = old else {
-                            self.waiting(format!(
-                                "etcd to remove its bootstrap member (etcds/cluster: {seen})"
-                            ));
-                            return Ok(None);
-                        };
-                        self.journal.publish(
-                            None,
-                            EventKind::OrchestrationNote {
-                                what: format!(
-                                    "not waiting for EtcdBootstrapMemberRemoved: the cluster is at {}, older than the condition (4.12)",
-                                    old.version.as_deref().unwrap_or_default()
-                                ),
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        self.waiting(format!("the cluster API: {e}"));
-                        return Ok(None);
-                    }
-                }
-                self.phases
-                    .advance_cluster(ClusterPhase::BootstrapComplete)
-                    .await;
-                if let Some(b) = &bootstrap {
-                    crate::lb::drain::drain(&self.pools.load(), b, &self.journal);
-                    run.drain_started = Some(Instant::now());
-                    self.waiting(format!("connections to {b} to end"));
-                }
-                Ok(None)
-            }
-            ClusterPhase::BootstrapComplete => {
-                let Some(b) = &bootstrap else {
-                    self.phases
-                        .advance_cluster(ClusterPhase::BootstrapRemoved)
-                        .await;
-                    return Ok(None);
-                };
-                let pools = self.pools.load();
-                let started = *run.drain_started.get_or_insert_with(Instant::now);
-                let open: usize = pools
-                    .frontends
-                    .iter()
-                    .filter(|p| p.served)
-                    .flat_map(|p| p.backends.iter().filter(|be| &be.name == b))
-                    .map(|be| be.active())
-                    .sum();
-                // The drain closes what is left at its timeout; a moment more for that.
-                let limit = pools.drain_timeout + Duration::from_secs(2);
-                if open > 0 && started.elapsed() < limit {
-                    self.waiting(format!("{open} connections to {b} to end"));
-                    return Ok(None);
-                }
-                self.retire_bootstrap(plan, b).await?;
-                self.phases
-                    .advance_cluster(ClusterPhase::BootstrapRemoved)
-                    .await;
-                self.waiting("the workers to start");
-                Ok(None)
-            }
-            ClusterPhase::BootstrapRemoved => {
-                self.phases
-                    .advance_cluster(ClusterPhase::WorkersJoining)
-                    .await;
-                Ok(None)
-            }
-            // Installed too: `cluster scale` after the install brings workers in the same way.
-            ClusterPhase::WorkersJoining | ClusterPhase::Installed => {
-                let progress = self.phases.snapshot();
-                let not_ready: Vec<&String> = masters
-                    .iter()
-                    .chain(&workers)
-                    .filter(|n| progress.node_phase(n) < NodePhase::Ready)
-                    .collect();
-                if !not_ready.is_empty() {
-                    self.waiting(format!(
-                        "nodes to be Ready: {}",
-                        not_ready
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
-                    run.settled_since = None;
-                    return Ok(None);
-                }
-                // `openshift-install wait-for install-complete`'s rule (openshift/installer,
-                // cmd/openshift-install/command/waitfor.go: `waitForInitializedCluster`, then
-                // `waitForStableOperators`), made stricter: see `settled`.
-                let version = cluster.cluster_version().await.unwrap_or(None);
-                let done = version
-                    .as_ref()
-                    .is_some_and(|v| cluster_version_done(&v.conditions));
-                if !done {
-                    self.waiting("ClusterVersion version: Available, not Failing, not Progressing");
-                    run.settled_since = None;
-                    return Ok(None);
-                }
-                let busy = match cluster.operators().await {
-                    Ok(ops) => unsettled(&ops),
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(busy) = busy {
-                    self.waiting(format!("cluster operators to settle: {busy}"));
-                    run.settled_since = None;
-                    return Ok(None);
-                }
-                let since = *run.settled_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < plan.orchestration.settle {
-                    self.waiting(format!(
-                        "cluster operators settled for {} of {}",
-                        humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())),
-                        humantime::format_duration(plan.orchestration.settle)
-                    ));
-                    return Ok(None);
-                }
-                self.phases.advance_cluster(ClusterPhase::Installed).await;
-                Ok(Some(Finish::Installed))
+                Err(Trouble::Client(e.to_string()))
             }
         }
     }
@@ -721,7 +647,7 @@ impl Orchestrator {
             return Ok(());
         };
         let provider = Arc::new(provider);
-        self.waiting(format!("{} to create and start", nodes.join(", ")));
+        self.waiting(self.phase(), Waiting::Machines(nodes.to_vec()));
         for action in [Action::Ensure, Action::PowerOn] {
             let reports = control::run(
                 &provider,
@@ -760,7 +686,13 @@ impl Orchestrator {
             );
             return Ok(());
         };
-        self.waiting(format!("{bootstrap}: {}", action.name()));
+        self.waiting(
+            self.phase(),
+            Waiting::Retire {
+                node: bootstrap.to_owned(),
+                action: action.name(),
+            },
+        );
         let reports = control::run(
             &Arc::new(provider),
             &[machine],
@@ -776,69 +708,22 @@ impl Orchestrator {
     }
 }
 
-/// ClusterVersion's own verdict: Available, neither Failing nor Progressing
-/// (`waitForInitializedCluster`).
-fn cluster_version_done(c: &cluster::Conditions) -> bool {
-    let is = |name: &str, value: &str| c.get(name).map(String::as_str) == Some(value);
-    is("Available", "True") && is("Failing", "False") && is("Progressing", "False")
-}
-
-/// What keeps the cluster operators from being settled, or `None` when every one is Available,
-/// not Progressing and not Degraded. An empty list is not settled: the operators are not there
-/// yet. Upstream's `waitForStableOperators` looks at Progressing only (False for 30 s); an
-/// operator that is not Available, or Degraded, is a failed install to a person, so it is
-/// waited for here too. The settle period (`orchestration.settle`) runs once this is `None`.
-fn unsettled(ops: &[cluster::OperatorState]) -> Option<String> {
-    if ops.is_empty() {
-        return Some("no ClusterOperator exists yet".into());
-    }
-    let is = |o: &cluster::OperatorState, name: &str, value: &str| {
-        o.conditions.get(name).map(String::as_str) == Some(value)
-    };
-    let busy: Vec<String> = ops
-        .iter()
-        .filter_map(|o| {
-            let mut why = Vec::new();
-            if !is(o, "Available", "True") {
-                why.push("not Available");
-            }
-            if !is(o, "Progressing", "False") {
-                why.push("Progressing");
-            }
-            if !is(o, "Degraded", "False") {
-                why.push("Degraded");
-            }
-            (!why.is_empty()).then(|| format!("{} ({})", o.name, why.join(", ")))
-        })
-        .collect();
-    (!busy.is_empty()).then(|| busy.join(", "))
-}
-
-fn steps(s: &[Step<NodePhase>]) -> Vec<StepView> {
-    s.iter()
-        .map(|s| StepView {
-            phase: s.phase.name(),
-            at: s.at,
-        })
-        .collect()
-}
-
 enum Finish {
     Installed,
     Cancelled,
 }
 
-/// What one run of `up` remembers between polls (and forgets with the process, by design:
-/// each of these is redone, idempotently, after a restart).
+/// What one run of `up` keeps between polls: the decisions' memory, the API client and the
+/// certificate approval's memory.
 #[derive(Debug, Default)]
 struct Drive {
+    memory: Memory,
     cluster: Option<Cluster>,
-    machines_started: bool,
-    workers_started: Option<usize>,
-    drain_started: Option<Instant>,
-    settled_since: Option<Instant>,
     csrs: CsrMemory,
 }
+
+/// At most this many decisions in one poll ([`Orchestrator::poll`]).
+const MAX_DECISIONS_PER_POLL: usize = 32;
 
 /// What the certificate approval remembers between polls.
 #[derive(Debug, Default)]
@@ -847,69 +732,4 @@ struct CsrMemory {
     refused: HashMap<String, String>,
     /// The client certificates approved: node -> its install attempt ([`csr::Facts`]).
     approved_clients: HashMap<String, u64>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn operator(
-        name: &str,
-        available: &str,
-        progressing: &str,
-        degraded: &str,
-    ) -> cluster::OperatorState {
-        cluster::OperatorState {
-            name: name.into(),
-            conditions: [
-                ("Available", available),
-                ("Progressing", progressing),
-                ("Degraded", degraded),
-            ]
-            .into_iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-        }
-    }
-
-    #[test]
-    fn operators_are_settled_only_when_every_one_is_available_and_quiet() {
-        // None at all: not there yet.
-        assert!(unsettled(&[]).is_some());
-        let good = operator("dns", "True", "False", "False");
-        assert_eq!(unsettled(std::slice::from_ref(&good)), None);
-        // Not Available but not Progressing counted as settled once.
-        let down = operator("ingress", "False", "False", "False");
-        assert_eq!(
-            unsettled(&[good.clone(), down]).as_deref(),
-            Some("ingress (not Available)")
-        );
-        let degraded = operator("etcd", "True", "False", "True");
-        assert_eq!(
-            unsettled(&[good.clone(), degraded]).as_deref(),
-            Some("etcd (Degraded)")
-        );
-        // A condition that is missing is not "False".
-        let unknown = operator("console", "True", "", "");
-        assert_eq!(
-            unsettled(&[good, unknown]).as_deref(),
-            Some("console (Progressing, Degraded)")
-        );
-    }
-
-    #[test]
-    fn the_cluster_version_must_say_available_and_neither_failing_nor_progressing() {
-        let c = |a: &str, f: &str, p: &str| -> cluster::Conditions {
-            [("Available", a), ("Failing", f), ("Progressing", p)]
-                .into_iter()
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        };
-        assert!(cluster_version_done(&c("True", "False", "False")));
-        assert!(!cluster_version_done(&c("True", "", "False")));
-        assert!(!cluster_version_done(&c("True", "False", "True")));
-        assert!(!cluster_version_done(&c("False", "False", "False")));
-    }
 }
