@@ -543,6 +543,19 @@ fn check(file: &Path, install: bool) -> ExitCode {
         c.cluster.domain(),
         c.nodes.len()
     );
+    if let Some(node) = c.single_node() {
+        println!(
+            "single-node cluster: {} boots the live system with {} and installs itself (bootstrap in place); {}",
+            node.name,
+            okd_appliance::vocabulary::RoleConfig::SingleNode.file(),
+            match c.lb.single_node {
+                config::SingleNodeRouting::Direct =>
+                    "api, api-int and *.apps resolve to it (lb.single_node: direct)",
+                config::SingleNodeRouting::Proxied =>
+                    "api, api-int and *.apps resolve to the appliance, which balances to it (lb.single_node: proxied)",
+            }
+        );
+    }
     if let Some(summary) = iso {
         println!("{summary}");
     }

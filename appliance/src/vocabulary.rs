@@ -28,25 +28,72 @@ impl Role {
             Role::Worker => "worker",
         }
     }
+}
 
-    /// The file `openshift-install create ignition-configs` writes for this role.
-    pub fn ignition_file(self) -> &'static str {
-        match self {
-            Role::Bootstrap => "bootstrap.ign",
-            Role::Master => "master.ign",
-            Role::Worker => "worker.ign",
+/// The ignition config `openshift-install` writes for a kind of node, which the node's own
+/// ignition merges (and the boot server serves only to nodes of that kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoleConfig {
+    Bootstrap,
+    Master,
+    Worker,
+    /// The live system of a single-node cluster: `openshift-install create
+    /// single-node-ignition-config` writes it; the live system bootstraps the cluster and then
+    /// installs itself to disk (bootstrap in place).
+    SingleNode,
+}
+
+impl RoleConfig {
+    pub const ALL: [RoleConfig; 4] = [
+        RoleConfig::Bootstrap,
+        RoleConfig::Master,
+        RoleConfig::Worker,
+        RoleConfig::SingleNode,
+    ];
+
+    /// What a node of `role` boots with; `single_node` when it is the only master of a cluster
+    /// with no bootstrap node.
+    pub fn of(role: Role, single_node: bool) -> RoleConfig {
+        match role {
+            Role::Bootstrap => RoleConfig::Bootstrap,
+            Role::Master if single_node => RoleConfig::SingleNode,
+            Role::Master => RoleConfig::Master,
+            Role::Worker => RoleConfig::Worker,
         }
     }
 
-    /// How long this role's ignition file stays usable after `openshift-install` wrote it:
-    /// bootstrap.ign embeds certificates that expire after 24 hours; master.ign and worker.ign
-    /// only point at the machine config server and stay valid (workers added months later
-    /// still use worker.ign).
-    pub fn ignition_lifetime(self) -> Option<Duration> {
+    /// Its file in the install directory.
+    pub fn file(self) -> &'static str {
         match self {
-            Role::Bootstrap => Some(IGNITION_LIFETIME),
-            Role::Master | Role::Worker => None,
+            RoleConfig::Bootstrap => "bootstrap.ign",
+            RoleConfig::Master => "master.ign",
+            RoleConfig::Worker => "worker.ign",
+            RoleConfig::SingleNode => "bootstrap-in-place-for-live-iso.ign",
         }
+    }
+
+    /// How long the file stays usable after `openshift-install` wrote it: bootstrap.ign and
+    /// the single node's live config embed certificates that expire after 24 hours; master.ign
+    /// and worker.ign only point at the machine config server and stay valid (workers added
+    /// months later still use worker.ign).
+    pub fn lifetime(self) -> Option<Duration> {
+        match self {
+            RoleConfig::Bootstrap | RoleConfig::SingleNode => Some(IGNITION_LIFETIME),
+            RoleConfig::Master | RoleConfig::Worker => None,
+        }
+    }
+
+    /// Whether a fetch of this config means the node's installed system booted: true where
+    /// the installed system's first boot merges it; false for the single node, whose live
+    /// system merges it before it installs itself.
+    pub fn fetched_by_installed_system(self) -> bool {
+        self != RoleConfig::SingleNode
+    }
+}
+
+impl fmt::Display for RoleConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.file())
     }
 }
 

@@ -328,7 +328,14 @@ listen: { tftp: [] }
     )
     .unwrap();
     std::fs::create_dir_all(dir.path().join("install_dir")).unwrap();
-    std::fs::write(dir.path().join("install_dir/master.ign"), "{}").unwrap();
+    // The only node is a master: a single-node cluster, whose master boots with the
+    // bootstrap-in-place config.
+    std::fs::write(
+        dir.path()
+            .join("install_dir/bootstrap-in-place-for-live-iso.ign"),
+        "{}",
+    )
+    .unwrap();
     let file = config.to_str().unwrap();
     let refused = run(&["check", "--install", file]);
     let said = String::from_utf8_lossy(&refused.stderr);

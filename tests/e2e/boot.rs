@@ -2,7 +2,8 @@
 //! appliance serving DHCP, TFTP and HTTP, with Debian's kernel and the test initramfs
 //! (harness::initramfs) playing CoreOS: BIOS with the iPXE ROM, OVMF's own PXE chainloading
 //! ipxe.efi over TFTP, OVMF with the iPXE ROM, OVMF's HTTP boot; an unknown MAC; a machine
-//! with a node's MAC at another address; an install that fails after fetching its ignition.
+//! with a node's MAC at another address; an install that fails after fetching its ignition; the
+//! single node of a single-node cluster booting the live system that installs itself.
 
 use std::time::Duration;
 
@@ -248,6 +249,87 @@ fn a_failed_install_is_not_marked_installed_and_installs_again_instead_of_bootin
     lab.assert_log("wrk0: installing again: no installed system fetched its role config");
     assert!(!lab.log().contains("wrk0: installed"), "{}", lab.log());
     assert_eq!(install_state(&lab, "wrk0"), "ignition fetched");
+}
+
+/// What `openshift-install create single-node-ignition-config` writes for the live system, cut
+/// to the part the test initramfs plays: install-to-disk.sh, which runs coreos-installer to the
+/// `bootstrapInPlace.installationDisk` (openshift/installer,
+/// data/data/bootstrap/bootstrap-in-place/files/usr/local/bin/install-to-disk.sh.template).
+const LIVE_CONFIG: &str = r#"{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/usr/local/bin/install-to-disk.sh","mode":365,"contents":{"source":"data:,coreos-installer%20install%20-n%20-i%20/opt/openshift/master.ign%20/dev/vda%0A"}}]}}"#;
+
+#[test]
+fn a_single_node_boots_the_live_system_with_its_ignition_and_installs_itself() {
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    // One master, no bootstrap node: a single-node cluster.
+    let config = format!(
+        r#"version: 1
+cluster: {{ name: sno, base_domain: lab.example.com }}
+network:
+  interface: br0
+  subnet: 10.99.0.0/24
+  appliance_ip: 10.99.0.1
+nodes:
+  - {{ name: mst0, role: master, mac: "{MST0_MAC}", ip: {MST0_IP} }}
+install:
+  ignition_dir: ./install_dir
+  artifacts_dir: ./artifacts
+  install_dev: /dev/vda
+  kernel_args: ["console=ttyS0"]
+listen: {{ dns: [] }}
+"#
+    );
+    let lab = BootLab::start_with(
+        "bsno",
+        &InitramfsBuilder::new(&Kernel::find().unwrap()),
+        |_| (config, Vec::new()),
+    );
+    std::fs::write(
+        lab.dir()
+            .join("install_dir/bootstrap-in-place-for-live-iso.ign"),
+        LIVE_CONFIG,
+    )
+    .unwrap();
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+
+    let first = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_installed(&first, "mst0", MST0_IP, MST0_MAC);
+    // The live system got its config from ignition.config.url (no coreos.inst.* argument),
+    // merged the bootstrap-in-place config, and took the disk from it.
+    assert_eq!(first.get("mode"), Some("live"), "{first}");
+    assert_eq!(
+        first.get("role_file"),
+        Some("bootstrap-in-place-for-live-iso.ign"),
+        "{first}"
+    );
+    let bytes = LIVE_CONFIG.len().to_string();
+    assert_eq!(first.get("role_bytes"), Some(bytes.as_str()), "{first}");
+    let serial = vm.serial();
+    assert!(
+        serial.contains("ignition.config.url=http://10.99.0.1:8080/ignition/mst0.ign"),
+        "{}",
+        vm.console_tail()
+    );
+
+    // Its next network boot tries the disk: the installed system never reports here.
+    let banner = format!("{DISK_BOOT_BANNER} of mst0");
+    vm.wait_for_serial(&banner, BOOT_TIMEOUT).unwrap();
+    assert!(
+        vm.serial()
+            .contains("mst0 fetched its ignition; booting its disk"),
+        "{}",
+        vm.console_tail()
+    );
+    assert_eq!(vm.results().len(), 1, "no reinstall\n{}", vm.console_tail());
+    lab.assert_log("mst0: ignition fetched by 10.99.0.11:");
+    lab.assert_log("bootstrap-in-place-for-live-iso.ign fetched by the live system of mst0");
+    // The live system's merge is not an installed system's first boot.
+    assert!(!lab.log().contains("mst0: installed"), "{}", lab.log());
+    assert_eq!(install_state(&lab, "mst0"), "ignition fetched");
 }
 
 /// The node's install phase as the marker files say.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::records::RecordData;
-pub use crate::vocabulary::{Balance, MacAddr, MacAddrParseError, Role};
+pub use crate::vocabulary::{Balance, MacAddr, MacAddrParseError, Role, RoleConfig};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -71,6 +71,42 @@ impl Config {
     pub fn nodes_with_role(&self, role: Role) -> impl Iterator<Item = &Node> {
         self.nodes.iter().filter(move |n| n.role == role)
     }
+
+    /// The master of a single-node cluster (its only node, a master: it bootstraps in place),
+    /// or `None`.
+    pub fn single_node(&self) -> Option<&Node> {
+        single_node_of(self.nodes.iter().map(|n| n.role)).then(|| {
+            self.nodes_with_role(Role::Master)
+                .next()
+                .expect("one master")
+        })
+    }
+
+    /// The master of a single-node cluster that its names resolve to directly
+    /// (`lb.single_node: direct`, the default).
+    pub fn direct_single_node(&self) -> Option<&Node> {
+        self.single_node()
+            .filter(|_| self.lb.single_node == SingleNodeRouting::Direct)
+    }
+}
+
+/// Whether nodes of these roles make a single-node cluster: one master and nothing else, as
+/// `openshift-install create single-node-ignition-config` installs it (one control plane
+/// replica, no compute replicas, no bootstrap node). One master beside workers and no bootstrap
+/// node stays an ordinary cluster (one whose bootstrap node was removed after the install).
+pub fn single_node_of(roles: impl IntoIterator<Item = Role>) -> bool {
+    let mut roles = roles.into_iter();
+    matches!((roles.next(), roles.next()), (Some(Role::Master), None))
+}
+
+/// Where a single-node cluster's api, api-int and `*.apps` names point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleNodeRouting {
+    /// At the node, as OpenShift documents for single-node clusters: no hop through the
+    /// services host, and the load balancer's listeners are off unless `listen` names them.
+    Direct,
+    /// At the appliance, whose load balancer forwards to the node (as for larger clusters).
+    Proxied,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +237,7 @@ pub struct Lb {
     pub check_ca: Option<PathBuf>,
     /// After `lb drain`, connections still open this long are closed, so a drain always ends.
     pub drain_timeout: Duration,
+    pub single_node: SingleNodeRouting,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -242,6 +242,10 @@ pub struct RawLb {
     /// How long a drained backend's open connections may go on before they are closed.
     #[serde(default)]
     pub drain_timeout: Option<Text>,
+    /// A single-node cluster: `direct` (api, api-int and *.apps name the node) or `proxied`
+    /// (they name the appliance, which balances to the node).
+    #[serde(default)]
+    pub single_node: Option<Text>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -33,7 +33,7 @@ use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
-use crate::vocabulary::{MacAddr, Role};
+use crate::vocabulary::{MacAddr, RoleConfig};
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 16 * 1024;
@@ -320,18 +320,22 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         return r;
     }
     if let Some(role) = path.strip_prefix("/ignition/roles/") {
-        let role = Role::ALL.into_iter().find(|r| r.ignition_file() == role);
+        let role = RoleConfig::ALL.into_iter().find(|r| r.file() == role);
         let Some(role) = role else {
             return text(StatusCode::NOT_FOUND, "no such role\n");
         };
         // Role configs hold the cluster's secrets: only nodes of that role get them.
-        let Some(node) = plan.boot.iter().find(|b| b.role == role && is_node(b, ip)) else {
+        let Some(node) = plan
+            .boot
+            .iter()
+            .find(|b| b.role_config == role && is_node(b, ip))
+        else {
             let asker = plan.boot.iter().find(|b| is_node(b, ip));
             journal.publish(
                 asker.map(|b| b.node.clone()),
                 EventKind::FetchRefused {
                     from: peer,
-                    what: role.ignition_file().to_owned(),
+                    what: role.file().to_owned(),
                     why: "not the address of a node of that role",
                 },
             );
@@ -340,8 +344,16 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         if let Some(refused) = ignition_refusal(files, role, &node.node, peer, journal).await {
             return refused;
         }
-        if req.method() == Method::GET {
-            let file = role.ignition_file();
+        if req.method() == Method::GET && !role.fetched_by_installed_system() {
+            // The single node's live system merges its config before it bootstraps the
+            // cluster and installs itself: not a sign of an installed system.
+            tracing::info!(
+                "http: {} fetched by the live system of {} ({peer})",
+                role.file(),
+                node.node
+            );
+        } else if req.method() == Method::GET {
+            let file = role.file();
             // Only Ignition on the installed system's first boot fetches the role config that
             // the node's own ignition merges: this, not the installer's fetch, means installed.
             // Recorded before it is announced: a pair's replication reads the markers when the
@@ -363,7 +375,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
                 Err(e) => tracing::error!("can't record that {} installed: {e}", node.node),
             }
         }
-        let path = files.ignition_dir.join(role.ignition_file());
+        let path = files.ignition_dir.join(role.file());
         return file(
             req,
             open_file(&path),
@@ -396,7 +408,9 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         }
         // The node's ignition merges its role's: refused now rather than by Ignition at the
         // installed system's first boot, after the disk was written.
-        if let Some(refused) = ignition_refusal(files, node.role, &node.node, peer, journal).await {
+        if let Some(refused) =
+            ignition_refusal(files, node.role_config, &node.node, peer, journal).await
+        {
             return refused;
         }
         if req.method() == Method::GET {
@@ -534,12 +548,12 @@ fn from_the_start(req: &Request<Incoming>) -> bool {
 /// the install only refuses these fetches.
 async fn ignition_refusal(
     files: &plan::BootFiles,
-    role: Role,
+    role: RoleConfig,
     node: &str,
     peer: SocketAddr,
     journal: &Journal,
 ) -> Option<Response<Body>> {
-    let file = role.ignition_file();
+    let file = role.file();
     let (status, why) = match tokio::fs::metadata(files.ignition_dir.join(file)).await {
         Err(e) => (
             StatusCode::NOT_FOUND,
@@ -556,7 +570,7 @@ async fn ignition_refusal(
                 .modified()
                 .ok()
                 .and_then(|t| SystemTime::now().duration_since(t).ok());
-            match (role.ignition_lifetime(), age) {
+            match (role.lifetime(), age) {
                 (Some(lifetime), Some(age)) if age > lifetime => (
                     StatusCode::GONE,
                     format!(
@@ -616,6 +630,15 @@ async fn script(
             .unwrap_or(InstallPhase::NotInstalled);
             let body: &str = match phase {
                 InstallPhase::Installed => &node.documents.local_boot_script,
+                // A single node's installed system never reports here (it builds its own
+                // config): once its live system has its ignition, every network boot tries the
+                // disk first. BIOS falls through to the live system when the disk does not
+                // boot; on UEFI, `okd-appliance node reinstall` starts over.
+                InstallPhase::IgnitionFetched { .. }
+                    if node.role_config == RoleConfig::SingleNode =>
+                {
+                    &node.documents.first_boot_script
+                }
                 InstallPhase::IgnitionFetched {
                     disk_boot_offered: false,
                 } => {

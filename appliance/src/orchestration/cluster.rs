@@ -436,6 +436,7 @@ mod tests {
             api_url: "https://10.0.0.1:6443".into(),
             api_server_name: "api-int.okd.lab.example.com".into(),
             after_bootstrap: crate::config::AfterBootstrap::Destroy,
+            single_node: false,
             poll: Duration::from_secs(10),
             settle: Duration::from_secs(60),
             nodes: Vec::new(),

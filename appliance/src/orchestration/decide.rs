@@ -35,6 +35,9 @@ pub struct State<'a> {
     pub active: bool,
     pub progress: &'a Progress,
     pub bootstrap: Option<&'a str>,
+    /// One master and no bootstrap node: it bootstraps in place, so the run has no bootstrap
+    /// phase and waits for install-complete, as `openshift-install` does for it.
+    pub single_node: bool,
     pub masters: &'a [String],
     /// The workers wanted (`cluster scale`), in config order.
     pub workers: &'a [String],
@@ -242,6 +245,15 @@ pub fn next(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decision
             nodes: state.workers.to_vec(),
             drain: None,
         };
+    }
+    if state.single_node && phase < ClusterPhase::WorkersJoining {
+        return Decision::Advance(Advance {
+            note: Some(format!(
+                "single-node cluster: {} bootstraps in place, so there is no bootstrap phase; waiting for install-complete",
+                state.masters.join(", ")
+            )),
+            ..Advance::to(ClusterPhase::WorkersJoining)
+        });
     }
     match &seen.cluster {
         None => return Decision::Observe(Query::Cluster),
@@ -517,6 +529,7 @@ mod tests {
                 active: self.active,
                 progress: &self.progress,
                 bootstrap: self.bootstrap,
+                single_node: self.bootstrap.is_none() && self.masters.len() == 1,
                 masters: &self.masters,
                 workers: &self.workers,
                 drain_timeout: DRAIN,
@@ -877,6 +890,48 @@ mod tests {
         assert_eq!(
             run.end(&answers),
             Decision::Advance(Advance::to(ClusterPhase::BootstrapRemoved))
+        );
+    }
+
+    #[test]
+    fn a_single_node_has_no_bootstrap_phase_and_waits_for_install_complete() {
+        let mut run = Run::new();
+        run.bootstrap = None;
+        run.masters = names(&["sno"]);
+        run.workers = Vec::new();
+        let answers = Answers {
+            version: Some(done_version()),
+            operators: Ok(vec![operator("dns", "True", "False", "False")]),
+            ..Answers::default()
+        };
+        // Its machine starts; no bootstrap ConfigMap or etcd member is waited for.
+        let poll = run.poll(&answers);
+        assert_eq!(starts(&poll), [(names(&["sno"]), None)]);
+        let Some(Decision::Advance(a)) = poll.last() else {
+            panic!("advances: {poll:?}");
+        };
+        assert_eq!(a.to, ClusterPhase::WorkersJoining);
+        assert!(
+            a.note
+                .as_deref()
+                .unwrap()
+                .contains("sno bootstraps in place")
+        );
+        assert!(
+            !poll
+                .iter()
+                .any(|d| matches!(d, Decision::Observe(Query::BootstrapComplete | Query::Etcd)))
+        );
+        assert_eq!(
+            run.end(&answers),
+            Decision::Wait(Waiting::Ready(names(&["sno"])))
+        );
+        run.ready(&["sno"]);
+        run.end(&answers);
+        run.later(SETTLE);
+        assert_eq!(
+            run.end(&answers),
+            Decision::Advance(Advance::to(ClusterPhase::Installed))
         );
     }
 

@@ -384,6 +384,7 @@ impl Orchestrator {
                 active: self.active.is_active(),
                 progress: &progress,
                 bootstrap,
+                single_node: plan.orchestration.single_node,
                 masters: &masters,
                 workers: &workers,
                 drain_timeout: self.pools.load().drain_timeout,

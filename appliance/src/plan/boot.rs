@@ -2,6 +2,14 @@
 //! arguments that install CoreOS to the node's disk with the node's own ignition; or, on the
 //! ISO install path, its own copy of the live ISO with those arguments embedded.
 //!
+//! The single node of a single-node cluster boots the live system instead, with its own
+//! ignition as the live system's config (`ignition.config.url`, `ignition.firstboot`,
+//! `ignition.platform.id=metal`, as Fedora CoreOS documents live PXE boots): that config
+//! (`bootstrap-in-place-for-live-iso.ign`, merged) bootstraps the cluster and then runs
+//! coreos-installer to the disk named in install-config's `bootstrapInPlace` (openshift/installer,
+//! data/data/bootstrap/bootstrap-in-place/files/usr/local/bin/install-to-disk.sh.template), so
+//! no `coreos.inst.*` argument is given: one would start the image's own installer as well.
+//!
 //! The ISO's arguments are the PXE ones minus `coreos.live.rootfs_url`: the live ISO carries
 //! its root file system (and says so with its own `coreos.liveiso=` argument), and a live
 //! system told to fetch a rootfs as well would fetch one over the network it does not need.
@@ -13,7 +21,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use super::documents::{self, Documents};
-use crate::config::{Config, MacAddr, Role};
+use crate::config::{Config, MacAddr, Role, RoleConfig};
 
 /// Where the boot server finds what it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +73,8 @@ pub fn files(config: &Config) -> BootFiles {
 pub struct BootParams {
     pub node: String,
     pub role: Role,
+    /// The config its own ignition merges.
+    pub role_config: RoleConfig,
     pub mac: MacAddr,
     /// The addresses the node's ignition may be fetched from.
     pub ipv4: Ipv4Addr,
@@ -91,8 +101,8 @@ pub fn ignition_url(base_url: &str, node: &str) -> String {
 }
 
 /// The URL of a role's ignition config, which a node's own config merges.
-fn role_ignition_url(base_url: &str, role: Role) -> String {
-    format!("{base_url}/ignition/roles/{}", role.ignition_file())
+fn role_ignition_url(base_url: &str, config: RoleConfig) -> String {
+    format!("{base_url}/ignition/roles/{}", config.file())
 }
 
 /// The URL of a node's own live ISO.
@@ -109,6 +119,7 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
     let install = &config.install;
     let base = &install.base_url;
     let artifact = |name: &str| format!("{base}/artifacts/{name}");
+    let single = config.single_node().map(|n| n.name.as_str());
     config
         .nodes
         .iter()
@@ -119,10 +130,19 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 .install_dev
                 .clone()
                 .unwrap_or_else(|| install.install_dev.clone());
-            let mut iso_kernel_args = vec![
-                format!("coreos.inst.install_dev={install_dev}"),
-                format!("coreos.inst.ignition_url={ignition_url}"),
-            ];
+            let role_config = RoleConfig::of(node.role, single == Some(node.name.as_str()));
+            let mut iso_kernel_args = if role_config == RoleConfig::SingleNode {
+                vec![
+                    "ignition.firstboot".to_owned(),
+                    "ignition.platform.id=metal".to_owned(),
+                    format!("ignition.config.url={ignition_url}"),
+                ]
+            } else {
+                vec![
+                    format!("coreos.inst.install_dev={install_dev}"),
+                    format!("coreos.inst.ignition_url={ignition_url}"),
+                ]
+            };
             iso_kernel_args.extend(install.kernel_args.iter().cloned());
             iso_kernel_args.extend(node.kernel_args.iter().cloned());
             let kernel_args = std::iter::once(format!("coreos.live.rootfs_url={rootfs_url}"))
@@ -131,6 +151,7 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
             let mut params = BootParams {
                 node: node.name.clone(),
                 role: node.role,
+                role_config,
                 mac: node.mac,
                 ipv4: node.ipv4,
                 ipv6: node.ipv6,
@@ -144,7 +165,7 @@ pub fn derive(config: &Config) -> Vec<BootParams> {
                 iso_kernel_args,
                 documents: Documents::default(),
             };
-            params.documents = documents::derive(&params, &role_ignition_url(base, node.role));
+            params.documents = documents::derive(&params, &role_ignition_url(base, role_config));
             params
         })
         .collect()

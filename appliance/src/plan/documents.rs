@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use super::BootParams;
-use crate::vocabulary::MacAddr;
+use crate::vocabulary::{MacAddr, RoleConfig};
 
 /// What the boot server sends a node, all of it derived here.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,7 +41,11 @@ fn install_script(boot: &BootParams) -> String {
          # okd-appliance: install {node} ({role}, {mac}) to {dev}\n\
          {install}",
         node = boot.node,
-        role = boot.role,
+        role = if boot.role_config == RoleConfig::SingleNode {
+            "single node, bootstrap in place"
+        } else {
+            boot.role.as_str()
+        },
         mac = boot.mac,
         dev = boot.install_dev,
         install = install_lines(boot),
@@ -49,8 +53,13 @@ fn install_script(boot: &BootParams) -> String {
 }
 
 fn install_lines(boot: &BootParams) -> String {
+    let what = if boot.role_config == RoleConfig::SingleNode {
+        "booting the live system of"
+    } else {
+        "installing"
+    };
     format!(
-        "echo okd-appliance: installing {node} to {dev}\n\
+        "echo okd-appliance: {what} {node} to {dev}\n\
          kernel {kernel} initrd=main {args}\n\
          initrd --name main {initramfs}\n\
          boot\n",
@@ -150,6 +159,7 @@ mod tests {
         BootParams {
             node: "master-0".into(),
             role: crate::vocabulary::Role::Master,
+            role_config: crate::vocabulary::RoleConfig::Master,
             mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
             ipv4: "10.0.0.2".parse().unwrap(),
             ipv6: None,

@@ -20,6 +20,8 @@ pub struct OrchestrationPlan {
     /// The name the API server's certificate must carry (its SNI too).
     pub api_server_name: String,
     pub after_bootstrap: AfterBootstrap,
+    /// One master, no bootstrap node: the install has no bootstrap phase.
+    pub single_node: bool,
     pub poll: Duration,
     pub settle: Duration,
     /// Every node, in config order: whose certificate requests may be approved, with which
@@ -49,10 +51,12 @@ pub fn derive(config: &Config) -> OrchestrationPlan {
     let o = &config.orchestration;
     let api_server_name = format!("api-int.{}", config.cluster.domain());
     let api_url = o.api_url.clone().unwrap_or_else(|| {
-        // The appliance balances the API itself: ask it there, as the nodes do.
-        match config.listen.api.first() {
-            Some(addr) => format!("https://{}", reachable(*addr, config)),
-            None => format!("https://{api_server_name}:6443"),
+        // The appliance balances the API itself: ask it there, as the nodes do; a single node
+        // reached directly is asked directly.
+        match (config.direct_single_node(), config.listen.api.first()) {
+            (Some(node), _) => format!("https://{}:6443", node.ipv4),
+            (None, Some(addr)) => format!("https://{}", reachable(*addr, config)),
+            (None, None) => format!("https://{api_server_name}:6443"),
         }
     });
     OrchestrationPlan {
@@ -60,6 +64,7 @@ pub fn derive(config: &Config) -> OrchestrationPlan {
         api_url,
         api_server_name,
         after_bootstrap: o.bootstrap_after_complete,
+        single_node: config.single_node().is_some(),
         poll: o.poll,
         settle: o.settle,
         nodes: config

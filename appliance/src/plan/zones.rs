@@ -94,13 +94,26 @@ fn apex(origin: &str, domain: &str, ttl: u32, serial: u32) -> Vec<Record> {
     ]
 }
 
-/// The appliance's addresses: the target of api, api-int, `*.apps` and ns1.
+/// The appliance's addresses: the target of ns1, and of api, api-int and `*.apps` unless
+/// [`cluster_addresses`] says otherwise.
 fn appliance_addresses(config: &Config) -> Vec<IpAddr> {
     let mut out = vec![IpAddr::V4(config.network.v4.appliance)];
     if let Some(v6) = &config.network.v6 {
         out.push(IpAddr::V6(v6.appliance));
     }
     out
+}
+
+/// The target of api, api-int and `*.apps`: the appliance, whose load balancer forwards to the
+/// nodes; a single-node cluster's node itself when reached directly (OpenShift's single-node
+/// requirements point all three at the node).
+fn cluster_addresses(config: &Config) -> Vec<IpAddr> {
+    match config.direct_single_node() {
+        Some(node) => std::iter::once(IpAddr::V4(node.ipv4))
+            .chain(node.ipv6.map(IpAddr::V6))
+            .collect(),
+        None => appliance_addresses(config),
+    }
 }
 
 fn address_record(name: String, ttl: u32, ip: IpAddr) -> Record {
@@ -117,7 +130,10 @@ fn forward_zone(config: &Config, serial: u32) -> Zone {
     let ttl = config.dns.ttl;
     let mut records = apex(&origin, &domain, ttl, serial);
     for ip in appliance_addresses(config) {
-        for label in ["ns1", "api", "api-int", "*.apps"] {
+        records.push(address_record(format!("ns1.{origin}"), ttl, ip));
+    }
+    for ip in cluster_addresses(config) {
+        for label in ["api", "api-int", "*.apps"] {
             records.push(address_record(format!("{label}.{origin}"), ttl, ip));
         }
     }
@@ -174,9 +190,12 @@ fn reverse_zone(config: &Config, serial: u32, network: IpNet) -> Zone {
             });
         }
     };
-    for ip in appliance_addresses(config) {
-        ptr(ip, format!("api.{domain}."));
-        ptr(ip, format!("api-int.{domain}."));
+    // A single node's address keeps its own name as its PTR (the node's records below).
+    if config.direct_single_node().is_none() {
+        for ip in appliance_addresses(config) {
+            ptr(ip, format!("api.{domain}."));
+            ptr(ip, format!("api-int.{domain}."));
+        }
     }
     for node in &config.nodes {
         ptr(IpAddr::V4(node.ipv4), format!("{}.{domain}.", node.name));

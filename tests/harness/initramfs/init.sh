@@ -5,7 +5,11 @@
 # boot, against the real appliance:
 #   1. an address by DHCP (busybox udhcpc, with its own event script) or the static address the
 #      image was built with;
-#   2. GET coreos.inst.ignition_url, as coreos-installer does;
+#   2. GET coreos.inst.ignition_url, as coreos-installer does; or, booted as the live system of a
+#      single-node cluster (ignition.config.url, with ignition.firstboot and
+#      ignition.platform.id=metal, and no coreos.inst.* argument), GET that as the live system's
+#      Ignition does, then its merged config at once, and take the disk from that config's
+#      install-to-disk.sh as the bootstrap-in-place install does (field mode=live);
 #   3. HEAD coreos.live.rootfs_url, which the live initramfs would download (a live ISO boot,
 #      with coreos.liveiso= and no rootfs URL, has its rootfs on the ISO: rootfs=live-iso);
 #   4. when coreos.inst.install_dev does not exist, stop like a failed install (outcome
@@ -120,11 +124,34 @@ field ip "$ip"
 field hostname "$hostname"
 say "$iface ($mac) has $ip${hostname:+, host name $hostname}"
 
-ignition_url=$(arg coreos.inst.ignition_url) || fail cmdline "no coreos.inst.ignition_url"
+# GETs the role config the node ignition merges (ignition.config.merge[].source).
+fetch_role() {
+    merge=$(tr -d '\n' < /tmp/node.ign | sed -n 's/.*"merge":\[\([^]]*\)\].*/\1/p' |
+        sed -n 's/.*"source":"\([^"]*\)".*/\1/p')
+    [ -n "$merge" ] || fail ignition "no ignition.config.merge source"
+    code=$(fetch "$merge" /tmp/role.ign)
+    field role "$code"
+    [ "$code" = 200 ] || { field step role; finish failed poweroff; }
+    field role_bytes "$(wc -c < /tmp/role.ign)"
+    field role_file "${merge##*/}"
+}
+
+if ignition_url=$(arg ignition.config.url); then
+    mode=live
+    for inst in coreos.inst.ignition_url coreos.inst.install_dev; do
+        arg "$inst" > /dev/null && fail cmdline "$inst on a live system that installs itself"
+    done
+    case " $cmdline " in *" ignition.firstboot "*) ;; *) fail cmdline "no ignition.firstboot" ;; esac
+    [ "$(arg ignition.platform.id)" = metal ] || fail cmdline "no ignition.platform.id=metal"
+else
+    mode=installer
+    ignition_url=$(arg coreos.inst.ignition_url) || fail cmdline "no coreos.inst.ignition_url"
+    install_dev=$(arg coreos.inst.install_dev) || fail cmdline "no coreos.inst.install_dev"
+fi
+field mode "$mode"
 rootfs_url=$(arg coreos.live.rootfs_url) || rootfs_url=""
 [ -n "$rootfs_url" ] || arg coreos.liveiso > /dev/null ||
     fail cmdline "no coreos.live.rootfs_url (and no coreos.liveiso)"
-install_dev=$(arg coreos.inst.install_dev) || fail cmdline "no coreos.inst.install_dev"
 
 code=$(fetch "$ignition_url" /tmp/node.ign)
 field ignition "$code"
@@ -134,6 +161,13 @@ field ignition_sha256 "$ignition_sha"
 # The node's name as its ignition writes it to /etc/hostname ("data:,NAME%0A").
 ignition_host=$(tr -d '\n' < /tmp/node.ign | sed -n 's/.*"data:,\([A-Za-z0-9.-]*\)%0A".*/\1/p')
 field ignition_host "$ignition_host"
+if [ "$mode" = live ]; then
+    # The live system's Ignition merges at once; the bootstrap-in-place config's
+    # install-to-disk.sh runs `coreos-installer install -n -i /opt/openshift/master.ign DISK`.
+    fetch_role
+    install_dev=$(sed -n 's/.*master\.ign%20\(\/dev\/[A-Za-z0-9\/_.-]*\).*/\1/p' /tmp/role.ign | head -n 1)
+    [ -n "$install_dev" ] || fail role "no installation disk in the live system's config"
+fi
 
 if [ -n "$rootfs_url" ]; then
     set -- $(head_request "$rootfs_url")
@@ -156,13 +190,7 @@ if [ ! -b "$install_dev" ]; then
     finish install-failed reboot
 fi
 
-merge=$(tr -d '\n' < /tmp/node.ign | sed -n 's/.*"merge":\[\([^]]*\)\].*/\1/p' |
-    sed -n 's/.*"source":"\([^"]*\)".*/\1/p')
-[ -n "$merge" ] || fail ignition "no ignition.config.merge source"
-code=$(fetch "$merge" /tmp/role.ign)
-field role "$code"
-[ "$code" = 200 ] || { field step role; finish failed poweroff; }
-field role_bytes "$(wc -c < /tmp/role.ign)"
+[ "$mode" = live ] || fetch_role
 
 # Sector 0: a boot sector whose code prints a banner on COM1 (so a later disk boot shows on the
 # serial console); sector 1: the marker the test reads back from the disk image.

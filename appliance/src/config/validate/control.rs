@@ -1274,7 +1274,13 @@ mod tests {
         for sub in ["install_dir", "artifacts"] {
             std::fs::create_dir(dir.path().join(sub)).unwrap();
         }
-        std::fs::write(dir.path().join("install_dir/master.ign"), "{}").unwrap();
+        // Its only node is a master: a single-node cluster's config.
+        std::fs::write(
+            dir.path()
+                .join("install_dir/bootstrap-in-place-for-live-iso.ign"),
+            "{}",
+        )
+        .unwrap();
         std::fs::write(dir.path().join("ca.pem"), "").unwrap();
         let token = dir.path().join("pve-token");
         std::fs::write(&token, "9f2d-very-secret\n").unwrap();

@@ -101,8 +101,14 @@ impl Validator<'_> {
         let Some((files, severity)) = check.ignition() else {
             return;
         };
+        let single = single_node_of(roles.iter().copied());
         let create = format!(
-            "run `openshift-install create ignition-configs --dir {}`",
+            "run `openshift-install {} --dir {}`",
+            if single {
+                "create single-node-ignition-config"
+            } else {
+                "create ignition-configs"
+            },
             raw.value
         );
         if let Err(e) = files.age(dir) {
@@ -125,7 +131,9 @@ impl Validator<'_> {
             if !roles.contains(&role) {
                 continue;
             }
-            let file = role.ignition_file();
+            let config = RoleConfig::of(role, single);
+            let file = config.file();
+            let expires = config.lifetime().is_some();
             match files.age(&dir.join(file)) {
                 Err(e) => {
                     self.p
@@ -141,7 +149,7 @@ impl Validator<'_> {
                         )
                         .hint(create.clone());
                 }
-                Ok(age) if role == Role::Bootstrap && age > IGNITION_MAX_AGE => {
+                Ok(age) if expires && age > IGNITION_MAX_AGE => {
                     self.p
                         .report(
                             severity,
@@ -155,7 +163,7 @@ impl Validator<'_> {
                         )
                         .hint(format!("{create} again in a fresh directory, or remove the bootstrap node once bootstrap is done"));
                 }
-                Ok(age) if role == Role::Bootstrap && age > IGNITION_WARN_AGE => {
+                Ok(age) if expires && age > IGNITION_WARN_AGE => {
                     self.p
                         .warning(
                             "config::ignition-aging",

@@ -103,9 +103,20 @@ impl Validator<'_> {
                 Duration::from_secs(24 * 3600),
             ),
         };
+        let single_node = self.one_of(
+            "config::lb",
+            raw.single_node.as_ref(),
+            "single-node routing",
+            &[
+                ("direct", SingleNodeRouting::Direct),
+                ("proxied", SingleNodeRouting::Proxied),
+            ],
+            "use direct (api, api-int and *.apps name the node) or proxied (they name the appliance, which balances to the node)",
+        );
         Some(Lb {
             balance: balance?,
             drain_timeout: drain_timeout?,
+            single_node: single_node?,
             health: HealthSettings {
                 interval: interval?,
                 timeout: timeout?,

@@ -9,6 +9,7 @@ impl Validator<'_> {
         raw: &RawListen,
         raw_net: &RawNetwork,
         net: Option<&Network>,
+        direct_single_node: bool,
     ) -> Option<Listen> {
         let defaults = |port: u16| -> Option<Vec<SocketAddr>> {
             let net = net?;
@@ -93,10 +94,19 @@ impl Validator<'_> {
         };
         let tftp = list(self, &raw.tftp, tftp_default, "tftp");
         let http = list(self, &raw.http, defaults(8080), "http");
-        let api = list(self, &raw.api, defaults(6443), "api");
-        let machine_config = list(self, &raw.machine_config, defaults(22623), "machine_config");
-        let ingress_https = list(self, &raw.ingress_https, defaults(443), "ingress_https");
-        let ingress_http = list(self, &raw.ingress_http, defaults(80), "ingress_http");
+        // A single-node cluster whose names point at the node itself sends nothing through
+        // the load balancer: its listeners are off unless named.
+        let balanced = |port: u16| {
+            if direct_single_node {
+                Some(Vec::new())
+            } else {
+                defaults(port)
+            }
+        };
+        let api = list(self, &raw.api, balanced(6443), "api");
+        let machine_config = list(self, &raw.machine_config, balanced(22623), "machine_config");
+        let ingress_https = list(self, &raw.ingress_https, balanced(443), "ingress_https");
+        let ingress_http = list(self, &raw.ingress_http, balanced(80), "ingress_http");
         // Recorded errors fail the load; what parsed is still returned so the checks that use
         // it (forwarding loops) run too.
         // Two services on one port of one address (or of the wildcard address) can't both bind;

@@ -202,7 +202,6 @@ impl Validator<'_> {
         if let Some(c) = &cluster {
             self.node_name_lengths(&raw.nodes, &c.domain());
         }
-        let listen = self.listen(&raw.listen, &raw.network, network.as_ref());
         // The roles as written, so a node with another mistake still asks for its ignition file.
         let roles: Vec<Role> = raw
             .nodes
@@ -210,6 +209,10 @@ impl Validator<'_> {
             .iter()
             .filter_map(|n| nodes::parse_role(&n.role.value))
             .collect();
+        // A single-node cluster reached directly needs no load balancer listeners by default.
+        let direct = single_node_of(roles.iter().copied())
+            && raw.lb.single_node.as_ref().map(|t| t.value.as_str()) != Some("proxied");
+        let listen = self.listen(&raw.listen, &raw.network, network.as_ref(), direct);
         let install = self.install(
             &raw.install,
             dir,
