@@ -30,6 +30,8 @@ PACKAGES=(
   python3-cryptography
   # The pair of appliances' test (tests/e2e/ha.rs) runs Debian's keepalived.
   keepalived
+  # The libraries of NetworkManager's nm-initrd-generator, which is unpacked below, not installed.
+  libglib2.0-0 libgnutls30 libudev1 libsystemd0
   # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs).
   python3-prometheus-client
   # The status page in headless Chromium, driven over the DevTools protocol (tests/e2e/cdp.py).
@@ -109,6 +111,22 @@ if [[ ! -x $SUSHY_LIBVIRT_VENV/bin/sushy-emulator ]]; then
   "$SUSHY_LIBVIRT_VENV/bin/pip" install --quiet "sushy-tools==2.2.0"
 fi
 export OKD_SUSHY_LIBVIRT_VENV=$SUSHY_LIBVIRT_VENV
+
+# NetworkManager's nm-initrd-generator, which turns a node's ip= kernel arguments into the
+# profile CoreOS's initramfs brings up (tests/e2e/nm_kargs.rs finds it through
+# OKD_NM_INITRD_GENERATOR). Unpacked from Debian's network-manager package, never installed: an
+# installed NetworkManager would start managing this machine's own interfaces and resolv.conf.
+NM_DIR=${OKD_NM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/okd-appliance/network-manager}
+NM_GENERATOR=$NM_DIR/usr/lib/NetworkManager/nm-initrd-generator
+if [[ ! -x $NM_GENERATOR ]]; then
+  deb_dir=$(mktemp -d)
+  chown _apt "$deb_dir" 2>/dev/null || true # apt-get fetches as _apt where that user exists
+  (cd "$deb_dir" && apt-get -o DPkg::Lock::Timeout=600 download -qq network-manager)
+  mkdir -p "$NM_DIR"
+  dpkg-deb -x "$deb_dir"/network-manager_*.deb "$NM_DIR"
+  rm -rf "$deb_dir"
+fi
+export OKD_NM_INITRD_GENERATOR=$NM_GENERATOR
 
 cargo "${CARGO_SOURCE[@]}" fmt --all -- --check
 cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings

@@ -151,6 +151,54 @@ fn images_the_appliance_cannot_use_are_refused_with_the_reason() {
     assert!(base.node_image(&fits).is_ok());
 }
 
+/// Every node of config/dual-stack.yml, with its two `ip=` arguments, fits Fedora CoreOS's
+/// 1139-byte area after a live ISO's own arguments (as long as a release's), within the limit
+/// `check` and `serve` hold each node's ISO to (the area's size less its end character) and
+/// using less than half of it, which leaves the rest to the operator's `kernel_args`.
+#[test]
+fn dual_stack_nodes_arguments_fit_a_fedora_coreos_area() {
+    if !tools_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fcos = "coreos.liveiso=fedora-coreos-42.20250803.3.0 ignition.firstboot \
+                ignition.platform.id=metal";
+    let iso = build(dir.path(), "fcos.iso", |b| b.default_kargs(fcos));
+    let (_, base) = BaseIso::load(&iso).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/dual-stack.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let loaded = okd_appliance::config::parse(
+        &text,
+        "dual-stack.yml",
+        path.parent().unwrap(),
+        okd_appliance::config::InstallCheck::Skip,
+    )
+    .unwrap();
+    let plan = okd_appliance::plan::Plan::derive(&loaded.config, 1);
+    assert_eq!(plan.boot.len(), 5);
+    for boot in &plan.boot {
+        assert_eq!(
+            boot.iso_kernel_args
+                .iter()
+                .filter(|a| a.starts_with("ip="))
+                .count(),
+            2,
+            "{:?}",
+            boot.iso_kernel_args
+        );
+        let image = base
+            .node_image(&boot.iso_kernel_args)
+            .unwrap_or_else(|e| panic!("{}: {e}", boot.node));
+        println!(
+            "{}: {} of 1138 bytes ({} of them the node's)",
+            boot.node,
+            image.kargs.len(),
+            boot.iso_kernel_args.join(" ").len()
+        );
+        assert!(image.kargs.len() < 1138 / 2, "{}", image.kargs);
+    }
+}
+
 // ----- serving -----
 
 const NODES: [(&str, &str, &str); 2] = [

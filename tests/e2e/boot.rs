@@ -2,8 +2,9 @@
 //! appliance serving DHCP, TFTP and HTTP, with Debian's kernel and the test initramfs
 //! (harness::initramfs) playing CoreOS: BIOS with the iPXE ROM, OVMF's own PXE chainloading
 //! ipxe.efi over TFTP, OVMF with the iPXE ROM, OVMF's HTTP boot; an unknown MAC; a machine
-//! with a node's MAC at another address; an install that fails after fetching its ignition; the
-//! single node of a single-node cluster booting the live system that installs itself.
+//! with a node's MAC at another address; an install that fails after fetching its ignition; a
+//! dual-stack node, whose kernel arguments give it its IPv6 address; the single node of a
+//! single-node cluster booting the live system that installs itself.
 
 use std::time::Duration;
 
@@ -11,9 +12,10 @@ use harness::initramfs::{DISK_BOOT_BANNER, InitramfsBuilder, InstallMarker, Kern
 use harness::vm::{Firmware, NicRom, UefiNetBoot, VmSpec};
 
 use crate::boot_support::{
-    BOOT_TIMEOUT, BootLab, DISK, MST0_IP, MST0_MAC, STRANGER_MAC, WRK0_MAC, assert_installed,
-    prerequisites, vm_slot,
+    BOOT_TIMEOUT, BootLab, DISK, HTTP6, MST0_IP, MST0_IP6, MST0_MAC, STRANGER_MAC, WRK0_MAC,
+    assert_dual_stack, assert_installed, kernel_cmdline, mst0_ip_args, prerequisites, vm_slot,
 };
+use crate::support::appliance;
 
 #[test]
 fn bios_ipxe_rom_installs_then_boots_from_disk() {
@@ -342,4 +344,42 @@ fn install_state(lab: &BootLab, node: &str) -> &'static str {
     } else {
         "not installed"
     }
+}
+
+/// A dual-stack node (BIOS, iPXE ROM): its script's `ip=` arguments reach the kernel, and read
+/// as NetworkManager's initramfs reads them they give the node its IPv6 address, static with
+/// the gateway, and leave IPv4 to the appliance's DHCP. The node then fetches its ignition from
+/// the appliance's IPv6 address, which answers it only because the address is mst0's, and
+/// the role config over IPv4.
+#[test]
+fn a_dual_stack_node_gets_its_ipv6_address_from_its_kernel_arguments() {
+    let spec = VmSpec::new(Firmware::Bios, MST0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    let image = InitramfsBuilder::new(&Kernel::find().unwrap()).ignition_host(HTTP6);
+    let lab = BootLab::start_with("bds", &image, |_| {
+        (BootLab::dual_stack_config(), Vec::new())
+    });
+    let config = lab.dir().join("okd.yml");
+    let out = appliance(["node", "kargs", "--pxe", "mst0", config.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    let ip_args = mst0_ip_args();
+    assert!(line.contains(&ip_args), "{line}");
+
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+    let result = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    println!("installed after {:?}", vm.uptime());
+    // IPv4 from the appliance's DHCP, everything fetched, the disk written.
+    assert_installed(&result, "mst0", MST0_IP, MST0_MAC);
+    assert_dual_stack(&result);
+    let cmdline = kernel_cmdline(&vm);
+    assert!(cmdline.contains(&ip_args), "the kernel saw `{cmdline}`");
+    lab.assert_log(&format!("mst0: dhcp ack {MST0_IP} to {MST0_MAC}"));
+    lab.assert_log(&format!("mst0: ignition fetched by [{MST0_IP6}]:"));
+    lab.assert_log(&format!("mst0: master.ign fetched by {MST0_IP}:"));
+    lab.assert_log("mst0: installed: its installed system fetched master.ign from 10.99.0.11:");
 }

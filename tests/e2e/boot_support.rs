@@ -14,6 +14,12 @@ use crate::dns_support::{start_appliance_env, write_config};
 /// A master that installs to /dev/vda (the VM's virtio disk).
 pub const MST0_MAC: &str = "52:54:00:00:00:11";
 pub const MST0_IP: &str = "10.99.0.11";
+/// mst0's IPv6 address in [`BootLab::dual_stack_config`], and the network's IPv6 gateway there
+/// (no machine has it: the node only needs it in its route).
+pub const MST0_IP6: &str = "fd99::11";
+pub const GATEWAY6: &str = "fd99::fe";
+/// The appliance's HTTP listener at its IPv6 address (the bridge's, [`harness::Topology`]).
+pub const HTTP6: &str = "[fd99::1]:8080";
 /// A worker whose configured install device does not exist in the VM (a wrong `install_dev`).
 pub const WRK0_MAC: &str = "52:54:00:00:00:21";
 pub const WRK0_IP: &str = "10.99.0.21";
@@ -137,6 +143,23 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
         )
     }
 
+    /// [`BootLab::start`]'s config with `network.ipv6` (the bridge's fd99::/64) and mst0 at
+    /// [`MST0_IP6`]: a dual-stack node.
+    pub fn dual_stack_config() -> String {
+        let config = Self::default_config();
+        let mst0 = format!("ip: {MST0_IP} }}");
+        assert!(config.contains(&mst0) && config.contains("  appliance_ip: 10.99.0.1\n"));
+        config
+            .replace(
+                "  appliance_ip: 10.99.0.1\n",
+                &format!(
+                    "  appliance_ip: 10.99.0.1\n  ipv6: {{ subnet: \"fd99::/64\", gateway: \"{GATEWAY6}\", \
+                     appliance_ip: \"fd99::1\" }}\n"
+                ),
+            )
+            .replace(&mst0, &format!("ip: {MST0_IP}, ipv6: \"{MST0_IP6}\" }}"))
+    }
+
     /// The directory of the config, `install_dir/`, `artifacts/` and `state/`.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
@@ -174,6 +197,40 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
             self.app.log_tails()
         );
     }
+}
+
+/// The `ip=` arguments mst0 gets in [`BootLab::dual_stack_config`], as `node kargs` prints them.
+pub fn mst0_ip_args() -> String {
+    let mac = MST0_MAC.replace(':', "-");
+    format!("ip=[{MST0_IP6}]::[{GATEWAY6}]:64:mst0:{mac}:none ip={mac}:dhcp")
+}
+
+/// Asserts that the test initramfs read mst0's `ip=` arguments of
+/// [`BootLab::dual_stack_config`] as NetworkManager would: both name its NIC, IPv6 static with
+/// the gateway, IPv4 left to DHCP (the result's `ip` says what DHCP gave).
+pub fn assert_dual_stack(result: &BootResult) {
+    assert_eq!(result.get("ip_args"), Some("2"), "{result}");
+    assert_eq!(result.get("ip4_method"), Some("auto"), "{result}");
+    assert_eq!(result.get("ip6_method"), Some("manual"), "{result}");
+    assert_eq!(
+        result.get("ip6"),
+        Some(format!("{MST0_IP6}/64").as_str()),
+        "{result}"
+    );
+    assert_eq!(result.get("ip6_gw"), Some(GATEWAY6), "{result}");
+    assert_eq!(result.get("ip_host"), Some("mst0"), "{result}");
+    assert_eq!(result.get("ip"), Some(MST0_IP), "IPv4 by DHCP: {result}");
+}
+
+/// The kernel command line the test initramfs printed on `vm`'s console (its first boot's).
+pub fn kernel_cmdline(vm: &Vm) -> String {
+    let serial = vm.serial();
+    serial
+        .lines()
+        .find_map(|l| l.split("okd-e2e: kernel command line: ").nth(1))
+        .unwrap_or_else(|| panic!("no command line on the console\n{}", vm.console_tail()))
+        .trim_end()
+        .to_owned()
 }
 
 /// Asserts a full install of `node` at `ip` by the VM whose MAC is `mac`.

@@ -6,6 +6,8 @@
 //! ISO's embed areas, on its command line, take its address by DHCP and fetch its ignition.
 //! Under BIOS the boot order is the one the README gives for Proxmox, disk then CD: the blank
 //! disk is skipped, the ISO installs, and the next boot comes from the disk, not the ISO again.
+//! A dual-stack node's ISO carries its `ip=` arguments: it comes up with its IPv6 address and
+//! fetches its ignition over IPv6.
 
 use std::path::PathBuf;
 
@@ -14,7 +16,10 @@ use harness::liveiso::{self, LiveIsoBuilder};
 use harness::vm::{BootFrom, Firmware, VmSpec};
 use harness::{require_path, require_tools};
 
-use crate::boot_support::{BOOT_TIMEOUT, BootLab, DISK, MST0_IP, MST0_MAC, prerequisites, vm_slot};
+use crate::boot_support::{
+    BOOT_TIMEOUT, BootLab, DISK, HTTP6, MST0_IP, MST0_MAC, assert_dual_stack, kernel_cmdline,
+    mst0_ip_args, prerequisites, vm_slot,
+};
 use crate::support::appliance;
 
 /// The base URL of the boot lab's appliance.
@@ -30,9 +35,19 @@ fn iso_prerequisites(spec: &VmSpec) -> bool {
         && require_tools(&["curl"])
 }
 
+/// Which lab config the ISO is made for.
+#[derive(Clone, Copy, PartialEq)]
+enum Stack {
+    /// IPv4 only: no `ip=` arguments.
+    Single,
+    /// mst0 with an IPv6 address ([`BootLab::dual_stack_config`]); its test initramfs fetches
+    /// the ignition from the appliance's IPv6 address.
+    Dual,
+}
+
 /// Boots mst0's ISO from its URL with `firmware` in `order`; checks the install and what the
 /// kernel saw, and with the disk first that the next boot is from the disk.
-fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
+fn boot_node_iso(firmware: Firmware, order: BootFrom, stack: Stack, prefix: &str) {
     let url = format!("{BASE}/iso/mst0.iso");
     let mut spec = VmSpec::new(firmware, MST0_MAC, "tap0")
         .with_disk(DISK)
@@ -44,7 +59,13 @@ fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
         return;
     }
     let _slot = vm_slot();
-    let lab = BootLab::start(prefix, &InitramfsBuilder::new(&Kernel::find().unwrap()));
+    let image = InitramfsBuilder::new(&Kernel::find().unwrap());
+    let lab = match stack {
+        Stack::Single => BootLab::start(prefix, &image),
+        Stack::Dual => BootLab::start_with(prefix, &image.ignition_host(HTTP6), |_| {
+            (BootLab::dual_stack_config(), Vec::new())
+        }),
+    };
     let artifacts = lab.dir().join("artifacts");
     // The base ISO boots the lab's kernel and test initramfs, as the PXE path does.
     LiveIsoBuilder::new(&artifacts.join("kernel"), &artifacts.join("initramfs.img"))
@@ -61,6 +82,11 @@ fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
         "{line}"
     );
     assert!(!line.contains("rootfs_url"), "{line}");
+    assert_eq!(
+        line.contains(&mst0_ip_args()),
+        stack == Stack::Dual,
+        "{line}"
+    );
 
     // Served to any address (it holds no secret); the ignition it points at is not.
     let other = lab.topo.add_node("oth", "10.99.0.50/24", None).unwrap();
@@ -101,13 +127,13 @@ fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
     assert_eq!(result.get("ignition_host"), Some("mst0"), "{result}");
     assert_eq!(result.get("rootfs"), Some("live-iso"), "{result}");
     assert_eq!(result.get("disk"), Some("/dev/vda"), "{result}");
+    if stack == Stack::Dual {
+        assert_dual_stack(&result);
+    } else {
+        assert_eq!(result.get("ip_args"), None, "{result}");
+    }
     // The kernel got the ISO's own arguments followed by exactly the node's line.
-    let serial = vm.serial();
-    let cmdline = serial
-        .lines()
-        .find_map(|l| l.split("okd-e2e: kernel command line: ").nth(1))
-        .unwrap_or_else(|| panic!("no command line on the console\n{}", vm.console_tail()))
-        .trim_end();
+    let cmdline = kernel_cmdline(&vm);
     let expected = format!(
         "console=ttyS0,115200n8 coreos.liveiso=okd-e2e ignition.firstboot \
          ignition.platform.id=metal {line}"
@@ -117,7 +143,10 @@ fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
         "the kernel saw `{cmdline}`, expected it to end with `{expected}`"
     );
     lab.assert_log("mst0: live ISO read by 10.99.0.1:");
-    lab.assert_log("mst0: ignition fetched by 10.99.0.11:");
+    lab.assert_log(match stack {
+        Stack::Single => "mst0: ignition fetched by 10.99.0.11:",
+        Stack::Dual => "mst0: ignition fetched by [fd99::11]:",
+    });
     if order == BootFrom::DiskThenCdrom {
         let banner = format!("{DISK_BOOT_BANNER} of mst0");
         vm.wait_for_serial(&banner, BOOT_TIMEOUT).unwrap();
@@ -127,12 +156,23 @@ fn boot_node_iso(firmware: Firmware, order: BootFrom, prefix: &str) {
 
 #[test]
 fn bios_boots_the_node_iso_over_http_installs_then_boots_from_disk() {
-    boot_node_iso(Firmware::Bios, BootFrom::DiskThenCdrom, "isob");
+    boot_node_iso(
+        Firmware::Bios,
+        BootFrom::DiskThenCdrom,
+        Stack::Single,
+        "isob",
+    );
 }
 
 /// The CD first: the test initramfs writes a BIOS boot sector, which OVMF does not boot, so
 /// the disk-first order would reinstall here (a real CoreOS install writes an ESP).
 #[test]
 fn uefi_boots_the_node_iso_over_http_and_installs() {
-    boot_node_iso(Firmware::Uefi, BootFrom::Cdrom, "isou");
+    boot_node_iso(Firmware::Uefi, BootFrom::Cdrom, Stack::Single, "isou");
+}
+
+/// A dual-stack node's ISO (BIOS, CD only: the disk boot afterwards is the test above's).
+#[test]
+fn a_dual_stack_nodes_iso_gives_it_its_ipv6_address() {
+    boot_node_iso(Firmware::Bios, BootFrom::Cdrom, Stack::Dual, "isod");
 }

@@ -22,6 +22,7 @@ mod lb;
 mod lb_support;
 mod lb_tls;
 mod libvirt;
+mod nm_kargs;
 mod orchestration;
 mod redfish;
 mod reload;

@@ -17,8 +17,11 @@
 //! ```
 //!
 //! What `/init` does (its source is `initramfs/init.sh`, commented step by step): loads the
-//! virtio modules, takes an address by DHCP with busybox `udhcpc` and its own event script (or
-//! a static address, [`InitramfsBuilder::static_address`]), GETs `coreos.inst.ignition_url`,
+//! virtio modules, reads the `ip=` arguments that name its NIC as NetworkManager's initramfs
+//! merges them (a static IPv6 address and gateway; IPv4 by DHCP unless they disable it; each
+//! reported in the result line), takes its IPv4 address by DHCP with busybox `udhcpc` and its
+//! own event script (or a static address, [`InitramfsBuilder::static_address`]), GETs
+//! `coreos.inst.ignition_url` (through [`InitramfsBuilder::ignition_host`] when set),
 //! sends a HEAD to `coreos.live.rootfs_url` (a live ISO boot has none: its rootfs is on the
 //! ISO), and, when `coreos.inst.install_dev` exists, GETs
 //! the role config the node ignition merges (`ignition.config.merge[].source`, what the
@@ -163,6 +166,7 @@ pub struct InitramfsBuilder {
     network: Network,
     modules: Vec<String>,
     busybox: Option<PathBuf>,
+    ignition_host: Option<String>,
 }
 
 impl InitramfsBuilder {
@@ -173,7 +177,18 @@ impl InitramfsBuilder {
             network: Network::Dhcp,
             modules: DEFAULT_MODULES.iter().map(|m| (*m).to_owned()).collect(),
             busybox: None,
+            ignition_host: None,
         }
+    }
+
+    /// Fetch the ignition from `host` (`HOST:PORT`, an IPv6 address in brackets) instead of
+    /// the host and port of `coreos.inst.ignition_url`, keeping its path: with the appliance's
+    /// IPv6 address, the fetch comes from the node's IPv6 address, which the appliance must
+    /// know as the node's.
+    #[must_use]
+    pub fn ignition_host(mut self, host: &str) -> InitramfsBuilder {
+        self.ignition_host = Some(host.to_owned());
+        self
     }
 
     /// Use `address/prefix_len` instead of DHCP.
@@ -286,6 +301,15 @@ impl InitramfsBuilder {
     /// `/etc/okd-e2e/config`, sourced by `/init`.
     fn config_text(&self) -> Result<String> {
         let mut text = format!("BANNER_OFFSET={BANNER_OFFSET}\n");
+        if let Some(host) = &self.ignition_host {
+            if !host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "[]:.-".contains(c))
+            {
+                bail!("ignition host {host:?} is not HOST:PORT");
+            }
+            text.push_str(&format!("IGNITION_HOST='{host}'\n"));
+        }
         match self.network {
             Network::Dhcp => text.push_str("NETWORK=dhcp\n"),
             Network::Static {
@@ -542,7 +566,10 @@ impl fmt::Display for Outcome {
 
 /// One `okd-e2e-result:` line: the outcome and the `key=value` fields `/init` recorded
 /// (`mac`, `ip`, `hostname`, `ignition` (HTTP status), `ignition_sha256`, `ignition_host`,
-/// `rootfs`, `rootfs_length`, `role`, `role_bytes`, `disk`, `step`, `detail`, `install_dev`).
+/// `rootfs`, `rootfs_length`, `role`, `role_bytes`, `disk`, `step`, `detail`, `install_dev`;
+/// with `ip=` arguments for its NIC `ip_args` (how many), `ip4_method` (`auto` or
+/// `disabled`), `ip6_method` (`auto`, `manual` or `disabled`) and `ip_host`, and with a static
+/// IPv6 address `ip6` (`ADDR/PREFIX`) and `ip6_gw`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BootResult {
     pub outcome: Outcome,
@@ -698,6 +725,58 @@ mod tests {
             u16::from_le_bytes([code[6], code[7]]),
             0x7c00 + BANNER_OFFSET
         );
+    }
+
+    /// `/init`'s reading of `ip=` against NetworkManager's (nmi-cmdline-reader.c): run in the
+    /// host's busybox sh with what `okd-appliance` writes and the forms around it.
+    #[test]
+    fn ip_arguments_are_merged_as_network_manager_does() {
+        let Some(busybox) = crate::which("busybox") else {
+            assert!(!crate::skip_or_fail("busybox", "not found in PATH"));
+            return;
+        };
+        let function = |name: &str| {
+            let start = INIT.find(&format!("\n{name}() {{")).expect(name);
+            let end = start + INIT[start..].find("\n}\n").expect("end") + 3;
+            INIT[start..end].to_owned()
+        };
+        let read = |cmdline: &str| {
+            let script = format!(
+                "fail() {{ echo \"failed: $*\"; exit 0; }}\n{}{}\n\
+                 cmdline='{cmdline}'\nread_ip_args eth0 52:54:00:00:00:11\n\
+                 echo \"$ip_args $ip4_method $ip6_method $ip6_addr/$ip6_prefix $ip6_gw $ip_host\"\n",
+                function("split_ip"),
+                function("read_ip_args"),
+            );
+            let out = Command::new(&busybox)
+                .args(["sh", "-c", &script])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+        };
+        let v6 = "ip=[fd99::11]::[fd99::fe]:64:mst0:52-54-00-00-00-11:none";
+        let v4 = "ip=52-54-00-00-00-11:dhcp";
+        assert_eq!(
+            read(&format!("console=ttyS0 {v6} {v4}")),
+            "2 auto manual fd99::11/64 fd99::fe mst0"
+        );
+        // The other order: `none` after `dhcp` disables IPv4, as in NetworkManager.
+        assert_eq!(
+            read(&format!("{v4} {v6}")),
+            "2 disabled manual fd99::11/64 fd99::fe mst0"
+        );
+        assert_eq!(
+            read("ip=[fd99::11]:::56:mst0:eth0:none ip=eth0:dhcp"),
+            "2 auto manual fd99::11/56  mst0"
+        );
+        assert_eq!(read("ip=[fd99::11]:::56::eth1:none"), "0 auto auto /");
+        assert_eq!(read("quiet"), "0 auto auto /");
+        assert_eq!(
+            read("ip=eth0:dhcp6"),
+            "failed: cmdline ip=eth0:dhcp6: method dhcp6 (not read here)"
+        );
+        assert!(read("ip=10.0.0.5::10.0.0.1:24:h:eth0:none").starts_with("failed:"));
     }
 
     #[test]

@@ -88,6 +88,21 @@ impl Config {
         self.single_node()
             .filter(|_| self.lb.single_node == SingleNodeRouting::Direct)
     }
+
+    /// Whether the operator's kernel arguments for `node` (`install.kernel_args` and its own)
+    /// configure its network with `ip=`: then the appliance adds no `ip=` of its own for it.
+    pub fn sets_own_ip(&self, node: &Node) -> bool {
+        self.install
+            .kernel_args
+            .iter()
+            .chain(&node.kernel_args)
+            .any(|a| is_ip_arg(a))
+    }
+}
+
+/// `ip=...`, the dracut (and nm-initrd-generator) network argument.
+pub fn is_ip_arg(arg: &str) -> bool {
+    arg.starts_with("ip=")
 }
 
 /// Whether nodes of these roles make a single-node cluster: one master and nothing else, as

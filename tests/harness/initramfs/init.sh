@@ -3,10 +3,14 @@
 #
 # It plays the CoreOS live installer and then, in the same boot, the installed system's first
 # boot, against the real appliance:
-#   1. an address by DHCP (busybox udhcpc, with its own event script) or the static address the
-#      image was built with;
-#   2. GET coreos.inst.ignition_url, as coreos-installer does; or, booted as the live system of a
-#      single-node cluster (ignition.config.url, with ignition.firstboot and
+#   1. the network as NetworkManager's initramfs would set it up from the ip= arguments that
+#      name this NIC (by name or MAC) or none (see read_ip_args): a static IPv6 address and
+#      gateway, IPv4 by DHCP (busybox udhcpc, with its own event script) unless ip= disabled it;
+#      or the static IPv4 address the image was built with;
+#   2. GET coreos.inst.ignition_url, as coreos-installer does (through IGNITION_HOST instead of
+#      the URL's host and port when the image was built with one, e.g. the appliance's IPv6
+#      address, to show that the node is known there by its IPv6 address); or, booted as the
+#      live system of a single-node cluster (ignition.config.url, with ignition.firstboot and
 #      ignition.platform.id=metal, and no coreos.inst.* argument), GET that as the live system's
 #      Ignition does, then its merged config at once, and take the disk from that config's
 #      install-to-disk.sh as the bootstrap-in-place install does (field mode=live);
@@ -88,6 +92,73 @@ head_request() {
     echo "$(status_of /tmp/head.out) ${length:-none}"
 }
 
+# Splits an ip= value at the colons outside [...] (IPv6 addresses), one field a line, and
+# takes the brackets off a field they enclose, as nm-initrd-generator's get_word does.
+split_ip() {
+    printf '%s\n' "$1" | awk '{
+        f = ""; depth = 0
+        for (i = 1; i <= length($0); i++) {
+            c = substr($0, i, 1)
+            if (c == "[") depth++
+            else if (c == "]") depth--
+            if (c == ":" && depth == 0) { print f; f = "" } else f = f c
+        }
+        print f
+    }' | sed 's/^\[\(.*\)\]$/\1/'
+}
+
+# Reads the ip= arguments for interface $1 with MAC $2 the way NetworkManager's
+# nm-initrd-generator merges them into one profile (NetworkManager,
+# src/nm-initrd-generator/nmi-cmdline-reader.c, reader_parse_ip), for the forms okd-appliance
+# writes: IFACE:KIND and [ADDR6]::[GW6]:PREFIX:HOST:IFACE:KIND, KIND none or dhcp, IFACE a
+# name, a MAC (colons or hyphens) or empty (the one default profile: this image has one NIC).
+# In order: a static address makes its family manual; "none" disables each family without an
+# address; "dhcp" turns IPv4 DHCP on, and IPv6 autoconfiguration where IPv6 has no address.
+# Sets ip4_method (auto: DHCP, or disabled), ip6_method (auto, manual or disabled), ip6_addr,
+# ip6_prefix, ip6_gw, ip_host and ip_args (how many named this NIC). Anything else fails.
+read_ip_args() {
+    ip4_method=auto ip6_method=auto ip6_addr="" ip6_prefix="" ip6_gw="" ip_host="" ip_args=0
+    set -f # "[fd00::1]" is a glob pattern
+    for word in $cmdline; do
+        case "$word" in ip=*) ;; *) continue ;; esac
+        value=${word#ip=}
+        n=0
+        while IFS= read -r f; do
+            n=$((n + 1))
+            eval "f$n=\$f"
+        done <<EOF
+$(split_ip "$value")
+EOF
+        addr="" gw="" prefix="" host=""
+        case $n in
+            1) spec="" kind=$f1 ;;
+            2) spec=$f1 kind=$f2 ;;
+            7) addr=$f1 gw=$f3 prefix=$f4 host=$f5 spec=$f6 kind=$f7 ;;
+            *) fail cmdline "$word: a form this image does not read" ;;
+        esac
+        spec_mac=$(printf %s "$spec" | tr 'A-F-' 'a-f:')
+        [ -z "$spec" ] || [ "$spec" = "$1" ] || [ "$spec_mac" = "$2" ] || continue
+        ip_args=$((ip_args + 1))
+        if [ -n "$addr" ]; then
+            case "$addr" in *:*) ;; *) fail cmdline "$word: a static IPv4 address (not read here)" ;; esac
+            ip6_method=manual ip6_addr=$addr ip6_prefix=${prefix:-64} ip6_gw=$gw
+            [ -n "$host" ] && ip_host=$host
+        fi
+        case "$kind" in
+            none)
+                [ -n "$ip6_addr" ] || ip6_method=disabled
+                ip4_method=disabled
+                ;;
+            dhcp)
+                ip4_method=auto
+                [ -n "$ip6_addr" ] || ip6_method=auto
+                ;;
+            *) fail cmdline "$word: method $kind (not read here)" ;;
+        esac
+    done
+    set +f
+}
+
 say "test initramfs started"
 while read -r module; do
     [ -n "$module" ] || continue
@@ -110,19 +181,47 @@ field mac "$mac"
 ifconfig lo 127.0.0.1 up
 ifconfig "$iface" up
 
-if [ "$NETWORK" = dhcp ]; then
+read_ip_args "$iface" "$mac"
+if [ "$ip_args" != 0 ]; then
+    field ip_args "$ip_args"
+    field ip4_method "$ip4_method"
+    field ip6_method "$ip6_method"
+    field ip_host "$ip_host"
+fi
+if [ "$ip6_method" = manual ]; then
+    ip -6 addr add "$ip6_addr/$ip6_prefix" dev "$iface" || fail network "can't set $ip6_addr"
+    if [ -n "$ip6_gw" ]; then
+        ip -6 route add default via "$ip6_gw" dev "$iface" || fail network "no route via $ip6_gw"
+    fi
+    # Duplicate address detection: the address is no source until it is done (~1 s).
+    tries=0
+    while ip -6 addr show dev "$iface" | grep -q tentative && [ $tries -lt 50 ]; do
+        usleep 100000
+        tries=$((tries + 1))
+    done
+    ip -6 addr show dev "$iface" | grep -q tentative && fail network "$ip6_addr still tentative"
+    field ip6 "$ip6_addr/$ip6_prefix"
+    field ip6_gw "$ip6_gw"
+    say "$iface has $ip6_addr/$ip6_prefix${ip6_gw:+, gateway $ip6_gw}"
+fi
+
+if [ "$NETWORK" = static ]; then
+    ifconfig "$iface" "$STATIC_IP" netmask "$STATIC_MASK" || fail network "can't set $STATIC_IP"
+    ip=$STATIC_IP
+    hostname=""
+elif [ "$ip4_method" = auto ]; then
     udhcpc -i "$iface" -s /etc/okd-e2e/udhcpc.sh -f -q -n -t 10 -T 2 > /tmp/udhcpc.log 2>&1 ||
         fail dhcp "no lease on $iface"
     ip=$(cat /run/okd-e2e/ip)
     hostname=$(cat /run/okd-e2e/hostname)
 else
-    ifconfig "$iface" "$STATIC_IP" netmask "$STATIC_MASK" || fail network "can't set $STATIC_IP"
-    ip=$STATIC_IP
+    # ip= disabled IPv4 on this NIC: no DHCP, as NetworkManager would do none.
+    ip=""
     hostname=""
 fi
 field ip "$ip"
 field hostname "$hostname"
-say "$iface ($mac) has $ip${hostname:+, host name $hostname}"
+say "$iface ($mac) has ${ip:-no IPv4 address}${hostname:+, host name $hostname}"
 
 # GETs the role config the node ignition merges (ignition.config.merge[].source).
 fetch_role() {
@@ -153,6 +252,10 @@ rootfs_url=$(arg coreos.live.rootfs_url) || rootfs_url=""
 [ -n "$rootfs_url" ] || arg coreos.liveiso > /dev/null ||
     fail cmdline "no coreos.live.rootfs_url (and no coreos.liveiso)"
 
+if [ -n "$IGNITION_HOST" ]; then
+    rest=${ignition_url#http://}
+    ignition_url="http://$IGNITION_HOST/${rest#*/}"
+fi
 code=$(fetch "$ignition_url" /tmp/node.ign)
 field ignition "$code"
 [ "$code" = 200 ] || { field step ignition; finish failed poweroff; }

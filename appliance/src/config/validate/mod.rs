@@ -275,6 +275,7 @@ impl Validator<'_> {
             api: api?,
         };
         self.exposure(raw, &config, dir);
+        self.own_ip_args(raw, &config);
         Some(config)
     }
 

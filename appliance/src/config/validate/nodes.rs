@@ -168,6 +168,69 @@ impl Validator<'_> {
         nodes
     }
 
+    /// A dual-stack node gets its IPv6 address from `ip=` arguments the plan adds
+    /// (`plan::boot::ipv6_kernel_args`), unless the operator's kernel arguments have an `ip=`
+    /// of their own: then the operator's network configuration stands alone, and the node's
+    /// IPv6 address is theirs to give. Said once for `install.kernel_args`, once per node for
+    /// its own.
+    pub(super) fn own_ip_args(&mut self, raw: &RawConfig, config: &Config) {
+        let Some(v6) = &config.network.v6 else {
+            return;
+        };
+        let dual: Vec<&Node> = config.nodes.iter().filter(|n| n.ipv6.is_some()).collect();
+        let first_ip = |args: &[Text]| args.iter().find(|a| is_ip_arg(&a.value)).cloned();
+        let hint = |v6: &Ipv6Network| {
+            let gw = v6.gateway.map(|g| format!("[{g}]")).unwrap_or_default();
+            format!(
+                "give each node its IPv6 address in your own arguments (`ip=[ADDR]::{gw}:{}:NAME:MAC:none`, \
+                 then `ip=MAC:dhcp`, MAC hyphenated), or remove yours and okd-appliance adds them",
+                v6.subnet.prefix_len()
+            )
+        };
+        if let Some(arg) = first_ip(&raw.install.value.kernel_args) {
+            if !dual.is_empty() {
+                self.p
+                    .warning(
+                        "config::ip-arg",
+                        arg.referenced,
+                        format!(
+                            "`{}` in install.kernel_args: okd-appliance adds no `ip=` for any node, \
+                             so no node's IPv6 address is set by it",
+                            arg.value
+                        ),
+                        "network set here",
+                    )
+                    .hint(hint(v6));
+            }
+            return;
+        }
+        for node in dual {
+            let Some(arg) = raw
+                .nodes
+                .value
+                .iter()
+                .find(|r| r.name.value == node.name)
+                .and_then(|r| first_ip(&r.kernel_args))
+            else {
+                continue;
+            };
+            self.p
+                .warning(
+                    "config::ip-arg",
+                    arg.referenced,
+                    format!(
+                        "`{}` in the kernel_args of {}: okd-appliance adds no `ip=` for it, so its \
+                         IPv6 address {} is not set by okd-appliance",
+                        arg.value,
+                        node.name,
+                        node.ipv6.map(|a| a.to_string()).unwrap_or_default()
+                    ),
+                    "network set here",
+                )
+                .hint(hint(v6));
+        }
+    }
+
     pub(super) fn node_name(&mut self, raw: &Text, legacy_etcd: bool) -> Option<String> {
         let name = self.host_label(raw, "node name")?;
         let etcd = legacy_etcd
