@@ -32,6 +32,7 @@ mod dns;
 mod exposure;
 mod ha;
 mod install;
+mod install_config;
 mod lb;
 mod listen;
 mod network;
@@ -238,6 +239,12 @@ impl Validator<'_> {
                 .ha(h, network.as_ref(), &nodes, dir, files.credentials())
                 .map(Some),
         };
+        let install_config = self.install_config(
+            raw.install_config.as_ref(),
+            dir,
+            network.as_ref(),
+            &raw.network,
+        );
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -270,6 +277,7 @@ impl Validator<'_> {
             orchestration: orchestration?,
             ha: ha?,
             api: api?,
+            install_config: install_config?,
         };
         self.exposure(raw, &config, dir);
         Some(config)
