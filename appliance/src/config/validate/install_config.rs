@@ -181,13 +181,15 @@ impl Validator<'_> {
             None => default_service_network(n),
             Some(list) => {
                 let mut out = Vec::new();
+                let mut parsed = true;
                 for t in &list.value {
                     match self.cidr(t, "service network") {
                         Some(net) => out.push(net),
-                        None => ok = false,
+                        None => parsed = false,
                     }
                 }
-                if ok {
+                ok &= parsed;
+                if parsed {
                     ok &= self.families(
                         out.iter().copied(),
                         dual,
@@ -221,7 +223,10 @@ impl Validator<'_> {
         for (i, c) in cluster.iter().enumerate() {
             placed.push(Placed {
                 net: c.cidr,
-                what: format!("the pod network {}", c.cidr),
+                what: match r.cluster_network {
+                    Some(_) => format!("the pod network {}", c.cidr),
+                    None => format!("the default pod network {}", c.cidr),
+                },
                 at: r
                     .cluster_network
                     .as_ref()
@@ -231,7 +236,10 @@ impl Validator<'_> {
         for (i, s) in service.iter().enumerate() {
             placed.push(Placed {
                 net: *s,
-                what: format!("the service network {s}"),
+                what: match r.service_network {
+                    Some(_) => format!("the service network {s}"),
+                    None => format!("the default service network {s}"),
+                },
                 at: spans(&r.service_network, i),
             });
         }
