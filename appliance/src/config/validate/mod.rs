@@ -31,6 +31,7 @@ mod defaults;
 mod dns;
 mod exposure;
 mod ha;
+mod ignition;
 mod install;
 mod install_config;
 mod lb;
@@ -61,6 +62,13 @@ pub trait InstallFiles {
     fn mode(&self, path: &Path) -> io::Result<u32>;
     /// Whether the pair's secret file is usable, by the rule `serve` and `render` apply.
     fn pair_secret(&self, path: &Path) -> Result<(), String>;
+    /// Up to `max` bytes of a file openshift-install wrote (an ignition file, its state file);
+    /// a larger file is an error.
+    fn read(&self, path: &Path, max: u64) -> io::Result<Vec<u8>>;
+    /// The admin kubeconfig's content, read by the rule every secret has (`secrets.rs`).
+    fn kubeconfig(&self, path: &Path) -> Result<Vec<u8>, String>;
+    /// The instant certificates are checked at.
+    fn now(&self) -> SystemTime;
 }
 
 /// The real file system, read at one instant.
@@ -84,6 +92,26 @@ impl InstallFiles for RealFiles {
         crate::secrets::PairKeys::read(path)
             .map(drop)
             .map_err(|e| e.to_string())
+    }
+
+    fn read(&self, path: &Path, max: u64) -> io::Result<Vec<u8>> {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(max + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
+            return Err(io::Error::other(format!("it is larger than {max} bytes")));
+        }
+        Ok(bytes)
+    }
+
+    fn kubeconfig(&self, path: &Path) -> Result<Vec<u8>, String> {
+        crate::secrets::read_kubeconfig(path).map_err(|e| e.to_string())
+    }
+
+    fn now(&self) -> SystemTime {
+        self.now
     }
 }
 
@@ -280,6 +308,7 @@ impl Validator<'_> {
             install_config: install_config?,
         };
         self.exposure(raw, &config, dir);
+        self.ignition_contents(raw, &config, files);
         Some(config)
     }
 
