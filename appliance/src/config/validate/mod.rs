@@ -1,10 +1,11 @@
 //! Turns the raw YAML tree into a [`Config`], reporting every problem at once. One file per
 //! section of the YAML holds that section's rules (`network.rs`, `nodes.rs`, `install.rs`,
-//! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`); `defaults.rs` holds every default; this file
+//! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`, `install_config.rs`; `ignition.rs` compares the
+//! ignition directory's content with the validated config); `defaults.rs` holds every default; this file
 //! walks the sections in order and checks what spans them.
 //!
 //! Architecture invariant: validation reads the file system only through [`InstallFiles`] (the
-//! ignition files' presence and age) and writes nothing, so a bad config can never touch on-disk
+//! ignition files' presence, age and content, the clock) and writes nothing, so a bad config can never touch on-disk
 //! state and tests can pin the clock.
 
 use std::collections::HashMap;
