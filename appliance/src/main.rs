@@ -49,7 +49,9 @@ enum Command {
         /// The cluster config (YAML).
         file: PathBuf,
         /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools;
-        /// `networkd` for the services host's own cluster NIC (a systemd-networkd file).
+        /// `networkd` for the services host's own cluster NIC (a systemd-networkd file);
+        /// `install-config` for openshift-install's install-config.yaml (written owner-only:
+        /// it holds the pull secret).
         #[arg(long, value_enum, default_value_t = FormatArg::Human)]
         format: FormatArg,
         /// Write each output file into this directory instead of printing it.
@@ -356,6 +358,7 @@ enum FormatArg {
     Haproxy,
     Networkd,
     Keepalived,
+    InstallConfig,
 }
 
 impl FormatArg {
@@ -366,7 +369,7 @@ impl FormatArg {
             FormatArg::Bind => Some(Format::Bind),
             FormatArg::Dnsmasq => Some(Format::Dnsmasq),
             FormatArg::Haproxy => Some(Format::Haproxy),
-            FormatArg::Networkd | FormatArg::Keepalived => None,
+            FormatArg::Networkd | FormatArg::Keepalived | FormatArg::InstallConfig => None,
         }
     }
 }
@@ -594,7 +597,20 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
         Ok(l) => l,
         Err(code) => return code,
     };
-    let files = if let FormatArg::Keepalived = format {
+    let files = if let FormatArg::InstallConfig = format {
+        let rendered = okd_appliance::install_config::Inputs::read(&loaded.config)
+            .and_then(|inputs| okd_appliance::install_config::render(&loaded.config, &inputs));
+        match rendered {
+            Ok(text) => vec![render::Rendered {
+                file_name: okd_appliance::install_config::FILE_NAME.into(),
+                text,
+            }],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else if let FormatArg::Keepalived = format {
         match keepalived(&loaded.config) {
             Ok(files) => files,
             Err(e) => {
@@ -633,8 +649,9 @@ fn render(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<
                 eprintln!("error: can't create {}: {e}", dir.display());
                 return ExitCode::from(1);
             }
-            // keepalived's files hold the VRRP password: owner-only, as their header says.
-            let mode = if let FormatArg::Keepalived = format {
+            // keepalived's files hold the VRRP password, the install-config the pull secret:
+            // owner-only.
+            let mode = if let FormatArg::Keepalived | FormatArg::InstallConfig = format {
                 0o600
             } else {
                 0o644

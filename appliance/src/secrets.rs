@@ -4,7 +4,8 @@
 //! that names it and the `chmod` to run; nothing is read from it.
 //!
 //! The secrets: provider credentials (Proxmox token, BMC passwords), the API token and the API
-//! TLS key, the pair's secret, and the admin kubeconfig the orchestration uses.
+//! TLS key, the pair's secret, the admin kubeconfig the orchestration uses (and `check` reads
+//! its API server from), and the pull secret of the install-config.
 //!
 //! The pair's secret keys two things that must not share a key: replication (an HMAC over each
 //! TLS session) and VRRP, whose PASS authentication sends its 8-character password in

@@ -1,4 +1,5 @@
-//! Config fixtures: every shipped config validates and derives the golden plan; every file in
+//! Config fixtures: every shipped config validates and derives the golden plan and renders the
+//! golden install-config.yaml (with the fixed file contents of `install_inputs`); every file in
 //! `config/bad/` fails with exactly the golden diagnostics beside it; `config/warn/` files pass
 //! with exactly their golden warnings.
 //!
@@ -6,6 +7,7 @@
 //! set); review the diff.
 
 mod golden_check;
+mod install_inputs;
 
 use std::path::{Path, PathBuf};
 
@@ -67,6 +69,15 @@ fn shipped_configs_validate_and_derive_the_golden_plan() {
         check_golden(
             &repo().join(format!("appliance/tests/golden/{stem}.plan.full")),
             &complete_form(&plan),
+        );
+        let install_config = okd_appliance::install_config::render(
+            &loaded.config,
+            &install_inputs::inputs(&loaded.config),
+        )
+        .unwrap();
+        check_golden(
+            &repo().join(format!("appliance/tests/golden/{stem}.install-config.yaml")),
+            &install_config,
         );
     }
 }

@@ -180,3 +180,30 @@ fn serve_refuses_an_invalid_config_before_doing_anything() {
     serve.expect_line("outside the subnet");
     assert_eq!(serve.wait_exit().code(), Some(1));
 }
+
+/// Ignition files made for another cluster: `serve` says so at start and on reload, as
+/// warnings, and serves all the same (a services host restarted after a wrong copy must still
+/// answer DNS).
+#[test]
+fn serve_warns_of_ignition_made_for_another_cluster_at_start_and_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    write_install_dir(dir.path());
+    // A pointer ignition as openshift-install writes it, for the cluster okd.other.example.com.
+    std::fs::write(
+        dir.path().join("install_dir/master.ign"),
+        r#"{"ignition":{"config":{"merge":[{"source":"https://api-int.okd.other.example.com:22623/config/master"}]},"security":{"tls":{"certificateAuthorities":[{"source":"data:text/plain;charset=utf-8;base64,bm90IGEgY2VydGlmaWNhdGU="}]}},"version":"3.2.0"}}"#,
+    )
+    .unwrap();
+    let path = dir.path().join("okd.yml");
+    std::fs::write(&path, config(NODES, "127.0.0.1:0")).unwrap();
+    let mut serve = Serve::start(&path);
+    let said = serve.expect_line("master.ign was made for another cluster");
+    assert!(said.contains("WARN"), "{said}");
+    serve.expect_line("ready");
+    serve.signal(Signal::SIGHUP);
+    serve.expect_line("master.ign was made for another cluster");
+    serve.expect_line("config unchanged: still serving plan");
+    serve.signal(Signal::SIGTERM);
+    serve.expect_line("stopped");
+    assert!(serve.wait_exit().success());
+}

@@ -28,6 +28,50 @@ pub struct Config {
     pub orchestration: Orchestration,
     pub ha: Option<Ha>,
     pub api: Option<Api>,
+    pub install_config: InstallConfig,
+}
+
+/// What `render --format install-config` adds to what the rest of the config says. Complete:
+/// the networks hold the installer's defaults when the file leaves them out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallConfig {
+    /// `None` when the config has no `install_config` section (nothing to render then).
+    pub pull_secret_file: Option<PathBuf>,
+    pub ssh_key_file: Option<PathBuf>,
+    /// IPv4 entries first, as the installer requires of a dual-stack cluster.
+    pub cluster_network: Vec<ClusterNetwork>,
+    /// One per address family of the machine network, IPv4 first.
+    pub service_network: Vec<IpNet>,
+    pub proxy: Option<Proxy>,
+    pub additional_trust_bundle_file: Option<PathBuf>,
+    pub additional_trust_bundle_policy: Option<TrustBundlePolicy>,
+    pub image_digest_sources: Vec<ImageDigestSource>,
+}
+
+/// A pod network: each node gets a block of `host_prefix` bits from `cidr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterNetwork {
+    pub cidr: IpNet,
+    pub host_prefix: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proxy {
+    pub http_proxy: Option<String>,
+    pub https_proxy: Option<String>,
+    pub no_proxy: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustBundlePolicy {
+    ProxyOnly,
+    Always,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageDigestSource {
+    pub source: String,
+    pub mirrors: Vec<String>,
 }
 
 /// The HTTP API on TCP: always TLS, always a bearer token.

@@ -43,6 +43,70 @@ pub struct RawConfig {
     /// The HTTP API and status page beyond the local socket.
     #[serde(default)]
     pub api: Option<Spanned<RawApi>>,
+    /// What `render --format install-config` writes beyond what the rest of the file says.
+    #[serde(default)]
+    pub install_config: Option<Spanned<RawInstallConfig>>,
+}
+
+/// The `install_config:` section: the parts of openshift-install's `install-config.yaml` the
+/// rest of the file does not already say (the cluster, the machine network and the replicas
+/// come from `cluster`, `network` and `nodes`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInstallConfig {
+    /// An owner-only file with the pull secret (JSON, `{"auths": ...}`).
+    pub pull_secret_file: Text,
+    /// A file with the SSH public key(s) for the `core` user.
+    #[serde(default)]
+    pub ssh_key_file: Option<Text>,
+    /// The pod networks; the installer's documented defaults when absent.
+    #[serde(default)]
+    pub cluster_network: Option<Spanned<Vec<RawClusterNetwork>>>,
+    /// The service networks, one per address family.
+    #[serde(default)]
+    pub service_network: Option<Spanned<Vec<Text>>>,
+    /// The cluster-wide proxy.
+    #[serde(default)]
+    pub proxy: Option<Spanned<RawProxy>>,
+    /// A PEM file of CA certificates the nodes trust (a mirror registry's, a proxy's).
+    #[serde(default)]
+    pub additional_trust_bundle_file: Option<Text>,
+    /// `Proxyonly` or `Always`, as the installer spells them.
+    #[serde(default)]
+    pub additional_trust_bundle_policy: Option<Text>,
+    /// Mirrors of the release images.
+    #[serde(default)]
+    pub image_digest_sources: Vec<Spanned<RawImageDigestSource>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClusterNetwork {
+    pub cidr: Text,
+    /// The prefix length of each node's share (23 for IPv4, 64 for IPv6 when absent).
+    #[serde(default)]
+    pub host_prefix: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProxy {
+    #[serde(default)]
+    pub http_proxy: Option<Text>,
+    #[serde(default)]
+    pub https_proxy: Option<Text>,
+    /// Domains, addresses and CIDRs reached directly (joined with commas in the output).
+    #[serde(default)]
+    pub no_proxy: Vec<Text>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawImageDigestSource {
+    /// The repository image references name, e.g. `quay.io/openshift/okd`.
+    pub source: Text,
+    /// Repositories that hold the same images.
+    pub mirrors: Spanned<Vec<Text>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -115,6 +115,9 @@ pub fn secret_files(config: &Config) -> Vec<(String, PathBuf)> {
     if let Some(ha) = &config.ha {
         out.push(("the pair's secret".into(), ha.secret_file.clone()));
     }
+    if let Some(f) = &config.install_config.pull_secret_file {
+        out.push(("the pull secret".into(), f.clone()));
+    }
     if let Provider::Proxmox(px) = &config.control.provider
         && let SecretSource::File(f) = &px.token_secret
     {

@@ -1,10 +1,11 @@
 //! Turns the raw YAML tree into a [`Config`], reporting every problem at once. One file per
 //! section of the YAML holds that section's rules (`network.rs`, `nodes.rs`, `install.rs`,
-//! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`); `defaults.rs` holds every default; this file
+//! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`, `install_config.rs`; `ignition.rs` compares the
+//! ignition directory's content with the validated config); `defaults.rs` holds every default; this file
 //! walks the sections in order and checks what spans them.
 //!
 //! Architecture invariant: validation reads the file system only through [`InstallFiles`] (the
-//! ignition files' presence and age) and writes nothing, so a bad config can never touch on-disk
+//! ignition files' presence, age and content, the clock) and writes nothing, so a bad config can never touch on-disk
 //! state and tests can pin the clock.
 
 use std::collections::HashMap;
@@ -31,7 +32,9 @@ mod defaults;
 mod dns;
 mod exposure;
 mod ha;
+mod ignition;
 mod install;
+mod install_config;
 mod lb;
 mod listen;
 mod network;
@@ -60,6 +63,13 @@ pub trait InstallFiles {
     fn mode(&self, path: &Path) -> io::Result<u32>;
     /// Whether the pair's secret file is usable, by the rule `serve` and `render` apply.
     fn pair_secret(&self, path: &Path) -> Result<(), String>;
+    /// Up to `max` bytes of a file openshift-install wrote (an ignition file, its state file);
+    /// a larger file is an error.
+    fn read(&self, path: &Path, max: u64) -> io::Result<Vec<u8>>;
+    /// The admin kubeconfig's content, read by the rule every secret has (`secrets.rs`).
+    fn kubeconfig(&self, path: &Path) -> Result<Vec<u8>, String>;
+    /// The instant certificates are checked at.
+    fn now(&self) -> SystemTime;
 }
 
 /// The real file system, read at one instant.
@@ -83,6 +93,26 @@ impl InstallFiles for RealFiles {
         crate::secrets::PairKeys::read(path)
             .map(drop)
             .map_err(|e| e.to_string())
+    }
+
+    fn read(&self, path: &Path, max: u64) -> io::Result<Vec<u8>> {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(max + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max {
+            return Err(io::Error::other(format!("it is larger than {max} bytes")));
+        }
+        Ok(bytes)
+    }
+
+    fn kubeconfig(&self, path: &Path) -> Result<Vec<u8>, String> {
+        crate::secrets::read_kubeconfig(path).map_err(|e| e.to_string())
+    }
+
+    fn now(&self) -> SystemTime {
+        self.now
     }
 }
 
@@ -241,6 +271,12 @@ impl Validator<'_> {
                 .ha(h, network.as_ref(), &nodes, dir, files.credentials())
                 .map(Some),
         };
+        let install_config = self.install_config(
+            raw.install_config.as_ref(),
+            dir,
+            network.as_ref(),
+            &raw.network,
+        );
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
@@ -273,9 +309,11 @@ impl Validator<'_> {
             orchestration: orchestration?,
             ha: ha?,
             api: api?,
+            install_config: install_config?,
         };
         self.exposure(raw, &config, dir);
         self.own_ip_args(raw, &config);
+        self.ignition_contents(raw, &config, files);
         Some(config)
     }
 
