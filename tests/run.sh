@@ -30,8 +30,9 @@ PACKAGES=(
   python3-cryptography
   # The pair of appliances' test (tests/e2e/ha.rs) runs Debian's keepalived.
   keepalived
-  # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs).
-  python3-prometheus-client
+  # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs,
+  # appliance/tests/metrics.rs) and, in the text format, checked by promtool (prometheus).
+  python3-prometheus-client prometheus
   # The status page in headless Chromium, driven over the DevTools protocol (tests/e2e/cdp.py).
   chromium python3-websocket
   # Redfish virtual media with sushy-emulator's libvirt driver (tests/e2e/libvirt.rs).
