@@ -32,8 +32,9 @@ PACKAGES=(
   keepalived
   # The libraries of NetworkManager's nm-initrd-generator, which is unpacked below, not installed.
   libglib2.0-0 libgnutls30 libudev1 libsystemd0
-  # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs).
-  python3-prometheus-client
+  # /metrics is read by the official Prometheus client's OpenMetrics parser (tests/e2e/support.rs,
+  # appliance/tests/metrics.rs) and, in the text format, checked by promtool (prometheus).
+  python3-prometheus-client prometheus
   # The status page in headless Chromium, driven over the DevTools protocol (tests/e2e/cdp.py).
   chromium python3-websocket
   # Redfish virtual media with sushy-emulator's libvirt driver (tests/e2e/libvirt.rs).

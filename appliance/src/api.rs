@@ -294,11 +294,16 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
             }
         }
         (&Method::GET, ["api", "v1", "events"]) => events(parts),
-        (&Method::GET, ["metrics"]) => full(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            parts.metrics.encode(),
-        ),
+        (&Method::GET, ["metrics"]) => {
+            let accept = req.headers().get(header::ACCEPT);
+            let (content_type, body) = parts
+                .metrics
+                .exposition(accept.and_then(|v| v.to_str().ok()));
+            let mut r = full(StatusCode::OK, content_type, body);
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("accept"));
+            r
+        }
         (
             &Method::POST,
             [

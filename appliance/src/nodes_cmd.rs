@@ -10,6 +10,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use okd_appliance::config::{self, InstallCheck, Provider as ProviderConfig, RealFiles};
 use okd_appliance::control::{
@@ -17,7 +20,7 @@ use okd_appliance::control::{
 };
 use okd_appliance::journal::{EventKind, Journal};
 use okd_appliance::plan::Plan;
-use okd_appliance::plan::machines::{ControlPlan, MachineSpec};
+use okd_appliance::plan::machines::{ControlPlan, ControlTimeouts, MachineSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -147,14 +150,9 @@ async fn act<P: Provider>(
     let mut events = journal.subscribe();
     // On a terminal, what is still being waited for and how long that may take (a graceful
     // stop waits up to the shutdown timeout with nothing else to show).
-    let waiting = (verb != Verb::List)
-        .then(|| waiting_line(verb, machines.len(), &plan.timeouts))
-        .flatten();
-    let total = machines.len();
+    let mut waiting = Waiting::start(verb, machines, &plan.timeouts);
     let printer = (verb != Verb::List).then(|| {
-        let waiting = waiting.clone();
         tokio::spawn(async move {
-            let mut left = total;
             while let Ok(event) = events.recv().await {
                 if let EventKind::Machine { result, .. } = &event.kind {
                     let print = || {
@@ -164,15 +162,14 @@ async fn act<P: Provider>(
                             eprintln!("{event}");
                         }
                     };
-                    match &waiting {
-                        Some(bar) => {
-                            bar.suspend(print);
-                            left = left.saturating_sub(1);
-                            bar.set_message(format!("{left} left"));
-                        }
+                    match &mut waiting {
+                        Some(w) => w.done(event.node.as_deref(), print),
                         None => print(),
                     }
                 }
+            }
+            if let Some(w) = waiting {
+                w.bar.finish_and_clear();
             }
         })
     });
@@ -183,9 +180,6 @@ async fn act<P: Provider>(
     drop(journal);
     if let Some(printer) = printer {
         let _ = printer.await;
-    }
-    if let Some(bar) = &waiting {
-        bar.finish_and_clear();
     }
     if verb == Verb::List {
         for (m, report) in machines.iter().zip(&reports) {
@@ -200,35 +194,100 @@ async fn act<P: Provider>(
     summarize(&reports, verb)
 }
 
-/// The line that says what is being waited for, on a terminal only (a spinner on stderr);
-/// `None` elsewhere, where each node's result line is the progress.
-fn waiting_line(
-    verb: Verb,
-    machines: usize,
-    timeouts: &okd_appliance::plan::machines::ControlTimeouts,
-) -> Option<indicatif::ProgressBar> {
-    use std::io::IsTerminal as _;
-    if !std::io::stderr().is_terminal() {
-        return None;
+/// On a terminal (stderr), a spinner line that says what the command waits for: the machines
+/// not done yet and how long each may take (for a stop, the shutdown timeout after which a
+/// machine is forced off, and how much of it is left). Elsewhere there is none, and each
+/// node's result line is the progress.
+struct Waiting {
+    bar: ProgressBar,
+    /// The machines not done yet, in config order.
+    left: Vec<String>,
+}
+
+impl Waiting {
+    fn start(verb: Verb, machines: &[MachineSpec], timeouts: &ControlTimeouts) -> Option<Waiting> {
+        if verb == Verb::List {
+            return None;
+        }
+        let target = terminal()?;
+        let timeouts = *timeouts;
+        let style = ProgressStyle::with_template(TEMPLATE)
+            .unwrap_or_else(|_| ProgressStyle::default_spinner())
+            .with_key(
+                "deadline",
+                move |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                    let _ = out.write_str(&deadline(verb, state.elapsed(), &timeouts));
+                },
+            );
+        // Hidden until it has its words, so the first line drawn is whole.
+        let bar = ProgressBar::hidden().with_style(style);
+        bar.set_prefix(match verb {
+            Verb::Stop => "stop: shutting down",
+            other => other.action().name(),
+        });
+        let left: Vec<String> = machines.iter().map(|m| m.node.clone()).collect();
+        bar.set_message(waiting_for(&left));
+        bar.set_draw_target(target);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Some(Waiting { bar, left })
     }
-    let what = match verb {
-        Verb::Stop => format!(
-            "asking {machines} machine(s) to shut down; forced off after {} each",
-            humantime::format_duration(timeouts.shutdown)
-        ),
-        _ => format!(
-            "waiting for {machines} machine(s); each provider task may take up to {}",
-            humantime::format_duration(timeouts.task)
-        ),
-    };
-    let bar = indicatif::ProgressBar::new_spinner().with_style(
-        indicatif::ProgressStyle::with_template("{spinner} {prefix} ({elapsed}; {msg})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.set_prefix(what);
-    bar.set_message(format!("{machines} left"));
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    Some(bar)
+
+    /// `node`'s result came: `print` writes its line above the spinner.
+    fn done(&mut self, node: Option<&str>, print: impl FnOnce()) {
+        self.bar.suspend(print);
+        if let Some(at) = self.left.iter().position(|n| Some(n.as_str()) == node) {
+            self.left.remove(at);
+        }
+        self.bar.set_message(waiting_for(&self.left));
+    }
+}
+
+/// stderr, when it is a terminal that can redraw a line (`TERM` set, not `dumb`). Not
+/// indicatif's `ProgressDrawTarget::stderr()`, which also hides every bar under `NO_COLOR`: that
+/// asks for no colour, and this line has none.
+fn terminal() -> Option<ProgressDrawTarget> {
+    use std::io::IsTerminal as _;
+    let redraws = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
+    (std::io::stderr().is_terminal() && redraws).then(|| {
+        ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::buffered_stderr()), 20)
+    })
+}
+
+/// `⠙ stop: shutting down (12s; forced off after 2m, 1m 48s left): master-0, worker-0`; the
+/// names are cut at the terminal's width, so the line never wraps.
+const TEMPLATE: &str = "{spinner} {prefix} ({elapsed}{deadline}): {wide_msg}";
+
+/// How long each machine may take: for a stop, the shutdown timeout after which it is forced
+/// off and how much of it is left (whole seconds, rounded up: the elapsed time beside it is
+/// rounded down); otherwise the provider task timeout.
+fn deadline(verb: Verb, elapsed: Duration, timeouts: &ControlTimeouts) -> String {
+    let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    if verb != Verb::Stop {
+        return format!("; each task up to {}", secs(timeouts.task));
+    }
+    let left = timeouts.shutdown.saturating_sub(elapsed);
+    if left.is_zero() {
+        return format!(
+            "; forced off after {}: forcing off",
+            secs(timeouts.shutdown)
+        );
+    }
+    let up = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+    format!(
+        "; forced off after {}, {} left",
+        secs(timeouts.shutdown),
+        secs(up)
+    )
+}
+
+/// The machines not done yet: the first three by name, then how many more.
+fn waiting_for(left: &[String]) -> String {
+    const NAMED: usize = 3;
+    match left.len() {
+        0 => "the last results".to_owned(),
+        n if n <= NAMED => left.join(", "),
+        n => format!("{} and {} more", left[..NAMED].join(", "), n - NAMED),
+    }
 }
 
 fn summarize(reports: &[NodeReport], verb: Verb) -> ExitCode {
@@ -252,5 +311,52 @@ fn summarize(reports: &[NodeReport], verb: Verb) -> ExitCode {
     match failed.iter().map(|e| e.kind()).max() {
         None => ExitCode::SUCCESS,
         Some(kind) => ExitCode::from(kind.exit_code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeouts() -> ControlTimeouts {
+        ControlTimeouts {
+            request: Duration::from_secs(30),
+            task: Duration::from_secs(600),
+            shutdown: Duration::from_secs(300),
+        }
+    }
+
+    #[test]
+    fn the_line_says_how_long_each_machine_may_take() {
+        let t = timeouts();
+        let stop = |ms| deadline(Verb::Stop, Duration::from_millis(ms), &t);
+        assert_eq!(stop(0), "; forced off after 5m, 5m left");
+        assert_eq!(stop(500), "; forced off after 5m, 5m left");
+        assert_eq!(stop(12_500), "; forced off after 5m, 4m 48s left");
+        assert_eq!(stop(299_500), "; forced off after 5m, 1s left");
+        assert_eq!(stop(300_000), "; forced off after 5m: forcing off");
+        assert_eq!(stop(400_000), "; forced off after 5m: forcing off");
+        assert_eq!(
+            deadline(Verb::Create, Duration::from_secs(30), &t),
+            "; each task up to 10m"
+        );
+    }
+
+    #[test]
+    fn the_line_names_the_machines_not_done_yet() {
+        let names: Vec<String> = ["master-0", "master-1", "master-2", "worker-0", "worker-1"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(waiting_for(&names[..2]), "master-0, master-1");
+        assert_eq!(
+            waiting_for(&names),
+            "master-0, master-1, master-2 and 2 more"
+        );
+        assert_eq!(waiting_for(&[]), "the last results");
+    }
+
+    #[test]
+    fn the_template_parses() {
+        assert!(ProgressStyle::with_template(TEMPLATE).is_ok());
     }
 }

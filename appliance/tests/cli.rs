@@ -50,6 +50,40 @@ fn an_invalid_config_exits_1_with_every_problem_located() {
 }
 
 #[test]
+fn check_lists_every_unknown_key_with_the_other_problems_and_exits_1() {
+    let out = run(&["check", &fixture("config/bad/unknown-keys.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (at, said) in [
+        ("unknown-keys.yml:9:3", "did you mean `upstream_dns`?"),
+        ("unknown-keys.yml:17:5", "did you mean `install_dev`?"),
+        ("unknown-keys.yml:20:3", "did you mean `drain_timeout`?"),
+        ("unknown-keys.yml:21:27", "`lb.health` takes interval"),
+        ("unknown-keys.yml:22:1", "did you mean `state_dir`?"),
+        ("unknown-keys.yml:12:67", "outside the subnet"),
+    ] {
+        assert!(
+            stderr.contains(at) && stderr.contains(said),
+            "{at} {said}: {stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("unknown-keys.yml: 6 errors, 1 warning"),
+        "{stderr}"
+    );
+    // A misspelt required key: the unknown key, then serde's missing field.
+    let out = run(&["check", &fixture("config/bad/unknown-key-missing.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did you mean `subnet`?"), "{stderr}");
+    assert!(stderr.contains("missing field `subnet`"), "{stderr}");
+    assert!(
+        stderr.contains("unknown-key-missing.yml: 2 errors, 0 warnings"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_missing_file_exits_1() {
     let out = run(&["check", "/nonexistent/okd.yml"]);
     assert_eq!(out.status.code(), Some(1));

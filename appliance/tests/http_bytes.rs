@@ -14,7 +14,6 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write as _};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -61,42 +60,6 @@ fn name(i: usize) -> String {
     format!("file-{i}.img")
 }
 
-fn config(dir: &Path) -> std::path::PathBuf {
-    std::fs::create_dir_all(dir.join("install_dir")).unwrap();
-    for role in ["bootstrap", "master", "worker"] {
-        std::fs::write(
-            dir.join(format!("install_dir/{role}.ign")),
-            r#"{"ignition":{"version":"3.2.0"}}"#,
-        )
-        .unwrap();
-    }
-    let path = dir.join("okd.yml");
-    std::fs::write(
-        &path,
-        r#"version: 1
-cluster: { name: okd, base_domain: lab.example.com }
-network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
-nodes:
-  - { name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.0.0.7 }
-  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
-install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
-state_dir: ./state
-listen:
-  dns: ["127.0.0.1:0"]
-  dhcp: []
-  tftp: []
-  http: ["127.0.0.1:0"]
-  # Off: the checks would probe the nodes' 10.0.0.x addresses.
-  api: []
-  machine_config: []
-  ingress_https: []
-  ingress_http: []
-"#,
-    )
-    .unwrap();
-    path
-}
-
 /// The served files and a running `serve` for them.
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -109,7 +72,7 @@ struct Fixture {
 impl Fixture {
     fn start() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = config(dir.path());
+        let cfg = common::loopback_config(dir.path());
         std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
         let files: Vec<Bytes> = SIZES
             .iter()
@@ -119,14 +82,7 @@ impl Fixture {
         for (i, data) in files.iter().enumerate() {
             std::fs::write(dir.path().join("artifacts").join(name(i)), data).unwrap();
         }
-        let mut serve = Serve::start(&cfg);
-        let line = serve.expect_line("listening for http/tcp on ");
-        let addr = line
-            .rsplit(' ')
-            .next()
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        serve.expect_line("ready");
+        let (serve, addr) = Serve::start_http(&cfg);
         Fixture {
             _dir: dir,
             _serve: serve,

@@ -195,3 +195,70 @@ fn a_token_file_others_can_read_is_refused_at_its_line() {
     assert!(stderr.contains("(mode 0644)"), "{stderr}");
     assert!(d.with(|s| s.requests.is_empty()));
 }
+
+#[test]
+fn a_stop_on_a_terminal_says_what_it_waits_for_and_for_how_long() {
+    // util-linux's `script` gives the command a terminal and writes what it drew.
+    if !harness::require_tool("script") {
+        return;
+    }
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str("  timeouts: { shutdown: 2m }\n");
+    std::fs::write(&cfg, yaml).unwrap();
+    for verb in ["create", "start"] {
+        let out = nodes(&[verb, "master-0"], &cfg);
+        assert_eq!(out.status.code(), Some(0), "{verb}: {:?}", text(&out));
+    }
+    // The guest takes 3 s to shut down: the line is drawn, and counts down, meanwhile.
+    d.with(|s| {
+        s.faults
+            .slow
+            .insert("/status/shutdown".into(), std::time::Duration::from_secs(3))
+    });
+    let command = format!(
+        "'{}' nodes stop master-0 '{}'",
+        env!("CARGO_BIN_EXE_okd-appliance"),
+        cfg.display()
+    );
+    let on_terminal = |term: &str| {
+        // Running again: the double's VM is running again.
+        d.with(|s| s.vms.get_mut(&9002).unwrap().running = true);
+        Command::new("script")
+            .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+            // No colour is not no progress line.
+            .env("NO_COLOR", "1")
+            .env("TERM", term)
+            .output()
+            .unwrap()
+    };
+    let out = on_terminal("xterm");
+    let drawn = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{drawn}");
+    for said in [
+        "stop: shutting down (0s; forced off after 2m, 2m left): master-0",
+        "stop: shutting down (1s; forced off after 2m, 1m 59s left): master-0",
+        "master-0: stop: shut down vm 9002 on pve1",
+    ] {
+        assert!(drawn.contains(said), "no {said:?} in {drawn:?}");
+    }
+    // A terminal that can't redraw a line, and no terminal: only the result lines.
+    let out = on_terminal("dumb");
+    let drawn = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{drawn}");
+    assert!(!drawn.contains("shutting down"), "{drawn}");
+    assert!(
+        drawn.contains("master-0: stop: shut down vm 9002"),
+        "{drawn}"
+    );
+    d.with(|s| s.vms.get_mut(&9002).unwrap().running = true);
+    let out = nodes(&["stop", "master-0"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(!stderr.contains("shutting down"), "{stderr}");
+    assert!(
+        stdout.contains("master-0: stop: shut down vm 9002 on pve1"),
+        "{stdout}"
+    );
+}

@@ -71,8 +71,9 @@ pub fn run_ok(program: &str, args: &[&str]) {
     );
 }
 
-/// `/metrics` at `url`, fetched from inside `ns` and read by the official Prometheus client's
-/// OpenMetrics parser (Debian's python3-prometheus-client, which refuses malformed
+/// `/metrics` at `url`, fetched from inside `ns` as OpenMetrics (asked for with `Accept`, as
+/// Prometheus asks; the text format is the default) and read by the official Prometheus
+/// client's OpenMetrics parser (Debian's python3-prometheus-client, which refuses malformed
 /// exposition): every sample as `name{label="value",...}` (labels sorted) to its value.
 pub fn scrape(ns: &harness::Netns, url: &str) -> std::collections::HashMap<String, f64> {
     const PARSE: &str = r#"
@@ -84,7 +85,15 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         print("%s{%s} %r" % (s.name, labels, s.value))
 "#;
     let body = ns
-        .exec(["curl", "-sf", "--max-time", "5", url])
+        .exec([
+            "curl",
+            "-sf",
+            "--max-time",
+            "5",
+            "-H",
+            "Accept: application/openmetrics-text; version=1.0.0",
+            url,
+        ])
         .output()
         .expect("curl");
     assert!(body.status.success(), "GET {url} failed");

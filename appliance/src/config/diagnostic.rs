@@ -185,6 +185,14 @@ impl Problems {
 
     /// Every problem as miette draws it, followed by a one-line summary.
     pub fn render(&self, style: RenderStyle) -> String {
+        let mut out = self.render_each(style);
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+
+    /// Every problem as miette draws it, without the summary.
+    pub fn render_each(&self, style: RenderStyle) -> String {
         let handler = match style {
             RenderStyle::Color => GraphicalReportHandler::new_themed(GraphicalTheme::unicode()),
             RenderStyle::Plain => {
@@ -199,8 +207,6 @@ impl Problems {
             let _ = handler.render_report(&mut out, problem);
             out.push('\n');
         }
-        out.push_str(&self.summary());
-        out.push('\n');
         out
     }
 

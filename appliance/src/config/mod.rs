@@ -7,6 +7,7 @@ mod control;
 pub mod diagnostic;
 mod model;
 pub mod raw;
+mod unknown_keys;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -36,7 +37,8 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not YAML of the expected shape; serde stops at the first such error.
+    /// The file is not YAML of the expected shape; serde stops at the first such error (the
+    /// unknown keys before it are listed with it).
     #[error("{0}")]
     Syntax(SyntaxError),
     #[error("{}", .0.summary())]
@@ -67,11 +69,18 @@ impl LoadError {
 pub struct SyntaxError {
     report: miette::Report,
     file: String,
+    /// The unknown keys found before serde stopped.
+    before: Problems,
 }
 
 impl std::fmt::Display for SyntaxError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.file, self.report)
+        write!(f, "{}: {}", self.file, self.report)?;
+        match self.before.count(Severity::Error) {
+            0 => Ok(()),
+            1 => write!(f, " (and an unknown key)"),
+            n => write!(f, " (and {n} unknown keys)"),
+        }
     }
 }
 
@@ -81,12 +90,17 @@ impl SyntaxError {
             RenderStyle::Color => GraphicalTheme::unicode(),
             RenderStyle::Plain => GraphicalTheme::unicode_nocolor(),
         };
-        let mut out = String::new();
+        let mut out = self.before.render_each(style);
         let handler = GraphicalReportHandler::new_themed(theme)
             .with_width(100)
             .with_links(false);
         let _ = handler.render_report(&mut out, self.report.as_ref());
-        out.push_str(&format!("\n{}: 1 error, 0 warnings\n", self.file));
+        let errors = self.before.count(Severity::Error) + 1;
+        out.push_str(&format!(
+            "\n{}: {errors} error{}, 0 warnings\n",
+            self.file,
+            if errors == 1 { "" } else { "s" }
+        ));
         out
     }
 }
@@ -114,7 +128,16 @@ pub fn parse(
     files: InstallCheck<'_>,
 ) -> Result<Loaded, LoadError> {
     let options = serde_saphyr::options! { strict_booleans: true };
-    let raw: raw::RawConfig = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+    // Every unknown key is stepped over and listed, rather than the first ending the parse.
+    let mut unknown = Vec::new();
+    let raw = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        unknown_keys::deserialize::<raw::RawConfig, _>(de, &mut unknown)
+    });
+    let mut problems = Problems::new(Arc::new(NamedSource::new(name, text.to_owned())));
+    for key in &unknown {
+        unknown_keys::report(&mut problems, key);
+    }
+    let raw = raw.map_err(|e| {
         LoadError::Syntax(SyntaxError {
             report: serde_saphyr::miette::to_miette_report_with_options(
                 &e,
@@ -123,9 +146,9 @@ pub fn parse(
                 serde_saphyr::render_options! { source_name: Some(name) },
             ),
             file: name.to_owned(),
+            before: problems.clone(),
         })
     })?;
-    let mut problems = Problems::new(Arc::new(NamedSource::new(name, text.to_owned())));
     match validate::validate(&raw, dir, files, &mut problems) {
         Some(config) => Ok(Loaded {
             config,

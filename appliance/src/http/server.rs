@@ -295,11 +295,12 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         return text(StatusCode::OK, "ok\n");
     }
     if path == "/metrics" {
-        let mut r = text(StatusCode::OK, &metrics.encode());
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        );
+        let accept = req.headers().get(header::ACCEPT);
+        let (content_type, body) = metrics.exposition(accept.and_then(|v| v.to_str().ok()));
+        let mut r = Response::new(full(body));
+        let headers = r.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(header::VARY, HeaderValue::from_static("accept"));
         return r;
     }
     if let Some(name) = path

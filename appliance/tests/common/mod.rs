@@ -1,8 +1,9 @@
 //! Running `okd-appliance serve` as a child process in tests: its log lines on a channel,
-//! signals, a bounded wait for exit, and a kill on drop.
+//! signals, a bounded wait for exit, and a kill on drop; a config that serves only on loopback.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
@@ -42,6 +43,20 @@ impl Serve {
             lines,
             seen: Vec::new(),
         }
+    }
+
+    /// Starts `serve` on `config` and waits until it is ready: the boot server's address.
+    #[allow(dead_code, reason = "not every test binary serves HTTP")]
+    pub fn start_http(config: &Path) -> (Serve, SocketAddr) {
+        let mut serve = Serve::start(config);
+        let line = serve.expect_line("listening for http/tcp on ");
+        let addr = line
+            .rsplit(' ')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        serve.expect_line("ready");
+        (serve, addr)
     }
 
     /// Waits (bounded) for a log line containing `needle`.
@@ -89,4 +104,43 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `dir/okd.yml`: a bootstrap and a master, DNS and the boot server on ephemeral 127.0.0.1
+/// ports, nothing else listening; `dir/install_dir` with the three role ignitions.
+#[allow(dead_code, reason = "not every test binary serves")]
+pub fn loopback_config(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("install_dir")).unwrap();
+    for role in ["bootstrap", "master", "worker"] {
+        std::fs::write(
+            dir.join(format!("install_dir/{role}.ign")),
+            r#"{"ignition":{"version":"3.2.0"}}"#,
+        )
+        .unwrap();
+    }
+    let path = dir.join("okd.yml");
+    std::fs::write(
+        &path,
+        r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
+nodes:
+  - { name: bootstrap, role: bootstrap, mac: "52:54:00:00:00:07", ip: 10.0.0.7 }
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
+install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }
+state_dir: ./state
+listen:
+  dns: ["127.0.0.1:0"]
+  dhcp: []
+  tftp: []
+  http: ["127.0.0.1:0"]
+  # Off: the checks would probe the nodes' 10.0.0.x addresses.
+  api: []
+  machine_config: []
+  ingress_https: []
+  ingress_http: []
+"#,
+    )
+    .unwrap();
+    path
 }
