@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use okd_appliance::admin;
+use okd_appliance::operator::admin;
 use okd_appliance::orchestration::Status;
 use okd_appliance::orchestration::phases::{ClusterPhase, Step};
 

@@ -1,6 +1,6 @@
 //! A pair of appliances behind one virtual address: which host this process runs on, and
 //! whether it is the active one (keepalived says so through `okd-appliance ha notify`). The
-//! check keepalived runs is `crate::health`.
+//! check keepalived runs is `crate::operator::health`.
 //!
 //! Only the active host answers DHCP and hands out ignition, so a node never gets two
 //! different answers; both hosts answer DNS (from the same plan) and both hold their listeners

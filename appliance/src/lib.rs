@@ -4,8 +4,6 @@
 //! The data flows one way: config file -> validated [`config::Config`] -> derived
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
-pub mod admin;
-pub mod api;
 pub mod artifacts;
 pub mod config;
 pub mod control;
@@ -16,7 +14,6 @@ pub mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ha;
-pub mod health;
 pub mod host_network;
 pub mod http;
 pub mod idle;
@@ -27,6 +24,7 @@ pub mod lb;
 pub mod liveiso;
 pub mod metrics;
 pub mod openshift_install;
+pub mod operator;
 pub mod orchestration;
 pub mod plan;
 pub mod records;
@@ -35,8 +33,6 @@ pub mod replication;
 pub mod secrets;
 pub mod service;
 pub mod sockets;
-pub mod status;
-pub mod status_page;
 pub mod supervisor;
 pub mod tftp;
 pub mod tls;

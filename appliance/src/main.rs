@@ -784,7 +784,7 @@ fn admin(target: &Target, request: &str) -> ExitCode {
         Err(code) => return code,
     };
     let state_dir = state_dir.as_path();
-    match okd_appliance::admin::call(state_dir, request) {
+    match okd_appliance::operator::admin::call(state_dir, request) {
         Ok(reply) if reply.starts_with("ok") => {
             print!("{reply}");
             ExitCode::SUCCESS
@@ -799,7 +799,7 @@ fn admin(target: &Target, request: &str) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            let socket = okd_appliance::admin::socket_path(state_dir);
+            let socket = okd_appliance::operator::admin::socket_path(state_dir);
             eprintln!(
                 "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir? a changed state_dir takes a restart)",
                 socket.display()

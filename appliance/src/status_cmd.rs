@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, Color, Table};
-use okd_appliance::admin;
-use okd_appliance::status::Status;
+use okd_appliance::operator::admin;
+use okd_appliance::operator::status::Status;
 
 pub fn run(state_dir: &Path, json: bool) -> ExitCode {
     let reply = match admin::call(state_dir, "status") {

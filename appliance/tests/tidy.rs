@@ -4,6 +4,7 @@
 //! - the one-way house: a service module (`dns`, `dhcp`, `tftp`, `http`, `lb`, `control`) imports neither
 //!   the supervisor, nor another service, nor the config (services read the plan); nothing in
 //!   the library imports the supervisor; the top-level modules form no cycle;
+//! - nothing below the operator wing imports it (only the supervisor and the CLI do);
 //! - every Rust file starts with a `//!` comment saying what it is;
 //! - every file docs/architecture.md names exists.
 //!
@@ -17,7 +18,11 @@ use std::path::{Path, PathBuf};
 /// reads the plan and the journal, and nothing of its siblings.
 const SERVICES: [&str; 6] = ["dns", "dhcp", "tftp", "http", "lb", "control"];
 /// What a service must never import, besides its siblings.
-const FORBIDDEN_FOR_SERVICES: [&str; 5] = ["supervisor", "config", "admin", "render", "artifacts"];
+const FORBIDDEN_FOR_SERVICES: [&str; 5] =
+    ["supervisor", "config", "operator", "render", "artifacts"];
+/// What may import the operator wing: itself, the supervisor (which builds it) and the CLI.
+const ABOVE_THE_OPERATOR_WING: [&str; 5] =
+    ["operator", "supervisor", "cli", "cluster_cmd", "status_cmd"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -164,6 +169,22 @@ fn services_import_neither_the_supervisor_nor_each_other_nor_the_config() {
     assert!(
         wrong.is_empty(),
         "imports against the one-way house (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn nothing_below_the_operator_wing_imports_it() {
+    let graph = import_graph();
+    let wrong: Vec<String> = graph
+        .iter()
+        .filter(|(module, _)| !ABOVE_THE_OPERATOR_WING.contains(&module.as_str()))
+        .filter(|(_, imports)| imports.contains("operator"))
+        .map(|(module, _)| format!("{module} -> operator"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "only the supervisor and the CLI may reach the operator wing (docs/architecture.md):\n  {}",
         wrong.join("\n  ")
     );
 }

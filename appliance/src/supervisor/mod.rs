@@ -153,11 +153,11 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         None => None,
     };
     let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
-    let fixed = crate::status::Fixed {
+    let fixed = crate::operator::status::Fixed {
         started: SystemTime::now(),
         listeners: sockets
             .iter()
-            .map(|s| crate::status::Listener {
+            .map(|s| crate::operator::status::Listener {
                 service: s.spec.service.name().to_owned(),
                 proto: s.spec.proto.to_string(),
                 addr: s.local_addr,
@@ -174,11 +174,11 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     }
 
     // The admin socket is a convenience (drain, status): without it the appliance still serves.
-    let admin_socket = match crate::admin::bind(&loaded.config.state_dir) {
+    let admin_socket = match crate::operator::admin::bind(&loaded.config.state_dir) {
         Ok(l) => {
             tracing::info!(
                 "admin socket at {}",
-                crate::admin::socket_path(&loaded.config.state_dir).display()
+                crate::operator::admin::socket_path(&loaded.config.state_dir).display()
             );
             Some(l)
         }
@@ -265,9 +265,9 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 fn start_services(
     sockets: Vec<BoundSocket>,
     admin_socket: Option<std::os::unix::net::UnixListener>,
-    reloads: tokio::sync::mpsc::Sender<crate::admin::ReloadRequest>,
+    reloads: tokio::sync::mpsc::Sender<crate::operator::ReloadRequest>,
     ha_host: Option<std::net::Ipv4Addr>,
-    fixed: crate::status::Fixed,
+    fixed: crate::operator::status::Fixed,
     ctx: &service::Context,
 ) -> Result<Vec<(&'static str, Running)>, ServeError> {
     let mut sockets = sockets;
@@ -322,11 +322,12 @@ fn start_services(
             Err(format!("{e:#}"))
         }
     };
-    ctx.metrics.attach(Box::new(crate::status::Sampler {
-        pools: Arc::clone(&pools),
-        orchestrator: orchestration.as_ref().ok().cloned(),
-        plan: Arc::clone(&ctx.plan),
-    }));
+    ctx.metrics
+        .attach(Box::new(crate::operator::status::Sampler {
+            pools: Arc::clone(&pools),
+            orchestrator: orchestration.as_ref().ok().cloned(),
+            plan: Arc::clone(&ctx.plan),
+        }));
     // A pair's replication: without it a failover loses state, so it must start.
     if let (Some(host), Some(ha)) = (ha_host, ctx.plan.load().ha.clone()) {
         let peer = if ha.hosts[0] == host {
@@ -352,10 +353,10 @@ fn start_services(
         })?;
         running.push(("replication", replication));
     }
-    let parts = crate::admin::parts(ctx, pools, reloads, orchestration, ha_host, fixed);
+    let parts = crate::operator::Operator::new(ctx, pools, reloads, orchestration, ha_host, fixed);
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
-        match crate::admin::start(listener, parts.clone()) {
+        match crate::operator::admin::start(listener, parts.clone()) {
             Ok(admin) => running.push(("admin", admin)),
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }
@@ -374,13 +375,14 @@ fn start_services(
         }
         None => None,
     };
-    match crate::api::bind_local(&plan.state_dir) {
+    match crate::operator::api::bind_local(&plan.state_dir) {
         Ok(local) => {
-            let api =
-                crate::api::start(local, tcp, parts).map_err(|source| ServeError::Service {
+            let api = crate::operator::api::start(local, tcp, parts).map_err(|source| {
+                ServeError::Service {
                     service: "api",
                     source,
-                })?;
+                }
+            })?;
             running.push(("api", api));
         }
         Err(e) if tcp.is_none() => {

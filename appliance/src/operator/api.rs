@@ -10,8 +10,9 @@
 //! bar; a token in the URL is accepted there only. Anything else is answered 401 before it is
 //! looked at.
 //!
-//! Architecture invariant: a front like the admin socket (it calls the same functions through
-//! [`crate::admin::Parts`]); it holds no state of its own.
+//! Architecture invariant: a front like the admin socket: it calls the [`Operator`]'s typed
+//! operations and answers an [`super::OpError`] with its own status
+//! ([`super::OpError::http_status`]); it holds no state of its own.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -30,7 +31,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::admin::Parts;
+use super::Operator as Parts;
 use crate::service::Running;
 
 pub const SOCKET_NAME: &str = "api.sock";
@@ -280,19 +281,17 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (req.method(), segments.as_slice()) {
         (&Method::GET, [""]) => {
-            let status = crate::admin::whole_status(parts);
+            let status = parts.status();
             full(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
-                crate::status_page::render(&status, SystemTime::now()),
+                super::status_page::render(&status, SystemTime::now()),
             )
         }
-        (&Method::GET, ["api", "v1", "status"]) => {
-            match serde_json::to_vec(&crate::admin::whole_status(parts)) {
-                Ok(json) => full(StatusCode::OK, "application/json", json),
-                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-            }
-        }
+        (&Method::GET, ["api", "v1", "status"]) => match serde_json::to_vec(&parts.status()) {
+            Ok(json) => full(StatusCode::OK, "application/json", json),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        },
         (&Method::GET, ["api", "v1", "events"]) => events(parts),
         (&Method::GET, ["metrics"]) => {
             let accept = req.headers().get(header::ACCEPT);
@@ -314,25 +313,18 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
                 action @ ("drain" | "undrain" | "reinstall"),
             ],
         ) => {
-            let reply = match (parts.standby_refusal(), *action) {
-                (Some(why), _) => format!("error: {why}\n"),
-                (None, "reinstall") => {
-                    crate::admin::reinstall(node, &parts.plan.load_full(), &parts.journal).await
-                }
-                (None, lb) => {
-                    crate::admin::execute(&format!("lb {lb} {node}"), &parts.pools, &parts.journal)
-                }
+            let outcome = match *action {
+                "reinstall" => parts.reinstall(node).await.map(|r| r.to_string()),
+                "drain" => parts.drain(node).map(|d| d.to_string()),
+                _ => parts.undrain(node).map(|u| u.to_string()),
             };
-            if let Some(done) = reply.strip_prefix("ok") {
-                text(StatusCode::OK, done.trim_start_matches(": ").to_owned())
-            } else {
-                let why = reply.trim_start_matches("error: ").to_owned();
-                let status = if why.starts_with("no ") {
-                    StatusCode::NOT_FOUND
-                } else {
-                    StatusCode::CONFLICT
-                };
-                text(status, why)
+            match outcome {
+                Ok(done) => text(StatusCode::OK, format!("{done}\n")),
+                Err(e) => text(
+                    StatusCode::from_u16(e.http_status())
+                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    format!("{e}\n"),
+                ),
             }
         }
         (_, ["api", "v1", "nodes", _, _]) | (_, ["api", "v1", "status" | "events"]) => {

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::status::Status;
+use super::status::Status;
 
 /// Text for HTML (the values are validated names and addresses; escaped all the same).
 fn esc(s: &str) -> String {

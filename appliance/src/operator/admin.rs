@@ -8,12 +8,11 @@
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
-//! Architecture invariant: a thin front for calls other modules expose (`lb::drain`, the
-//! pools' counters, the journal); it holds no state of its own.
+//! Architecture invariant: a front and nothing else. A line is parsed into a [`Request`]
+//! once, the [`Operator`] does it, and the typed result is printed; the wing holds no state.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -21,16 +20,14 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::install_state;
-use crate::journal::{EventKind, Journal};
-use crate::lb::SharedPools;
+use super::{OpError, Operator};
+use crate::journal::Journal;
 use crate::lb::pool::Pools;
 use crate::orchestration::Orchestrator;
-use crate::plan::{self, Plan};
-use crate::service::{Context, Running};
+use crate::plan::Plan;
+use crate::service::Running;
 
 pub const SOCKET_NAME: &str = "admin.sock";
 /// A request line longer than this is refused.
@@ -61,69 +58,20 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
     Ok(listener)
 }
 
-/// `reload`, passed on to the supervisor, which re-reads the config and answers on `reply`:
-/// `Ok` with what it did, `Err` with why the previous plan stays.
-#[derive(Debug)]
-pub struct ReloadRequest {
-    pub reply: oneshot::Sender<Result<String, String>>,
-}
-
-/// What the admin socket and the HTTP API reach.
-pub fn parts(
-    ctx: &Context,
-    pools: SharedPools,
-    reloads: mpsc::Sender<ReloadRequest>,
-    orchestration: Result<Orchestrator, String>,
-    ha_host: Option<std::net::Ipv4Addr>,
-    fixed: crate::status::Fixed,
-) -> Parts {
-    Parts {
-        plan: ctx.plan.clone(),
-        pools,
-        reloads,
-        journal: ctx.journal.clone(),
-        orchestration: Arc::new(orchestration),
-        active: ctx.active.clone(),
-        ha_host,
-        fixed: Arc::new(fixed),
-        metrics: Arc::clone(&ctx.metrics),
-        shutdown: ctx.shutdown.clone(),
-    }
-}
-
 /// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests
 /// go to the supervisor.
-pub fn start(listener: std::os::unix::net::UnixListener, parts: Parts) -> anyhow::Result<Running> {
+pub fn start(
+    listener: std::os::unix::net::UnixListener,
+    parts: Operator,
+) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
     let token = parts.shutdown.clone();
     Ok(Box::pin(serve(listener, parts, token)))
 }
 
-/// What a session (of the admin socket or the HTTP API) may reach.
-#[derive(Clone)]
-pub struct Parts {
-    pub plan: plan::Handle,
-    pub pools: SharedPools,
-    reloads: mpsc::Sender<ReloadRequest>,
-    pub journal: Journal,
-    orchestration: Arc<Result<Orchestrator, String>>,
-    active: crate::ha::Activity,
-    /// This host's own address, in a pair.
-    ha_host: Option<std::net::Ipv4Addr>,
-    fixed: Arc<crate::status::Fixed>,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    pub shutdown: CancellationToken,
-}
-
-impl std::fmt::Debug for Parts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parts").finish_non_exhaustive()
-    }
-}
-
 async fn serve(
     listener: UnixListener,
-    parts: Parts,
+    parts: Operator,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     loop {
@@ -141,7 +89,7 @@ async fn serve(
         let parts = parts.clone();
         tokio::spawn(async move {
             // `cluster down` waits for the provider to destroy every machine.
-            let limit = if parts.orchestration.is_ok() {
+            let limit = if parts.orchestration().is_ok() {
                 Duration::from_secs(600)
             } else {
                 Duration::from_secs(5)
@@ -153,52 +101,121 @@ async fn serve(
     }
 }
 
-impl Parts {
-    /// Why a state change (a drain, a reinstall) can't be made here: on the standby of a pair it
-    /// would act on this host only and be overwritten by the active host's next update.
-    pub fn standby_refusal(&self) -> Option<String> {
-        if !self.active.paired() || self.active.is_active() {
-            return None;
-        }
-        let plan = self.plan.load();
-        let active = plan
-            .ha
-            .as_ref()
-            .zip(self.active.host())
-            .map(|(ha, me)| ha.hosts[1 - me.min(1)].to_string())
-            .unwrap_or_else(|| "the other host".into());
-        Some(format!(
-            "this host is the standby of its pair: drains and reinstalls are made on the active host ({active}), which replicates them here"
-        ))
+/// One request of the admin socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Drain(String),
+    Undrain(String),
+    LbStatus,
+    Reinstall(String),
+    Reload,
+    Journal,
+    Status,
+    Cluster(ClusterRequest),
+    Ha(HaRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterRequest {
+    Up,
+    Status,
+    Scale(usize),
+    Down,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaRequest {
+    Status,
+    Set { active: bool },
+    Health,
+}
+
+impl Request {
+    /// The request on `line`, or the error reply's reason (the requests there are).
+    pub fn parse(line: &str) -> Result<Request, String> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        Ok(match words.as_slice() {
+            ["lb", "drain", node] => Request::Drain((*node).to_owned()),
+            ["lb", "undrain", node] => Request::Undrain((*node).to_owned()),
+            ["lb", "status"] => Request::LbStatus,
+            ["node", "reinstall", node] => Request::Reinstall((*node).to_owned()),
+            ["reload"] => Request::Reload,
+            ["journal"] => Request::Journal,
+            ["status"] => Request::Status,
+            ["cluster", rest @ ..] => Request::Cluster(match rest {
+                ["up"] => ClusterRequest::Up,
+                ["status"] => ClusterRequest::Status,
+                ["scale", n] => ClusterRequest::Scale(
+                    n.parse()
+                        .map_err(|_| format!("{n} is not a number of workers"))?,
+                ),
+                ["down"] => ClusterRequest::Down,
+                _ => {
+                    return Err("unknown request (cluster up | cluster status | cluster scale WORKERS | cluster down)".into());
+                }
+            }),
+            ["ha", rest @ ..] => Request::Ha(match rest {
+                ["status"] => HaRequest::Status,
+                ["set", "active"] => HaRequest::Set { active: true },
+                ["set", "standby"] => HaRequest::Set { active: false },
+                ["health"] => HaRequest::Health,
+                _ => {
+                    return Err(
+                        "unknown request (ha status | ha set active|standby | ha health)".into(),
+                    );
+                }
+            }),
+            _ => {
+                return Err(
+                    "unknown request (lb drain NODE | lb undrain NODE | lb status | \
+                            node reinstall NODE | reload | journal)"
+                        .into(),
+                );
+            }
+        })
     }
 }
 
-async fn session(stream: UnixStream, parts: &Parts) -> std::io::Result<()> {
+/// `ok: LINE` or `error: REASON`, as every reply starts.
+fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> String {
+    match outcome {
+        Ok(done) => format!("ok: {done}\n"),
+        Err(e) => format!("error: {e}\n"),
+    }
+}
+
+/// Does `request` and prints its reply.
+pub async fn respond(op: &Operator, request: Request) -> String {
+    match request {
+        Request::Drain(node) => reply(op.drain(&node)),
+        Request::Undrain(node) => reply(op.undrain(&node)),
+        Request::Reinstall(node) => reply(op.reinstall(&node).await),
+        Request::LbStatus => status(&op.pools.load()),
+        Request::Journal => journal_lines(&op.journal),
+        Request::Reload => reply(op.reload().await),
+        Request::Status => json(&op.status()),
+        Request::Cluster(c) => match op.orchestration() {
+            Ok(o) => cluster(o, c).await,
+            Err(e) => reply::<String>(Err(e)),
+        },
+        Request::Ha(h) => ha(op, h).await,
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_string(value) {
+        Ok(json) => format!("ok\n{json}\n"),
+        Err(e) => format!("error: {e}\n"),
+    }
+}
+
+async fn session(stream: UnixStream, op: &Operator) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
-    let words = line.split_whitespace().collect::<Vec<_>>();
-    let changes_state = matches!(
-        words.as_slice(),
-        ["node", "reinstall", _] | ["lb", "drain" | "undrain", _]
-    );
-    let refused = changes_state.then(|| parts.standby_refusal()).flatten();
-    let reply = match (refused, words.as_slice()) {
-        (Some(why), _) => format!("error: {why}\n"),
-        (None, ["node", "reinstall", node]) => {
-            reinstall(node, &parts.plan.load_full(), &parts.journal).await
-        }
-        (None, ["reload"]) => reload(&parts.reloads).await,
-        (None, ["ha", rest @ ..]) => ha(parts, rest).await,
-        (None, ["status"]) => match serde_json::to_string(&whole_status(parts)) {
-            Ok(json) => format!("ok\n{json}\n"),
-            Err(e) => format!("error: {e}\n"),
-        },
-        (None, ["cluster", rest @ ..]) => match parts.orchestration.as_ref() {
-            Ok(o) => cluster(o, rest).await,
-            Err(why) => format!("error: the install orchestration is unavailable: {why}\n"),
-        },
-        _ => execute(line.trim(), &parts.pools, &parts.journal),
+    let reply = match Request::parse(&line) {
+        Ok(request) => respond(op, request).await,
+        Err(usage) => format!("error: {usage}\n"),
     };
     write.write_all(reply.as_bytes()).await?;
     write.shutdown().await
@@ -215,103 +232,45 @@ impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
     }
 }
 
-/// One request to its reply text. Runs inside the tokio runtime: a drain starts its watchers
-/// there.
+/// A load-balancer or journal request on bare pools (no pair, no orchestration) to its reply
+/// text. Runs inside the tokio runtime: a drain starts its watchers there.
 pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
-    let words: Vec<&str> = request.split_whitespace().collect();
-    match words.as_slice() {
-        ["lb", "drain", node] => {
-            let pools = pools.load();
-            match crate::lb::drain::drain(&pools, node, journal) {
-                0 => format!("error: no backend is named {node} in a pool that has a listener\n"),
-                n => {
-                    let timeout = humantime::format_duration(pools.drain_timeout);
-                    tracing::info!("admin: drain {node} ({n} backends, timeout {timeout})");
-                    format!(
-                        "ok: {node} drained in {n} pools; connections still open after {timeout} will be closed\n"
-                    )
-                }
-            }
-        }
-        ["lb", "undrain", node] => match crate::lb::drain::undrain(&pools.load(), node, journal) {
-            0 => format!("error: no backend is named {node} in a pool that has a listener\n"),
-            n => {
-                tracing::info!("admin: undrain {node} ({n} backends)");
-                format!("ok: {node} back in rotation in {n} pools\n")
-            }
-        },
-        ["lb", "status"] => status(&pools.load()),
-        ["journal"] => {
-            let mut out = String::from("ok\n");
-            for e in journal.recent() {
-                let _ = writeln!(out, "{} {e}", httpdate::fmt_http_date(e.at));
-            }
-            out
-        }
+    match Request::parse(request) {
+        Ok(Request::Drain(node)) => reply(super::drain(&pools.load(), &node, journal)),
+        Ok(Request::Undrain(node)) => reply(super::undrain(&pools.load(), &node, journal)),
+        Ok(Request::LbStatus) => status(&pools.load()),
+        Ok(Request::Journal) => journal_lines(journal),
         _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
               node reinstall NODE | reload | journal)\n"
             .to_owned(),
     }
 }
 
-/// The whole status, now.
-pub fn status_of(
-    fixed: &crate::status::Fixed,
-    plan: &Plan,
-    journal: &Journal,
-    pools: &Pools,
-    orchestration: Option<&Orchestrator>,
-    active: &crate::ha::Activity,
-    ha_host: Option<std::net::Ipv4Addr>,
-) -> crate::status::Status {
-    let ha = ha_host.map(|host| {
-        let r = active.replication();
-        crate::status::HaStatus {
-            host: host.to_string(),
-            active: active.is_active(),
-            replication_connected: r.connected,
-            replication_updates: r.updates,
-            last_update: r.last_update.and_then(|t| {
-                t.duration_since(std::time::SystemTime::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| d.as_secs())
-            }),
-        }
-    });
-    let progress = orchestration.map(Orchestrator::progress);
-    crate::status::collect(
-        fixed,
-        plan,
-        &journal.recent(),
-        pools,
-        progress.as_ref(),
-        ha,
-        std::time::SystemTime::now(),
-    )
+fn journal_lines(journal: &Journal) -> String {
+    let mut out = String::from("ok\n");
+    for e in journal.recent() {
+        let _ = writeln!(out, "{} {e}", httpdate::fmt_http_date(e.at));
+    }
+    out
 }
 
-pub fn whole_status(parts: &Parts) -> crate::status::Status {
-    status_of(
-        &parts.fixed,
-        &parts.plan.load(),
-        &parts.journal,
-        &parts.pools.load(),
-        parts.orchestration.as_ref().as_ref().ok(),
-        &parts.active,
-        parts.ha_host,
-    )
+/// [`super::reinstall`] as the socket replies.
+pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
+    reply(super::reinstall(node, plan, journal).await)
 }
 
 /// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.
-async fn ha(parts: &Parts, words: &[&str]) -> String {
-    let Some(host) = parts.ha_host else {
-        return "error: this appliance is not one of a pair (no ha section)\n".to_owned();
+async fn ha(op: &Operator, request: HaRequest) -> String {
+    let host = match op.ha_host() {
+        Ok(host) => host,
+        Err(e) => return reply::<String>(Err(e)),
     };
     let role = |active: bool| if active { "active" } else { "standby" };
-    match words {
-        ["status"] => {
-            let r = parts.active.replication();
-            let direction = if parts.active.is_active() {
+    let activity = op.activity();
+    match request {
+        HaRequest::Status => {
+            let r = activity.replication();
+            let direction = if activity.is_active() {
                 "sending to the peer"
             } else {
                 "receiving from the peer"
@@ -335,7 +294,7 @@ async fn ha(parts: &Parts, words: &[&str]) -> String {
             );
             let mut out = format!(
                 "ok: {} (host {host})\nreplication: {direction}, {link}, {} updates, {last}\n",
-                role(parts.active.is_active()),
+                role(activity.is_active()),
                 r.updates
             );
             if let Some(e) = r.last_error.filter(|_| !r.connected) {
@@ -343,91 +302,27 @@ async fn ha(parts: &Parts, words: &[&str]) -> String {
             }
             out
         }
-        ["set", state @ ("active" | "standby")] => {
-            let active = *state == "active";
-            if parts.active.set(active) {
-                tracing::info!("high availability: this host is now {}", role(active));
-                parts.journal.publish(None, EventKind::HaRole { active });
-            }
-            format!("ok: {}\n", role(active))
+        HaRequest::Set { active } => reply(op.set_active(active).map(|()| role(active))),
+        HaRequest::Health => {
+            let active = activity.is_active();
+            reply(
+                op.ha_health()
+                    .await
+                    .map(|line| format!("{} host {host}: {line}", role(active))),
+            )
         }
-        ["health"] => {
-            let (plan, active) = (parts.plan.load_full(), parts.active.is_active());
-            // Blocking probes, bounded by their timeouts.
-            let probed =
-                tokio::task::spawn_blocking(move || crate::health::check(&plan, host, active))
-                    .await;
-            match probed {
-                Ok(Ok(line)) => format!("ok: {} host {host}: {line}\n", role(active)),
-                Ok(Err(why)) => format!("error: {why}\n"),
-                Err(e) => format!("error: the health check failed: {e}\n"),
-            }
-        }
-        _ => "error: unknown request (ha status | ha set active|standby | ha health)\n".to_owned(),
     }
 }
 
 /// `cluster ...`: the install orchestration.
-async fn cluster(o: &Orchestrator, words: &[&str]) -> String {
-    match words {
-        ["up"] => match o.up().await {
-            Ok(line) => format!("ok: {line}\n"),
-            Err(why) => format!("error: {why}\n"),
-        },
-        ["status"] => match serde_json::to_string(&o.status()) {
-            Ok(json) => format!("ok\n{json}\n"),
-            Err(e) => format!("error: {e}\n"),
-        },
-        ["scale", n] => match n.parse::<usize>() {
-            Ok(n) => match o.scale(n).await {
-                Ok(line) => format!("ok: {line}\n"),
-                Err(why) => format!("error: {why}\n"),
-            },
-            Err(_) => format!("error: {n} is not a number of workers\n"),
-        },
-        ["down"] => match o.down().await {
-            Ok(line) => format!("ok: {line}\n"),
-            Err(why) => format!("error: {why}\n"),
-        },
-        _ => "error: unknown request (cluster up | cluster status | cluster scale WORKERS | cluster down)\n"
-            .to_owned(),
-    }
-}
-
-/// Asks the supervisor to reload and waits for its outcome.
-async fn reload(reloads: &mpsc::Sender<ReloadRequest>) -> String {
-    let (reply, outcome) = oneshot::channel();
-    if reloads.send(ReloadRequest { reply }).await.is_err() {
-        return "error: the appliance is stopping\n".to_owned();
-    }
-    match outcome.await {
-        Ok(Ok(line)) => format!("ok: {line}\n"),
-        Ok(Err(line)) => format!("error: {line}\n"),
-        Err(_) => "error: the appliance is stopping\n".to_owned(),
-    }
-}
-
-/// Forgets that `node` installed, so its next iPXE script installs it again. The marker files
-/// are removed on the blocking pool.
-pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
-    if !plan.boot.iter().any(|b| b.node == node) {
-        return format!("error: no node is named {node}\n");
-    }
-    let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
-    let reset = tokio::task::spawn_blocking(move || install_state::reset(&state_dir, &name))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    match reset {
-        Ok(was_installed) => {
-            journal.publish(Some(node.to_owned()), EventKind::ReinstallRequested);
-            if was_installed {
-                format!("ok: {node} will install again at its next network boot\n")
-            } else {
-                format!("ok: {node} was not marked installed; its next network boot installs it\n")
-            }
-        }
-        Err(e) => format!("error: can't reset {node}: {e}\n"),
-    }
+async fn cluster(o: &Orchestrator, request: ClusterRequest) -> String {
+    let outcome = match request {
+        ClusterRequest::Status => return json(&o.status()),
+        ClusterRequest::Up => o.up().await,
+        ClusterRequest::Scale(n) => o.scale(n).await,
+        ClusterRequest::Down => o.down().await,
+    };
+    reply(outcome.map_err(OpError::Refused))
 }
 
 /// Every backend: its state, connections open now (`active`, which a drain waits for), the time
@@ -476,7 +371,10 @@ pub fn call_waiting(state_dir: &Path, request: &str, limit: Duration) -> std::io
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::install_state;
     use crate::plan::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
     use crate::vocabulary::{Balance, Role};
 

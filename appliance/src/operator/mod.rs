@@ -1,0 +1,379 @@
+//! The operator wing: what people (and keepalived) ask a running appliance, as typed
+//! operations on one [`Operator`] handle, and the fronts that carry them.
+//!
+//! - [`Operator`]: drain and undrain a node's backends, reinstall a node, reload, the whole
+//!   status, the install orchestration, the pair's role. Each returns a typed result or an
+//!   [`OpError`]; the fronts only parse requests and print results.
+//! - [`admin`]: the local admin socket's line protocol (`okd-appliance lb drain NODE`, ...).
+//! - [`api`]: the HTTP API and the status page ([`status_page`]); it maps [`OpError`] variants
+//!   to status codes ([`OpError::http_status`]) and never reads a reply's text.
+//! - [`status`]: the whole status as data (and the metrics' samples); [`health`]: the probe
+//!   keepalived runs on each host of a pair.
+//!
+//! Architecture invariants: the wing holds no state of its own (the pools, the journal, the
+//! plan and the orchestrator are the services'); nothing below it imports it (only the
+//! supervisor, which builds it, and the CLI, which talks to the admin socket); an operation's
+//! outcome is parsed by no one (no text is read back to decide anything).
+
+pub mod admin;
+pub mod api;
+pub mod health;
+pub mod status;
+pub mod status_page;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::install_state;
+use crate::journal::{EventKind, Journal};
+use crate::lb::SharedPools;
+use crate::lb::pool::Pools;
+use crate::orchestration::Orchestrator;
+use crate::plan::{self, Plan};
+use crate::service::Context;
+
+/// Why an operation was not done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error("no backend is named {0} in a pool that has a listener")]
+    NoBackend(String),
+    #[error("no node is named {0}")]
+    NoNode(String),
+    /// A state change asked of the standby of a pair (with where to ask instead).
+    #[error("{0}")]
+    Standby(String),
+    #[error("this appliance is not one of a pair (no ha section)")]
+    NotPaired,
+    #[error("the install orchestration is unavailable: {0}")]
+    NoOrchestration(String),
+    /// Refused for a reason that is the asker's to fix (a reload that keeps the previous
+    /// plan, an orchestration that can't start).
+    #[error("{0}")]
+    Refused(String),
+    #[error("the appliance is stopping")]
+    Stopping,
+    /// Tried, and it failed here.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl OpError {
+    /// The HTTP status the API answers it with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            OpError::NoBackend(_) | OpError::NoNode(_) => 404,
+            OpError::Standby(_) | OpError::NotPaired | OpError::Refused(_) => 409,
+            OpError::NoOrchestration(_) | OpError::Stopping => 503,
+            OpError::Failed(_) => 500,
+        }
+    }
+}
+
+/// A drain started: `pools` backends named `node`, closed after `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    pub node: String,
+    pub pools: usize,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Display for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} drained in {} pools; connections still open after {} will be closed",
+            self.node,
+            self.pools,
+            humantime::format_duration(self.timeout)
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undrained {
+    pub node: String,
+    pub pools: usize,
+}
+
+impl std::fmt::Display for Undrained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} back in rotation in {} pools", self.node, self.pools)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reinstalled {
+    pub node: String,
+    /// It was marked installed (else it was going to install anyway).
+    pub was_installed: bool,
+}
+
+impl std::fmt::Display for Reinstalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.was_installed {
+            write!(
+                f,
+                "{} will install again at its next network boot",
+                self.node
+            )
+        } else {
+            write!(
+                f,
+                "{} was not marked installed; its next network boot installs it",
+                self.node
+            )
+        }
+    }
+}
+
+/// Drains the backends named `node` in every served pool.
+pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> Result<Drained, OpError> {
+    match crate::lb::drain::drain(pools, node, journal) {
+        0 => Err(OpError::NoBackend(node.to_owned())),
+        n => {
+            let drained = Drained {
+                node: node.to_owned(),
+                pools: n,
+                timeout: pools.drain_timeout,
+            };
+            tracing::info!(
+                "admin: drain {node} ({n} backends, timeout {})",
+                humantime::format_duration(drained.timeout)
+            );
+            Ok(drained)
+        }
+    }
+}
+
+/// Puts the backends named `node` back into rotation in every served pool.
+pub fn undrain(pools: &Pools, node: &str, journal: &Journal) -> Result<Undrained, OpError> {
+    match crate::lb::drain::undrain(pools, node, journal) {
+        0 => Err(OpError::NoBackend(node.to_owned())),
+        n => {
+            tracing::info!("admin: undrain {node} ({n} backends)");
+            Ok(Undrained {
+                node: node.to_owned(),
+                pools: n,
+            })
+        }
+    }
+}
+
+/// Forgets that `node` installed, so its next iPXE script installs it again. The marker files
+/// are removed on the blocking pool.
+pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Result<Reinstalled, OpError> {
+    if !plan.boot.iter().any(|b| b.node == node) {
+        return Err(OpError::NoNode(node.to_owned()));
+    }
+    let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
+    let reset = tokio::task::spawn_blocking(move || install_state::reset(&state_dir, &name))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match reset {
+        Ok(was_installed) => {
+            journal.publish(Some(node.to_owned()), EventKind::ReinstallRequested);
+            Ok(Reinstalled {
+                node: node.to_owned(),
+                was_installed,
+            })
+        }
+        Err(e) => Err(OpError::Failed(format!("can't reset {node}: {e}"))),
+    }
+}
+
+/// `reload`, passed on to the supervisor, which re-reads the config and answers on `reply`:
+/// `Ok` with what it did, `Err` with why the previous plan stays.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    pub reply: oneshot::Sender<Result<String, String>>,
+}
+
+/// What the admin socket and the HTTP API reach: handles on the services' own state.
+#[derive(Clone)]
+pub struct Operator {
+    pub plan: plan::Handle,
+    pub pools: SharedPools,
+    reloads: mpsc::Sender<ReloadRequest>,
+    pub journal: Journal,
+    orchestration: Arc<Result<Orchestrator, String>>,
+    active: crate::ha::Activity,
+    /// This host's own address, in a pair.
+    ha_host: Option<std::net::Ipv4Addr>,
+    fixed: Arc<status::Fixed>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").finish_non_exhaustive()
+    }
+}
+
+impl Operator {
+    pub fn new(
+        ctx: &Context,
+        pools: SharedPools,
+        reloads: mpsc::Sender<ReloadRequest>,
+        orchestration: Result<Orchestrator, String>,
+        ha_host: Option<std::net::Ipv4Addr>,
+        fixed: status::Fixed,
+    ) -> Operator {
+        Operator {
+            plan: ctx.plan.clone(),
+            pools,
+            reloads,
+            journal: ctx.journal.clone(),
+            orchestration: Arc::new(orchestration),
+            active: ctx.active.clone(),
+            ha_host,
+            fixed: Arc::new(fixed),
+            metrics: Arc::clone(&ctx.metrics),
+            shutdown: ctx.shutdown.clone(),
+        }
+    }
+
+    /// A state change (a drain, a reinstall) is refused on the standby of a pair: it would act
+    /// on this host only and be overwritten by the active host's next update.
+    fn refuse_on_standby(&self) -> Result<(), OpError> {
+        if !self.active.paired() || self.active.is_active() {
+            return Ok(());
+        }
+        let plan = self.plan.load();
+        let active = plan
+            .ha
+            .as_ref()
+            .zip(self.active.host())
+            .map(|(ha, me)| ha.hosts[1 - me.min(1)].to_string())
+            .unwrap_or_else(|| "the other host".into());
+        Err(OpError::Standby(format!(
+            "this host is the standby of its pair: drains and reinstalls are made on the active host ({active}), which replicates them here"
+        )))
+    }
+
+    pub fn drain(&self, node: &str) -> Result<Drained, OpError> {
+        self.refuse_on_standby()?;
+        drain(&self.pools.load(), node, &self.journal)
+    }
+
+    pub fn undrain(&self, node: &str) -> Result<Undrained, OpError> {
+        self.refuse_on_standby()?;
+        undrain(&self.pools.load(), node, &self.journal)
+    }
+
+    pub async fn reinstall(&self, node: &str) -> Result<Reinstalled, OpError> {
+        self.refuse_on_standby()?;
+        reinstall(node, &self.plan.load_full(), &self.journal).await
+    }
+
+    /// Asks the supervisor to reload and waits for its outcome: what it did.
+    pub async fn reload(&self) -> Result<String, OpError> {
+        let (reply, outcome) = oneshot::channel();
+        if self.reloads.send(ReloadRequest { reply }).await.is_err() {
+            return Err(OpError::Stopping);
+        }
+        match outcome.await {
+            Ok(Ok(line)) => Ok(line),
+            Ok(Err(line)) => Err(OpError::Refused(line)),
+            Err(_) => Err(OpError::Stopping),
+        }
+    }
+
+    /// The whole status, now.
+    pub fn status(&self) -> status::Status {
+        let ha = self.ha_host.map(|host| {
+            let r = self.active.replication();
+            status::HaStatus {
+                host: host.to_string(),
+                active: self.active.is_active(),
+                replication_connected: r.connected,
+                replication_updates: r.updates,
+                last_update: r.last_update.and_then(|t| {
+                    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_secs())
+                }),
+            }
+        });
+        let progress = self
+            .orchestration
+            .as_ref()
+            .as_ref()
+            .ok()
+            .map(Orchestrator::progress);
+        status::collect(
+            &self.fixed,
+            &self.plan.load(),
+            &self.journal.recent(),
+            &self.pools.load(),
+            progress.as_ref(),
+            ha,
+            std::time::SystemTime::now(),
+        )
+    }
+
+    /// The install orchestration, when this appliance runs one.
+    pub fn orchestration(&self) -> Result<&Orchestrator, OpError> {
+        self.orchestration
+            .as_ref()
+            .as_ref()
+            .map_err(|why| OpError::NoOrchestration(why.clone()))
+    }
+
+    /// This host's address in its pair.
+    pub fn ha_host(&self) -> Result<std::net::Ipv4Addr, OpError> {
+        self.ha_host.ok_or(OpError::NotPaired)
+    }
+
+    /// Whether this host is the active one of its pair (always, alone).
+    pub fn activity(&self) -> &crate::ha::Activity {
+        &self.active
+    }
+
+    /// Makes this host the active (or standby) one, as keepalived says; journaled when it
+    /// changes.
+    pub fn set_active(&self, active: bool) -> Result<(), OpError> {
+        self.ha_host()?;
+        if self.active.set(active) {
+            tracing::info!(
+                "high availability: this host is now {}",
+                if active { "active" } else { "standby" }
+            );
+            self.journal.publish(None, EventKind::HaRole { active });
+        }
+        Ok(())
+    }
+
+    /// keepalived's health probe of this host: what it checked, or why it fails.
+    pub async fn ha_health(&self) -> Result<String, OpError> {
+        let host = self.ha_host()?;
+        let (plan, active) = (self.plan.load_full(), self.active.is_active());
+        // Blocking probes, bounded by their timeouts.
+        match tokio::task::spawn_blocking(move || health::check(&plan, host, active)).await {
+            Ok(Ok(line)) => Ok(line),
+            Ok(Err(why)) => Err(OpError::Failed(why)),
+            Err(e) => Err(OpError::Failed(format!("the health check failed: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_has_its_status() {
+        assert_eq!(OpError::NoNode("x".into()).http_status(), 404);
+        assert_eq!(OpError::NoBackend("x".into()).http_status(), 404);
+        assert_eq!(OpError::Standby("s".into()).http_status(), 409);
+        assert_eq!(OpError::Stopping.http_status(), 503);
+        assert_eq!(OpError::Failed("f".into()).http_status(), 500);
+        assert_eq!(
+            OpError::NoBackend("bst".into()).to_string(),
+            "no backend is named bst in a pool that has a listener"
+        );
+    }
+}
