@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use okd_appliance::config::{self, InstallCheck, Provider as ProviderConfig, RealFiles};
@@ -22,8 +23,50 @@ use okd_appliance::journal::{EventKind, Journal};
 use okd_appliance::plan::Plan;
 use okd_appliance::plan::machines::{ControlPlan, ControlTimeouts, MachineSpec};
 
+#[derive(Debug, Subcommand)]
+pub enum NodesAction {
+    /// Every node's machine as the config describes it, and its state at the provider.
+    List(NodeTargets),
+    /// Create the machines that don't exist (MAC, disk, NIC, boot order, ISO); check the others.
+    Create(NodeTargets),
+    /// Power the machines on.
+    Start(NodeTargets),
+    /// Shut the machines down (ACPI), forcing them off after `control.timeouts.shutdown`.
+    Stop(NodeTargets),
+    /// Hard-reset running machines.
+    Reset(NodeTargets),
+    /// Remove the machines, their disks and their ISOs.
+    Destroy {
+        #[command(flatten)]
+        targets: NodeTargets,
+        /// Yes, remove them.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct NodeTargets {
+    /// The nodes to act on (all when none is named), then the cluster config (YAML).
+    #[arg(value_name = "[NAME]... FILE", required = true, num_args = 1..)]
+    args: Vec<String>,
+}
+
+/// `nodes ACTION [NAME]... FILE`.
+pub fn command(action: NodesAction) -> ExitCode {
+    let (verb, targets, yes) = match action {
+        NodesAction::List(t) => (Verb::List, t, false),
+        NodesAction::Create(t) => (Verb::Create, t, false),
+        NodesAction::Start(t) => (Verb::Start, t, false),
+        NodesAction::Stop(t) => (Verb::Stop, t, false),
+        NodesAction::Reset(t) => (Verb::Reset, t, false),
+        NodesAction::Destroy { targets, yes } => (Verb::Destroy, targets, yes),
+    };
+    run(verb, &targets.args, yes, super::style())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+enum Verb {
     List,
     Create,
     Start,
@@ -46,7 +89,7 @@ impl Verb {
 }
 
 /// `args` is `[NAME...] FILE`.
-pub fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> ExitCode {
+fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> ExitCode {
     let Some((file, names)) = args.split_last() else {
         eprintln!("error: the cluster config file is missing");
         return ExitCode::from(2);

@@ -8,9 +8,90 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::Subcommand;
 use okd_appliance::operator::admin;
 use okd_appliance::orchestration::Status;
 use okd_appliance::orchestration::phases::{ClusterPhase, Step};
+
+use super::Target;
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Start the install, or resume it where it was (after a crash or a reboot).
+    Up {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Each node's install phase and how long each step took; the cluster's phase.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// The status as JSON, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until the cluster reached a phase (exit 1 when the install stops, 6 on timeout).
+    Wait {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long = "for", value_enum, default_value_t = WaitFor::InstallComplete)]
+        phase: WaitFor,
+        /// How long to wait at most, e.g. `40m`.
+        #[arg(long, default_value = "2h", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Bring WORKERS of the configured workers (in config order) into the cluster.
+    Scale {
+        /// How many of the configured workers the cluster should have (the first WORKERS).
+        #[arg(long)]
+        workers: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Destroy every machine of the cluster through the provider and forget the install.
+    Down {
+        /// Required: the machines and their disks are gone afterwards.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `cluster up|status|wait|scale|down`.
+pub fn run(action: &ClusterAction) -> ExitCode {
+    use std::time::Duration;
+    let target = match action {
+        ClusterAction::Up { target }
+        | ClusterAction::Status { target, .. }
+        | ClusterAction::Wait { target, .. }
+        | ClusterAction::Scale { target, .. }
+        | ClusterAction::Down { target, .. } => target,
+    };
+    let state_dir = match target.state_dir() {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
+    let dir = state_dir.as_path();
+    let quick = Duration::from_secs(10);
+    match action {
+        ClusterAction::Up { .. } => request(dir, "cluster up", quick),
+        ClusterAction::Status { json, .. } => status(dir, *json),
+        ClusterAction::Wait { phase, timeout, .. } => wait(dir, *phase, *timeout),
+        ClusterAction::Scale { workers, .. } => {
+            request(dir, &format!("cluster scale {workers}"), quick)
+        }
+        ClusterAction::Down { yes: false, .. } => {
+            eprintln!(
+                "error: down destroys every machine of the cluster and its disks: run it again with --yes to go ahead"
+            );
+            ExitCode::from(2)
+        }
+        ClusterAction::Down { yes: true, .. } => {
+            request(dir, "cluster down", Duration::from_secs(600))
+        }
+    }
+}
 
 /// The cluster phases `wait --for` can wait for, in install order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -20,7 +101,7 @@ pub enum WaitFor {
 }
 
 /// One request; prints the reply's text (without its `ok`) or the error.
-pub fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
+fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
     match call(state_dir, request, limit) {
         Ok(text) => {
             print!("{text}");
@@ -60,7 +141,7 @@ fn status_of(state_dir: &Path) -> Result<(Status, String), ExitCode> {
     }
 }
 
-pub fn status(state_dir: &Path, json: bool) -> ExitCode {
+fn status(state_dir: &Path, json: bool) -> ExitCode {
     let (status, raw) = match status_of(state_dir) {
         Ok(s) => s,
         Err(code) => return code,
@@ -74,7 +155,7 @@ pub fn status(state_dir: &Path, json: bool) -> ExitCode {
 }
 
 /// Waits until the cluster reached `target`; bounded by `timeout`.
-pub fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
+fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
     let want = match target {
         WaitFor::BootstrapComplete => ClusterPhase::BootstrapComplete,
         WaitFor::InstallComplete => ClusterPhase::Installed,
@@ -219,7 +300,7 @@ fn timeline<P: std::fmt::Display>(steps: &[Step<P>]) -> String {
 }
 
 fn ago(at: u64, now: SystemTime) -> String {
-    crate::status_cmd::ago(Some(at), now)
+    super::status::ago(Some(at), now)
 }
 
 #[cfg(test)]

@@ -13,7 +13,17 @@ use comfy_table::{Cell, Color, Table};
 use okd_appliance::operator::admin;
 use okd_appliance::operator::status::Status;
 
-pub fn run(state_dir: &Path, json: bool) -> ExitCode {
+use super::Target;
+
+/// `status FILE|--state-dir DIR [--json]`.
+pub fn command(target: &Target, json: bool) -> ExitCode {
+    match target.state_dir() {
+        Ok(dir) => run(&dir, json),
+        Err(code) => code,
+    }
+}
+
+fn run(state_dir: &Path, json: bool) -> ExitCode {
     let reply = match admin::call(state_dir, "status") {
         Ok(r) => r,
         Err(e) => {
@@ -76,7 +86,7 @@ fn cell(text: &str, colour: bool) -> Cell {
     }
 }
 
-pub fn render(s: &Status, now: SystemTime, colour: bool) -> String {
+fn render(s: &Status, now: SystemTime, colour: bool) -> String {
     let a = &s.appliance;
     let mut out = format!(
         "okd-appliance {}: up {}, plan {}{}\n",

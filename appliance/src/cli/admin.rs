@@ -1,0 +1,133 @@
+//! The one-shot requests to a running appliance's admin socket: `reload`, `lb
+//! drain|undrain|status`, `node reinstall`, `ha check|notify|status`. Each sends one line and
+//! prints the reply.
+//!
+//! Exit codes: 0 the appliance said ok, 1 it refused (or can't be reached, or the config is
+//! invalid), 2 usage (also a node the appliance does not know).
+
+use std::process::ExitCode;
+
+use clap::{Subcommand, ValueEnum};
+
+use super::Target;
+
+#[derive(Debug, Subcommand)]
+pub enum HaAction {
+    /// keepalived's check: exit 0 when DNS answers at this host's own address and, on the
+    /// active host, every load-balancer and boot-server listener accepts connections.
+    Check {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// keepalived's notify hook: this host became the active one, or the standby (DHCP and
+    /// ignition answer only on the active host).
+    Notify {
+        #[arg(value_enum)]
+        state: HaState,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Whether this host is the active one.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum HaState {
+    Active,
+    Standby,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LbAction {
+    /// Stop sending new connections to NODE; open ones may finish until `lb.drain_timeout`.
+    #[command(override_usage = "okd-appliance lb drain <NODE> <FILE|--state-dir <STATE_DIR>>")]
+    Drain {
+        /// The node whose backends leave the pools (as named in the config).
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Put NODE back into rotation (it still has to pass its health checks).
+    #[command(override_usage = "okd-appliance lb undrain <NODE> <FILE|--state-dir <STATE_DIR>>")]
+    Undrain {
+        /// The node whose backends come back (as named in the config).
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every backend with its state and counters.
+    Status {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `lb drain|undrain NODE`, `lb status`.
+pub fn lb(action: &LbAction) -> ExitCode {
+    let (request, target) = match action {
+        LbAction::Drain { node, target } => (format!("lb drain {node}"), target),
+        LbAction::Undrain { node, target } => (format!("lb undrain {node}"), target),
+        LbAction::Status { target } => ("lb status".to_owned(), target),
+    };
+    call(target, &request)
+}
+
+/// `ha check`, `ha notify active|standby`, `ha status`.
+pub fn ha(action: &HaAction) -> ExitCode {
+    match action {
+        HaAction::Check { target } => call(target, "ha health"),
+        HaAction::Notify { state, target } => call(
+            target,
+            match state {
+                HaState::Active => "ha set active",
+                HaState::Standby => "ha set standby",
+            },
+        ),
+        HaAction::Status { target } => call(target, "ha status"),
+    }
+}
+
+/// `node reinstall NODE`.
+pub fn reinstall(node: &str, target: &Target) -> ExitCode {
+    call(target, &format!("node reinstall {node}"))
+}
+
+/// `reload`.
+pub fn reload(target: &Target) -> ExitCode {
+    call(target, "reload")
+}
+
+/// Sends one request to the running appliance's admin socket and prints its reply.
+fn call(target: &Target, request: &str) -> ExitCode {
+    let state_dir = match target.state_dir() {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
+    let state_dir = state_dir.as_path();
+    match okd_appliance::operator::admin::call(state_dir, request) {
+        Ok(reply) if reply.starts_with("ok") => {
+            print!("{reply}");
+            ExitCode::SUCCESS
+        }
+        // A node the appliance does not know: a usage error, 2, as `nodes` says it.
+        Ok(reply) if reply.starts_with("error: no ") => {
+            eprint!("{reply}");
+            ExitCode::from(2)
+        }
+        Ok(reply) => {
+            eprint!("{reply}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            let socket = okd_appliance::operator::admin::socket_path(state_dir);
+            eprintln!(
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir? a changed state_dir takes a restart)",
+                socket.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! `okd-appliance artifacts fetch|import FILE --stream URL|FILE`: the CoreOS PXE files (and the
+//! metal image and live ISO when asked) put into `install.artifacts_dir`, each verified against
+//! the stream's SHA-256 (and a detached signature with `--key`).
+//!
+//! Exit codes: 0 every file in place, 1 invalid config or a file that could not be fetched,
+//! copied or verified, 2 usage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use okd_appliance::artifacts::{self, StreamSource};
+use okd_appliance::config;
+
+use super::{load, runtime};
+
+#[derive(Debug, Subcommand)]
+pub enum ArtifactsAction {
+    /// Download the files, verify them, put them in place.
+    ///
+    /// A `.part` left by an interrupted run is continued; a file already in place with the
+    /// right SHA-256 is skipped; a file with the wrong one is deleted and the exit code is 1.
+    Fetch {
+        #[command(flatten)]
+        args: ArtifactsArgs,
+    },
+    /// Copy files downloaded by other means, verifying each.
+    ///
+    /// The files are looked up in DIR under their names on the mirror (the last part of their
+    /// URL in the stream).
+    Import {
+        #[command(flatten)]
+        args: ArtifactsArgs,
+        /// The directory holding the downloaded files.
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ArtifactsArgs {
+    /// The cluster config (YAML): where the files go (`install.artifacts_dir`) and their names.
+    file: PathBuf,
+    /// The CoreOS stream metadata, a URL or a file, e.g.
+    /// https://builds.coreos.fedoraproject.org/streams/stable.json
+    #[arg(long, value_name = "URL|FILE", value_parser = parse_stream)]
+    stream: StreamSource,
+    /// The architecture, as the stream names it.
+    #[arg(long, default_value = "x86_64")]
+    arch: String,
+    /// Also the metal disk image (raw.xz), kept under its name on the mirror.
+    #[arg(long)]
+    metal: bool,
+    /// Also the live ISO, under `install.artifacts.iso` (default live.iso): the base of the
+    /// per-node ISOs served at /iso/<node>.iso.
+    #[arg(long)]
+    iso: bool,
+    /// Also check each file's detached OpenPGP signature against this key file (armored or
+    /// binary; Fedora CoreOS: https://fedoraproject.org/fedora.gpg), with gpgv. Signatures come
+    /// from the stream's URLs (fetch) or `<name>.sig` beside each file (import), and are kept
+    /// beside the artifacts as `<name>.sig`.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+}
+
+fn parse_stream(arg: &str) -> Result<StreamSource, String> {
+    StreamSource::parse(arg).map_err(|e| format!("{e:#}"))
+}
+
+/// `artifacts fetch` and `artifacts import`.
+pub fn run(action: ArtifactsAction) -> ExitCode {
+    let (args, from) = match action {
+        ArtifactsAction::Fetch { args } => (args, None),
+        ArtifactsAction::Import { args, from } => (args, Some(from)),
+    };
+    // The artifacts are usually fetched before `openshift-install create ignition-configs`
+    // (whose output expires in 24 hours), so the ignition files are not required here.
+    let loaded = match load(&args.file, config::InstallCheck::Skip) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let install = &loaded.config.install;
+    let options = artifacts::Options {
+        stream: args.stream,
+        arch: args.arch,
+        metal: args.metal,
+        iso: args.iso,
+        key: args.key,
+    };
+    // One download at a time: a current-thread runtime is all it needs.
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let result = runtime.block_on(async {
+        match &from {
+            None => artifacts::fetch(install, &options).await,
+            Some(dir) => artifacts::import(install, &options, dir).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

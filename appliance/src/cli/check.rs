@@ -1,0 +1,128 @@
+//! `okd-appliance check FILE [--install | --secret-files]` and `okd-appliance node kargs NODE
+//! FILE`: validate a config and list every problem (and what the nodes' boots will fetch from
+//! here), print the secret files a config names, print a node's kernel-argument line.
+//!
+//! Exit codes: 0 valid (or printed), 1 invalid config (with `--install`, also an ignition file,
+//! ISO or artifact that is missing or unusable; for `node kargs`, an unknown node), 2 usage.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use okd_appliance::config::{self, InstallCheck};
+use okd_appliance::http::iso::IsoCheck;
+use okd_appliance::plan::Plan;
+
+use super::{load, load_listing_warnings, real_files};
+
+/// `check --secret-files`: the config's secret files, absolute. Their modes are not looked at
+/// (this is how a too-open file gets fixed).
+pub fn secret_files(file: &Path) -> ExitCode {
+    let loaded = match load(file, InstallCheck::Skip) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    for (_, path) in config::secret_files(&loaded.config) {
+        match std::path::absolute(&path) {
+            Ok(p) => println!("{}", p.display()),
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+pub fn check(file: &Path, install: bool) -> ExitCode {
+    let files = real_files();
+    let mode = if install {
+        InstallCheck::Require(&files)
+    } else {
+        InstallCheck::Warn(&files)
+    };
+    let loaded = match load_listing_warnings(file, mode) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let c = &loaded.config;
+    // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
+    // optional). Like the ignition files, an unusable ISO never stops a running cluster's
+    // services: a warning, an error only with --install.
+    let iso = match okd_appliance::http::iso::check(&Plan::derive(c, 0)) {
+        IsoCheck::Absent(_) => None,
+        IsoCheck::Ready(summary) => Some(summary),
+        IsoCheck::Problems(problems) => {
+            let severity = if install { "error" } else { "warning" };
+            for p in problems {
+                eprintln!("{severity}: {p}");
+            }
+            if install {
+                return ExitCode::from(1);
+            }
+            None
+        }
+    };
+    // What the nodes' boots will fetch from here: present? (An error only with --install, as
+    // for the ignition files: a running cluster's services never depend on them.)
+    let missing = okd_appliance::http::preflight::missing(&Plan::derive(c, 0));
+    for m in &missing {
+        let severity = if install { "error" } else { "warning" };
+        eprintln!("{severity}: {m}: a node that asks for it gets 404");
+    }
+    if install && !missing.is_empty() {
+        eprintln!(
+            "hint: `okd-appliance artifacts fetch {}` puts the CoreOS artifacts in place",
+            file.display()
+        );
+        return ExitCode::from(1);
+    }
+    println!(
+        "{}: ok: cluster {} with {} nodes",
+        file.display(),
+        c.cluster.domain(),
+        c.nodes.len()
+    );
+    if let Some(node) = c.single_node() {
+        println!(
+            "single-node cluster: {} boots the live system with {} and installs itself (bootstrap in place); {}",
+            node.name,
+            okd_appliance::vocabulary::RoleConfig::SingleNode.file(),
+            match c.lb.single_node {
+                config::SingleNodeRouting::Direct =>
+                    "api, api-int and *.apps resolve to it (lb.single_node: direct)",
+                config::SingleNodeRouting::Proxied =>
+                    "api, api-int and *.apps resolve to the appliance, which balances to it (lb.single_node: proxied)",
+            }
+        );
+    }
+    if let Some(summary) = iso {
+        println!("{summary}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `node kargs NODE FILE`: the node's kernel arguments, one line, exactly as served.
+pub fn node_kargs(node: &str, file: &Path, pxe: bool) -> ExitCode {
+    // Like the artifacts, this is useful before the ignition configs exist.
+    let loaded = match load(file, InstallCheck::Skip) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let plan = Plan::derive(&loaded.config, 0);
+    let Some(boot) = plan.boot.iter().find(|b| b.node == node) else {
+        let names: Vec<&str> = plan.boot.iter().map(|b| b.node.as_str()).collect();
+        eprintln!(
+            "error: no node `{node}` in {} (nodes: {})",
+            file.display(),
+            names.join(", ")
+        );
+        return ExitCode::from(1);
+    };
+    let args = if pxe {
+        &boot.kernel_args
+    } else {
+        &boot.iso_kernel_args
+    };
+    println!("{}", args.join(" "));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,232 @@
+//! The `okd-appliance` command line's shape and what its commands share: the clap types of the
+//! top-level commands (each family's subcommands live in its own file), the running appliance a
+//! command talks to (`Target`), loading the config with its warnings, the error style, the
+//! tokio runtime. The families: `check.rs` (check, node kargs), `render.rs`, `serve.rs`,
+//! `artifacts.rs`, `admin.rs` (reload, lb, node reinstall, ha: one admin-socket request each),
+//! `cluster.rs`, `nodes.rs`, `status.rs`.
+//!
+//! Exit codes shared by every command: 0 success, 1 invalid config (or a failure), 2 usage
+//! error; each family's file lists its own.
+
+pub mod admin;
+pub mod artifacts;
+pub mod check;
+pub mod cluster;
+pub mod nodes;
+pub mod render;
+pub mod serve;
+pub mod status;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use clap::{Args, Parser, Subcommand};
+use okd_appliance::config::{self, InstallCheck, RealFiles, RenderStyle};
+
+use admin::{HaAction, LbAction};
+use artifacts::ArtifactsAction;
+use cluster::ClusterAction;
+use nodes::NodesAction;
+use render::FormatArg;
+
+#[derive(Debug, Parser)]
+#[command(name = "okd-appliance", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate a cluster config and list every problem with its line and column.
+    Check {
+        /// The cluster config (YAML).
+        file: PathBuf,
+        /// Also require what installing nodes needs: the ignition files of every role present,
+        /// and a bootstrap.ign younger than 24 hours while a bootstrap node is listed (without
+        /// it these are warnings: they never stop DNS, DHCP or the load balancer).
+        #[arg(long)]
+        install: bool,
+        /// Print only the secret files the config names (API key and token, the pair's secret,
+        /// provider credentials, the kubeconfig), one absolute path a line, whatever their
+        /// mode: for provisioning that gives them to the service account with mode 0600.
+        #[arg(long, conflicts_with = "install")]
+        secret_files: bool,
+    },
+    /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
+    Render {
+        /// The cluster config (YAML).
+        file: PathBuf,
+        /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools;
+        /// `networkd` for the services host's own cluster NIC (a systemd-networkd file);
+        /// `install-config` for openshift-install's install-config.yaml (written owner-only:
+        /// it holds the pull secret).
+        #[arg(long, value_enum, default_value_t = FormatArg::Human)]
+        format: FormatArg,
+        /// Write each output file into this directory instead of printing it.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// The SOA serial to write (default: seconds since the epoch, as `serve` uses).
+        #[arg(long)]
+        serial: Option<u32>,
+    },
+    /// Serve DNS, DHCP, the load balancer and the boot files for the cluster.
+    Serve {
+        /// The cluster config (YAML); `reload` or SIGHUP reads it again.
+        file: PathBuf,
+    },
+    /// Make the running appliance re-read its config, and say what happened: exit 0 when it
+    /// serves the new plan (or the config is unchanged), 1 when it keeps the previous plan
+    /// (an invalid config, or a change that takes a restart).
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Ask a running appliance's load balancer to drain a node, put it back, or report.
+    Lb {
+        #[command(subcommand)]
+        action: LbAction,
+    },
+    /// Put the CoreOS PXE files into `install.artifacts_dir`, verified against the stream.
+    ///
+    /// The kernel, initramfs and rootfs (and with --metal the metal disk image, with --iso the
+    /// live ISO) of one architecture, as a CoreOS stream metadata JSON lists them; each is
+    /// checked against the stream's SHA-256 before it gets its configured name.
+    Artifacts {
+        #[command(subcommand)]
+        action: ArtifactsAction,
+    },
+    /// Create, start, stop, reset or destroy the cluster's machines through `control.provider`.
+    ///
+    /// Exit codes: 0 done, 1 invalid config, 2 usage; when nodes fail, the highest of 3 (an
+    /// action failed), 4 (provider unreachable, TLS or credentials refused), 5 (a machine
+    /// contradicts the config; nothing changed), 6 (timeout).
+    Nodes {
+        #[command(subcommand)]
+        action: NodesAction,
+    },
+    /// Manage a node of a running appliance.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+    /// The running appliance at a glance: every node's reservation, last DHCP exchange, files
+    /// fetched and install phase; every load-balancer backend; listeners, plan, uptime.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// JSON, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One of a pair of appliances: keepalived's check and notify hooks, and its state.
+    Ha {
+        #[command(subcommand)]
+        action: HaAction,
+    },
+    /// Drive the install through the running appliance: create and boot the machines, wait for
+    /// bootstrap, drain and remove the bootstrap node, start the workers, approve the known
+    /// nodes' certificate requests, wait for the cluster operators.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+}
+
+/// Which running appliance to talk to: the one serving a config file (its `state_dir`, relative
+/// to the file), or the one whose state directory is named.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct Target {
+    /// The cluster config the appliance serves.
+    file: Option<PathBuf>,
+    /// The running appliance's `state_dir` (where its admin socket is), instead of a config.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+impl Target {
+    /// The state directory: from the flag, or from the config (which must be valid).
+    fn state_dir(&self) -> Result<PathBuf, ExitCode> {
+        match (&self.state_dir, &self.file) {
+            (Some(dir), _) => Ok(dir.clone()),
+            (None, Some(file)) => Ok(load(file, InstallCheck::Skip)?.config.state_dir),
+            (None, None) => unreachable!("clap requires one of them"),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeAction {
+    /// Install NODE again at its next network boot (its iPXE script stops booting the disk).
+    #[command(
+        override_usage = "okd-appliance node reinstall <NODE> <FILE|--state-dir <STATE_DIR>>"
+    )]
+    Reinstall {
+        /// The node to install again (as named in the config).
+        node: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the kernel arguments to type at NODE's live ISO boot prompt (those that
+    /// /iso/NODE.iso has built in); with --pxe, the whole line of its PXE boot.
+    Kargs {
+        node: String,
+        /// The cluster config (YAML).
+        file: PathBuf,
+        /// The arguments of the live PXE kernel instead (with coreos.live.rootfs_url).
+        #[arg(long)]
+        pxe: bool,
+    },
+}
+
+fn style() -> RenderStyle {
+    if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+        RenderStyle::Color
+    } else {
+        RenderStyle::Plain
+    }
+}
+
+fn real_files() -> RealFiles {
+    RealFiles {
+        now: SystemTime::now(),
+    }
+}
+
+/// Loads the config for a command; its warnings as one line (`check` lists them: see
+/// [`load_listing_warnings`]), errors in full.
+fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
+    let loaded = load_quietly(file, files)?;
+    eprint!("{}", loaded.warnings.warnings_line());
+    Ok(loaded)
+}
+
+/// [`load`] for `check`: every warning in full.
+fn load_listing_warnings(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
+    let loaded = load_quietly(file, files)?;
+    if !loaded.warnings.is_empty() {
+        eprint!("{}", loaded.warnings.render(style()));
+    }
+    Ok(loaded)
+}
+
+fn load_quietly(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
+    match config::load(file, files) {
+        Ok(loaded) => Ok(loaded),
+        Err(e) => {
+            eprint!("{}", e.render(style()));
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// Builds a tokio runtime with I/O and timers, or says why not (exit code 1).
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: can't start the async runtime: {e}");
+        ExitCode::from(1)
+    })
+}

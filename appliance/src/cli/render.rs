@@ -1,0 +1,154 @@
+//! `okd-appliance render FILE [--format F] [--output DIR] [--serial N]`: what the appliance
+//! derives from a config (zones, reservations, pools, boot parameters) for reading or as the
+//! configs of other tools; the services host's networkd file, keepalived's files for a pair,
+//! openshift-install's install-config.yaml.
+//!
+//! Exit codes: 0 rendered, 1 invalid config or a file that can't be read or written, 2 usage.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use clap::ValueEnum;
+use okd_appliance::config::{self, InstallCheck};
+use okd_appliance::plan::Plan;
+use okd_appliance::render::{self, Format};
+
+use super::load;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Human,
+    Bind,
+    Dnsmasq,
+    Haproxy,
+    Networkd,
+    Keepalived,
+    InstallConfig,
+}
+
+impl FormatArg {
+    /// The plan renderer, or `None` for `networkd` (the host's set-up, not the plan).
+    fn plan_format(self) -> Option<Format> {
+        match self {
+            FormatArg::Human => Some(Format::Human),
+            FormatArg::Bind => Some(Format::Bind),
+            FormatArg::Dnsmasq => Some(Format::Dnsmasq),
+            FormatArg::Haproxy => Some(Format::Haproxy),
+            FormatArg::Networkd | FormatArg::Keepalived | FormatArg::InstallConfig => None,
+        }
+    }
+}
+
+/// `render`: the files of `format`, printed or written into `output`.
+pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
+    // Zones, pools and reservations have nothing to do with the ignition files.
+    let loaded = match load(file, InstallCheck::Skip) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let files = if let FormatArg::InstallConfig = format {
+        let rendered = okd_appliance::install_config::Inputs::read(&loaded.config)
+            .and_then(|inputs| okd_appliance::install_config::render(&loaded.config, &inputs));
+        match rendered {
+            Ok(text) => vec![render::Rendered {
+                file_name: okd_appliance::install_config::FILE_NAME.into(),
+                text,
+            }],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else if let FormatArg::Keepalived = format {
+        match keepalived(&loaded.config) {
+            Ok(files) => files,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else if let Some(format) = format.plan_format() {
+        let serial = serial.unwrap_or_else(|| {
+            let secs = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            u32::try_from(secs).unwrap_or(u32::MAX)
+        });
+        render::render(&Plan::derive(&loaded.config, serial), format)
+    } else {
+        match okd_appliance::host_network::networkd(&loaded.config) {
+            Ok(text) => vec![render::Rendered {
+                file_name: okd_appliance::host_network::FILE_NAME.into(),
+                text,
+            }],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    };
+    match output {
+        None => {
+            for f in &files {
+                print!("{}", f.text);
+            }
+        }
+        Some(dir) => {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("error: can't create {}: {e}", dir.display());
+                return ExitCode::from(1);
+            }
+            // keepalived's files hold the VRRP password, the install-config the pull secret:
+            // owner-only.
+            let mode = if let FormatArg::Keepalived | FormatArg::InstallConfig = format {
+                0o600
+            } else {
+                0o644
+            };
+            for f in &files {
+                let path = dir.join(&f.file_name);
+                if let Err(e) = write_mode(&path, &f.text, mode) {
+                    eprintln!("error: can't write {}: {e}", path.display());
+                    return ExitCode::from(1);
+                }
+                println!("{}", path.display());
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes `text` to `path` with `mode`, also when the file is already there with another.
+fn write_mode(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.write_all(text.as_bytes())
+}
+
+/// keepalived's config for both hosts of the pair, naming this binary and the state directory
+/// by their absolute paths, with the VRRP password derived from the pair's secret.
+fn keepalived(config: &config::Config) -> Result<Vec<render::Rendered>, String> {
+    let ha = config
+        .ha
+        .as_ref()
+        .ok_or("the config has no ha section: keepalived is for a pair of appliances")?;
+    let keys =
+        okd_appliance::secrets::PairKeys::read(&ha.secret_file).map_err(|e| e.to_string())?;
+    let binary = std::env::current_exe().map_err(|e| format!("can't find this binary: {e}"))?;
+    let state_dir = std::path::absolute(&config.state_dir)
+        .map_err(|e| format!("{}: {e}", config.state_dir.display()))?;
+    render::keepalived::render(
+        &Plan::derive(config, 0),
+        &binary,
+        &state_dir,
+        &keys.vrrp_password,
+    )
+}
