@@ -4,6 +4,14 @@
 //! [`InstallFiles`], and of a credential file only its metadata (that it exists, is a regular
 //! file and is readable by its owner alone): a secret's content is never read while validating,
 //! so it can't end up in a diagnostic.
+//!
+//! This file holds the entry, the rules every provider shares (the section's provider and
+//! timeouts, each node's machine sizes and install path, credentials and TLS trust); each
+//! provider's own settings are checked in its file: `proxmox.rs`, `libvirt.rs`, `redfish.rs`.
+
+mod libvirt;
+mod proxmox;
+mod redfish;
 
 use std::collections::HashMap;
 use std::io;
@@ -16,12 +24,10 @@ use serde_saphyr::Location;
 use super::super::control::*;
 use super::super::diagnostic::{Problems, Severity};
 use super::super::model::{Node, Role};
-use super::super::raw::{
-    RawBmc, RawConfig, RawControl, RawLibvirt, RawMachine, RawNode, RawProxmox, Text,
-};
+use super::super::raw::{RawConfig, RawControl, RawMachine, Text};
 use super::InstallFiles;
+use redfish::Redfish;
 
-const DEFAULT_ISO_STORAGE: &str = "local";
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
@@ -208,262 +214,6 @@ impl ControlValidator<'_, '_> {
         provider
     }
 
-    fn proxmox(&mut self, raw: &RawProxmox) -> Option<Proxmox> {
-        let url = self.https_url(&raw.url);
-        let node = self.name(
-            &raw.node,
-            "Proxmox node name",
-            is_pve_node,
-            "the node's host name as Proxmox shows it, e.g. pve1",
-        );
-        let token_id = self.token_id(&raw.token_id);
-        let token_secret = self.secret(
-            raw.token_secret_file.as_ref(),
-            raw.token_secret_env.as_ref(),
-            raw.token_id.referenced,
-            "token_secret",
-        );
-        let trust = self.trust(
-            raw.ca_file.as_ref(),
-            raw.fingerprint.as_ref(),
-            raw.url.referenced,
-        );
-        let storage = self.name(
-            &raw.storage,
-            "storage",
-            is_pve_storage_id,
-            "a Proxmox storage ID, e.g. local-lvm",
-        );
-        let iso_storage = match &raw.iso_storage {
-            None => Some(DEFAULT_ISO_STORAGE.to_owned()),
-            Some(s) => self.name(
-                s,
-                "ISO storage",
-                is_pve_storage_id,
-                "a Proxmox storage ID with content type iso, e.g. local",
-            ),
-        };
-        let bridge = self.name(
-            &raw.bridge,
-            "bridge",
-            is_bridge,
-            "the bridge of the cluster network, e.g. vmbr1",
-        );
-        let vlan = match &raw.vlan {
-            None => Some(None),
-            Some(v) if (1..=4094).contains(&v.value) => u16::try_from(v.value).ok().map(Some),
-            Some(v) => {
-                self.p.error(
-                    "config::control",
-                    v.referenced,
-                    format!("VLAN tag {} is out of range (1 to 4094)", v.value),
-                    "out of range",
-                );
-                None
-            }
-        };
-        let pool = match &raw.pool {
-            None => Some(None),
-            Some(s) => self
-                .name(
-                    s,
-                    "resource pool",
-                    is_pve_pool_id,
-                    "a Proxmox pool ID, e.g. okd",
-                )
-                .map(Some),
-        };
-        Some(Proxmox {
-            url: url?,
-            node: node?,
-            token_id: token_id?,
-            token_secret: token_secret?,
-            trust: trust?,
-            storage: storage?,
-            iso_storage: iso_storage?,
-            bridge: bridge?,
-            vlan: vlan?,
-            pool: pool?,
-        })
-    }
-
-    fn libvirt(&mut self, raw: &RawLibvirt, at: Location) -> Option<Libvirt> {
-        let uri = match &raw.uri {
-            None => Some("qemu:///system".to_owned()),
-            Some(u) => {
-                match url::Url::parse(&u.value) {
-                    Ok(parsed)
-                        if parsed.scheme().starts_with("qemu")
-                            || parsed.scheme().starts_with("test") =>
-                    {
-                        Some(u.value.clone())
-                    }
-                    _ => {
-                        self.p
-                        .error(
-                            "config::control",
-                            u.referenced,
-                            format!("`{}` is not a libvirt URI", u.value),
-                            "not a libvirt URI",
-                        )
-                        .hint("e.g. qemu:///system, or qemu+ssh://root@kvm1/system for a remote host");
-                        None
-                    }
-                }
-            }
-        };
-        let attach = match (&raw.network, &raw.bridge) {
-            (Some(n), None) => self
-                .name(
-                    n,
-                    "libvirt network",
-                    is_bridge,
-                    "a libvirt network name, e.g. default",
-                )
-                .map(LibvirtNet::Network),
-            (None, Some(b)) => self
-                .name(
-                    b,
-                    "bridge",
-                    is_bridge,
-                    "the host bridge of the cluster network, e.g. br0",
-                )
-                .map(LibvirtNet::Bridge),
-            (Some(n), Some(b)) => {
-                self.p
-                    .error(
-                        "config::control",
-                        b.referenced,
-                        "both network and bridge are set",
-                        "second attachment",
-                    )
-                    .also(n.referenced, "first attachment")
-                    .hint("the NICs join a libvirt network or a host bridge: keep one");
-                None
-            }
-            (None, None) => {
-                self.p
-                    .error(
-                        "config::control",
-                        at,
-                        "libvirt needs the cluster network: `network` or `bridge`",
-                        "no network",
-                    )
-                    .hint("network: <a libvirt network> or bridge: <a host bridge>, on the cluster subnet");
-                None
-            }
-        };
-        let pool = match &raw.pool {
-            None => Some("default".to_owned()),
-            Some(p) => self.name(
-                p,
-                "storage pool",
-                is_bridge,
-                "a libvirt storage pool, e.g. default",
-            ),
-        };
-        let firmware = self.choice(
-            raw.firmware.as_ref(),
-            "firmware",
-            &[("bios", Firmware::Bios), ("uefi", Firmware::Uefi)],
-        );
-        let domain_type = self.choice(
-            raw.domain_type.as_ref(),
-            "domain type",
-            &[("kvm", DomainType::Kvm), ("qemu", DomainType::Qemu)],
-        );
-        Some(Libvirt {
-            uri: uri?,
-            attach: attach?,
-            pool: pool?,
-            firmware: firmware?,
-            domain_type: domain_type?,
-        })
-    }
-
-    /// One of `choices` (the first is the default).
-    fn choice<T: Copy>(
-        &mut self,
-        raw: Option<&Text>,
-        what: &str,
-        choices: &[(&str, T)],
-    ) -> Option<T> {
-        let Some(raw) = raw else {
-            return Some(choices[0].1);
-        };
-        if let Some((_, v)) = choices.iter().find(|(n, _)| *n == raw.value) {
-            return Some(*v);
-        }
-        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-        self.p
-            .error(
-                "config::control",
-                raw.referenced,
-                format!("unknown {what} `{}`", raw.value),
-                "unknown",
-            )
-            .hint(format!("use {}", names.join(" or ")));
-        None
-    }
-
-    /// `https://host[:port]` with nothing after it; the API path is the client's business.
-    fn https_url(&mut self, raw: &Text) -> Option<String> {
-        let parsed = match url::Url::parse(&raw.value) {
-            Ok(u) => u,
-            Err(e) => {
-                self.p
-                    .error(
-                        "config::control",
-                        raw.referenced,
-                        format!("`{}` is not a URL: {e}", raw.value),
-                        "not a URL",
-                    )
-                    .hint("write the API's address, e.g. https://pve1.lab.example.com:8006");
-                return None;
-            }
-        };
-        if parsed.scheme() != "https" {
-            self.p
-                .error(
-                    "config::control",
-                    raw.referenced,
-                    "the provider URL must use https",
-                    "not https",
-                )
-                .hint("the API token would cross the network in clear text; Proxmox listens with TLS on port 8006");
-            return None;
-        }
-        let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) else {
-            self.p.error(
-                "config::control",
-                raw.referenced,
-                "the provider URL has no host",
-                "no host",
-            );
-            return None;
-        };
-        if !matches!(parsed.path(), "" | "/")
-            || parsed.query().is_some()
-            || parsed.fragment().is_some()
-            || !parsed.username().is_empty()
-            || parsed.password().is_some()
-        {
-            self.p
-                .error(
-                    "config::control",
-                    raw.referenced,
-                    "the provider URL must be only scheme, host and port",
-                    "has more than that",
-                )
-                .hint("e.g. https://pve1.lab.example.com:8006 (the API path /api2/json is added; credentials go in token_secret_file)");
-            return None;
-        }
-        Some(match parsed.port() {
-            Some(port) => format!("https://{host}:{port}"),
-            None => format!("https://{host}"),
-        })
-    }
-
     fn name(
         &mut self,
         raw: &Text,
@@ -482,26 +232,6 @@ impl ControlValidator<'_, '_> {
                 "invalid",
             )
             .hint(hint.to_owned());
-        None
-    }
-
-    /// `USER@REALM!TOKENID`. The value is never repeated in the message: an operator who
-    /// pasted `...=SECRET` here would otherwise see the secret in every log of the error.
-    fn token_id(&mut self, raw: &Text) -> Option<String> {
-        if is_token_id(&raw.value) {
-            return Some(raw.value.clone());
-        }
-        let problem = self.p.error(
-            "config::control",
-            raw.referenced,
-            "token_id is not of the form USER@REALM!TOKENID",
-            "not a token ID",
-        );
-        if raw.value.contains('=') {
-            problem.hint("the part after `=` is the secret: put it in the file named by token_secret_file (mode 0600) and keep only USER@REALM!TOKENID here");
-        } else {
-            problem.hint("e.g. okd@pve!appliance, as `pveum user token list okd@pve` shows it");
-        }
         None
     }
 
@@ -892,155 +622,6 @@ impl ControlValidator<'_, '_> {
         })
     }
 
-    /// The node's BMC: its own settings over the `control.redfish` defaults.
-    fn bmc(&mut self, node: &RawNode, rf: &Redfish<'_>) -> Option<Bmc> {
-        let own = node.machine.as_ref().and_then(|m| m.value.bmc.as_ref());
-        let empty = RawBmc::default();
-        let defaults = rf.defaults.unwrap_or(&empty);
-        let Some((own, at)) = own.map(|b| (&b.value, b.referenced)) else {
-            self.p
-                .error(
-                    "config::control",
-                    node.name.referenced,
-                    format!("node {} has no BMC", node.name.value),
-                    "no machine.bmc",
-                )
-                .hint("add `machine: { bmc: { url: https://<bmc address> } }` to the node");
-            return None;
-        };
-        let Some(url_text) = &own.url else {
-            self.p.error(
-                "config::control",
-                at,
-                "the node's BMC has no url",
-                "bmc without url",
-            );
-            return None;
-        };
-        let url = self.bmc_url(url_text);
-        let username = match own.username.as_ref().or(defaults.username.as_ref()) {
-            Some(u) if !u.value.trim().is_empty() && !u.value.contains(':') => {
-                Some(u.value.clone())
-            }
-            Some(u) => {
-                self.p.error(
-                    "config::secret",
-                    u.referenced,
-                    "not a BMC user name",
-                    "user name",
-                );
-                None
-            }
-            None => {
-                self.p
-                    .error(
-                        "config::secret",
-                        at,
-                        "the node's BMC has no username",
-                        "no username",
-                    )
-                    .hint("set `username:` here or in control.redfish");
-                None
-            }
-        };
-        let password = if own.password_file.is_some() || own.password_env.is_some() {
-            self.secret(
-                own.password_file.as_ref(),
-                own.password_env.as_ref(),
-                at,
-                "password",
-            )
-        } else {
-            self.secret(
-                defaults.password_file.as_ref(),
-                defaults.password_env.as_ref(),
-                at,
-                "password",
-            )
-        };
-        let sets_trust = |b: &RawBmc| {
-            b.ca_file.is_some()
-                || b.fingerprint.is_some()
-                || b.insecure.as_ref().is_some_and(|i| i.value)
-        };
-        let level = if sets_trust(own) { own } else { defaults };
-        let trust = match level.insecure.as_ref().filter(|i| i.value) {
-            Some(insecure) if level.ca_file.is_some() || level.fingerprint.is_some() => {
-                self.p
-                    .error(
-                        "config::tls",
-                        insecure.referenced,
-                        "insecure: true beside a CA file or fingerprint",
-                        "contradicts the other",
-                    )
-                    .hint("keep the CA file or fingerprint, and drop `insecure`");
-                None
-            }
-            Some(insecure) => {
-                // Said at every load (`check`, `serve`, `nodes`): a choice to revisit.
-                self.p
-                    .warning(
-                        "config::tls",
-                        insecure.referenced,
-                        format!(
-                            "the BMC of {} is used without checking its certificate: anyone on the path can pose as it and read its password",
-                            node.name.value
-                        ),
-                        "insecure: true",
-                    )
-                    .hint("give its CA file or its certificate's fingerprint instead");
-                Some(BmcTrust::Insecure)
-            }
-            None => self
-                .trust(
-                    level.ca_file.as_ref(),
-                    level.fingerprint.as_ref(),
-                    url_text.referenced,
-                )
-                .map(BmcTrust::Verify),
-        };
-        Some(Bmc {
-            url: url?,
-            username: username?,
-            password: password?,
-            trust: trust?,
-        })
-    }
-
-    /// `https://host[:port]`, optionally with the path of one system.
-    fn bmc_url(&mut self, raw: &Text) -> Option<String> {
-        let parsed = match url::Url::parse(&raw.value) {
-            Ok(u) if u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty()) => u,
-            _ => {
-                self.p
-                    .error(
-                        "config::control",
-                        raw.referenced,
-                        format!("`{}` is not an https URL", raw.value),
-                        "not https",
-                    )
-                    .hint("e.g. https://10.1.0.5 (Redfish runs over TLS; BMC credentials never go in clear text)");
-                return None;
-            }
-        };
-        let path = parsed.path().trim_end_matches('/');
-        if !(path.is_empty() || path.starts_with("/redfish/v1/Systems/"))
-            || parsed.query().is_some()
-            || !parsed.username().is_empty()
-        {
-            self.p
-                .error(
-                    "config::control",
-                    raw.referenced,
-                    "a BMC URL is the BMC's address, or the URL of one system",
-                    "unexpected path",
-                )
-                .hint("e.g. https://10.1.0.5 or https://10.1.0.5/redfish/v1/Systems/1");
-            return None;
-        }
-        Some(parsed.as_str().trim_end_matches('/').to_owned())
-    }
-
     fn below_minimum(&mut self, at: Location, role: Role, minimum: &str) {
         self.p
             .warning(
@@ -1086,11 +667,6 @@ impl ControlValidator<'_, '_> {
     }
 }
 
-/// The defaults every node's BMC starts from.
-struct Redfish<'a> {
-    defaults: Option<&'a RawBmc>,
-}
-
 /// Every default filled in: the role's documented minimum.
 fn defaults(node: &Node, install: InstallPath) -> MachineSettings {
     let min = Minimum::of(node.role);
@@ -1126,60 +702,12 @@ fn io_reason(e: &io::Error) -> String {
     }
 }
 
-/// Proxmox's `pve-node` format: a host name label, upper case allowed.
-fn is_pve_node(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// Proxmox's `pve-storage-id` format.
-fn is_pve_storage_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() >= 2
-        && b[0].is_ascii_alphabetic()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[b.len() - 1].is_ascii_alphanumeric()
-}
-
-/// Proxmox's `pve-poolid` format.
-fn is_pve_pool_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_'))
-}
-
 /// A Linux interface name (15 bytes at most), as Proxmox's `pve-bridge-id` accepts it.
 fn is_bridge(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 15
         && s.bytes()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-/// `USER@REALM!TOKENID` as Proxmox spells API token IDs.
-fn is_token_id(s: &str) -> bool {
-    let Some((userid, token)) = s.split_once('!') else {
-        return false;
-    };
-    let Some((user, realm)) = userid.rsplit_once('@') else {
-        return false;
-    };
-    let ident = |t: &str| {
-        t.len() >= 2
-            && t.starts_with(|c: char| c.is_ascii_alphabetic())
-            && t.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-    };
-    !user.is_empty()
-        && user.len() <= 60
-        && !user.contains(|c: char| c.is_whitespace() || matches!(c, ':' | '/' | '!' | '='))
-        && ident(realm)
-        && ident(token)
 }
 
 fn is_env_name(s: &str) -> bool {
@@ -1201,23 +729,6 @@ fn parse_fingerprint(s: &str) -> Result<[u8; 32], Option<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_ids_follow_proxmox_spelling() {
-        for good in ["okd@pve!appliance", "root@pam!ci-1", "a.b@ldap.corp!t_1"] {
-            assert!(is_token_id(good), "{good}");
-        }
-        for bad in [
-            "okd@pve",
-            "okd!appliance",
-            "@pve!x1",
-            "okd@pve!appliance=3f0c-secret",
-            "okd@p!x1",
-            "okd@pve!1x",
-        ] {
-            assert!(!is_token_id(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn fingerprints_are_sha256_with_or_without_colons() {
