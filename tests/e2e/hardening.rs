@@ -26,6 +26,8 @@ cluster: {{ name: okd, base_domain: lab.example.com }}
 network: {{ subnet: 10.99.0.0/24, appliance_ip: 10.99.0.1 }}
 nodes:
   - {{ name: mst0, role: master, mac: "52:54:00:00:00:11", ip: 10.99.0.11 }}
+  # A worker too: a master alone would be a single-node cluster, whose live system installs itself.
+  - {{ name: wrk0, role: worker, mac: "52:54:00:00:00:21", ip: 10.99.0.21 }}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts, base_url: "{BASE}" }}
 state_dir: {}
 listen:

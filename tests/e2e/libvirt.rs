@@ -418,8 +418,14 @@ control:
         );
         lab.assert_log(&format!("{node}: dhcp ack {ip} to {mac}"));
     }
-    // The master's install writes its disk, as CoreOS's installer would.
-    lab.assert_log("mst0: master.ign fetched by 10.99.0.11:");
+    // The master's install writes its disk, as CoreOS's installer would. Its role config is
+    // fetched after its ignition, the rootfs and the disk check: waited for, not assumed done
+    // by the time the worker fetched its ignition.
+    assert!(
+        lab.wait_log("mst0: master.ign fetched by 10.99.0.11:", BOOT_TIMEOUT),
+        "{}",
+        lab.app.log_tails()
+    );
     assert!(
         lab.wait_log("mst0: installed", BOOT_TIMEOUT),
         "{}",
