@@ -106,6 +106,15 @@ impl fmt::Display for Role {
     }
 }
 
+/// What becomes of the bootstrap machine once bootstrap is complete and it left the pools
+/// (`orchestration.bootstrap_after_complete`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterBootstrap {
+    Destroy,
+    PowerOff,
+    Keep,
+}
+
 /// An Ethernet address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MacAddr(pub [u8; 6]);

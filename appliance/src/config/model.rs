@@ -11,7 +11,9 @@ use std::time::Duration;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::records::RecordData;
-pub use crate::vocabulary::{Balance, MacAddr, MacAddrParseError, Role, RoleConfig};
+pub use crate::vocabulary::{
+    AfterBootstrap, Balance, MacAddr, MacAddrParseError, Role, RoleConfig,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -101,14 +103,6 @@ pub struct Orchestration {
     pub bootstrap_after_complete: AfterBootstrap,
     pub poll: Duration,
     pub settle: Duration,
-}
-
-/// What becomes of the bootstrap machine once bootstrap is complete and it left the pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterBootstrap {
-    Destroy,
-    PowerOff,
-    Keep,
 }
 
 impl Config {

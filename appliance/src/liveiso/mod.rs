@@ -14,6 +14,8 @@
 pub mod embed;
 pub mod iso9660;
 #[doc(hidden)]
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
 pub mod testimage;
 
 use std::fs::File;

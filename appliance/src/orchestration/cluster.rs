@@ -435,7 +435,7 @@ mod tests {
             kubeconfig: kubeconfig.clone(),
             api_url: "https://10.0.0.1:6443".into(),
             api_server_name: "api-int.okd.lab.example.com".into(),
-            after_bootstrap: crate::config::AfterBootstrap::Destroy,
+            after_bootstrap: crate::vocabulary::AfterBootstrap::Destroy,
             single_node: false,
             poll: Duration::from_secs(10),
             settle: Duration::from_secs(60),

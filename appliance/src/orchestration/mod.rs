@@ -40,13 +40,13 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::AfterBootstrap;
 use crate::control::{self, Action, AnyProvider, Provider as _};
 use crate::journal::{EventKind, Journal};
 use crate::lb::SharedPools;
 use crate::plan::machines::MachineSpec;
 use crate::plan::{self, Plan};
 use crate::service::{Context, Running};
+use crate::vocabulary::AfterBootstrap;
 use crate::vocabulary::Role;
 use cluster::{Cluster, ClusterError};
 use decide::{Decision, Memory, Observed, Query, State, Trouble, Waiting};

@@ -8,7 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{AfterBootstrap, Config};
+use crate::config::Config;
+use crate::vocabulary::AfterBootstrap;
 use crate::vocabulary::Role;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
