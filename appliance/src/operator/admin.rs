@@ -17,7 +17,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
@@ -232,20 +231,6 @@ impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
     }
 }
 
-/// A load-balancer or journal request on bare pools (no pair, no orchestration) to its reply
-/// text. Runs inside the tokio runtime: a drain starts its watchers there.
-pub fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
-    match Request::parse(request) {
-        Ok(Request::Drain(node)) => reply(super::drain(&pools.load(), &node, journal)),
-        Ok(Request::Undrain(node)) => reply(super::undrain(&pools.load(), &node, journal)),
-        Ok(Request::LbStatus) => status(&pools.load()),
-        Ok(Request::Journal) => journal_lines(journal),
-        _ => "error: unknown request (lb drain NODE | lb undrain NODE | lb status | \
-              node reinstall NODE | reload | journal)\n"
-            .to_owned(),
-    }
-}
-
 fn journal_lines(journal: &Journal) -> String {
     let mut out = String::from("ok\n");
     for e in journal.recent() {
@@ -375,6 +360,23 @@ mod tests {
 
     use super::*;
     use crate::install_state;
+    use arc_swap::ArcSwap;
+
+    /// A load-balancer or journal request on bare pools (no pair, no orchestration) to its
+    /// reply text, as [`respond`] answers it. Inside the tokio runtime: a drain starts its
+    /// watchers there.
+    fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
+        match Request::parse(request) {
+            Ok(Request::Drain(node)) => reply(super::super::drain(&pools.load(), &node, journal)),
+            Ok(Request::Undrain(node)) => {
+                reply(super::super::undrain(&pools.load(), &node, journal))
+            }
+            Ok(Request::LbStatus) => status(&pools.load()),
+            Ok(Request::Journal) => journal_lines(journal),
+            Ok(other) => panic!("not a load-balancer request: {other:?}"),
+            Err(usage) => format!("error: {usage}\n"),
+        }
+    }
     use crate::plan::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
     use crate::vocabulary::{Balance, Role};
 

@@ -391,9 +391,7 @@ impl Orchestrator {
                 settle: plan.orchestration.settle,
                 now: Instant::now(),
             };
-            let phase = progress
-                .cluster_phase()
-                .unwrap_or(ClusterPhase::Bootstrapping);
+            let phase = state.phase();
             match decide::next(&mut run.memory, &state, &seen) {
                 Decision::Observe(query) => self.fetch(plan, run, query, &mut seen).await,
                 Decision::Start { nodes, drain } => {

@@ -49,7 +49,8 @@ pub struct State<'a> {
 }
 
 impl State<'_> {
-    fn phase(&self) -> ClusterPhase {
+    /// The cluster's phase, bootstrapping before any was recorded.
+    pub fn phase(&self) -> ClusterPhase {
         self.progress
             .cluster_phase()
             .unwrap_or(ClusterPhase::Bootstrapping)
