@@ -612,10 +612,13 @@ impl fmt::Display for BootResult {
     }
 }
 
-/// Every result line in a serial console's text, in order (one per boot of the image).
+/// Every complete result line in a serial console's text, in order (one per boot of the
+/// image). A line counts once its end of line is there: the console is read while the guest
+/// writes it, and a line cut short would parse as a result with fields missing.
 #[must_use]
 pub fn results(serial: &str) -> Vec<BootResult> {
-    serial
+    let complete = serial.rfind(['\n', '\r']).map_or("", |end| &serial[..end]);
+    complete
         .split(['\n', '\r'])
         .filter_map(|line| line.split_once(RESULT_PREFIX))
         .filter_map(|(_, rest)| BootResult::parse(rest))
@@ -698,6 +701,19 @@ mod tests {
         assert_eq!(all[1].get("ignition"), Some("403"));
         assert_eq!(BootResult::parse("outcome=maybe"), None);
         assert_eq!(BootResult::parse("ip=1 outcome=installed junk"), None);
+    }
+
+    /// The console is read while the guest writes it: a result line without its end of line
+    /// yet is not a result, or a cut-short line would pass for one with fields missing.
+    #[test]
+    fn a_result_line_counts_only_once_it_is_complete() {
+        let line = "okd-e2e-result: outcome=installed mac=52:54:00:00:00:11 hostname=mst0";
+        let cut = &line[..line.len() - 2];
+        assert_eq!(results(cut), vec![]);
+        assert_eq!(results(&format!("boot\r\n{cut}")), vec![]);
+        let whole = results(&format!("boot\r\n{line}\r\n"));
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].get("hostname"), Some("mst0"));
     }
 
     #[test]
