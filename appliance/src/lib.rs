@@ -34,6 +34,7 @@ pub mod secrets;
 pub mod service;
 pub mod sockets;
 pub mod supervisor;
+pub mod terminal;
 pub mod tftp;
 pub mod tls;
 pub mod vocabulary;

@@ -192,8 +192,17 @@ fn files() -> RealFiles {
 /// As `check --install` loads: the problems as rendered (lines wrapped) followed by their
 /// messages one a line, or "" when it passed without any.
 fn check_install(dir: &Path) -> String {
+    check_install_of(CONFIG, dir)
+}
+
+/// [`CONFIG`] for an install `cluster up` drives.
+fn driven() -> String {
+    format!("{CONFIG}orchestration: {{ settle: 30s }}\n")
+}
+
+fn check_install_of(config: &str, dir: &Path) -> String {
     let f = files();
-    let problems = match config::parse(CONFIG, "okd.yml", dir, InstallCheck::Require(&f)) {
+    let problems = match config::parse(config, "okd.yml", dir, InstallCheck::Require(&f)) {
         Ok(loaded) => loaded.warnings,
         Err(LoadError::Invalid(p)) => p,
         Err(e) => panic!("{}", e.render(RenderStyle::Plain)),
@@ -480,11 +489,47 @@ fn files_that_are_not_openshift_installs_are_left_alone() {
     )
     .unwrap();
     let f = files();
-    let loaded = config::parse(CONFIG, "okd.yml", dir.path(), InstallCheck::Require(&f)).unwrap();
+    let loaded = config::parse(CONFIG, "okd.yml", dir.path(), InstallCheck::Warn(&f)).unwrap();
     let out = loaded.warnings.render(RenderStyle::Plain);
     assert!(
         out.contains("auth/kubeconfig can't be checked") && out.contains("chmod"),
         "{out}"
     );
     assert_eq!(loaded.warnings.count(Severity::Warning), 1, "{out}");
+    // Before an install `cluster up` drives it is an error: `cluster up` would refuse it.
+    let out = check_install_of(&driven(), dir.path());
+    assert!(
+        out.contains("`cluster up` reads the admin kubeconfig") && out.contains("chmod"),
+        "{out}"
+    );
+    assert!(!out.contains("can't be checked"), "said once:\n{out}");
+    assert!(out.contains("okd.yml: 1 error, 0 warnings"), "{out}");
+}
+
+/// `check --install` asks for the admin kubeconfig `cluster up` will read when it drives the
+/// install; `check` and `serve` don't (the services never read it).
+#[test]
+fn an_install_needs_the_kubeconfig_cluster_up_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    install_dir(dir.path(), &Made::matching(), |_, c| c);
+    std::fs::remove_file(dir.path().join("install_dir/auth/kubeconfig")).unwrap();
+    // Nobody drives the install from here: no provider, no orchestration section.
+    assert_eq!(check_install(dir.path()), "");
+    let out = check_install_of(&driven(), dir.path());
+    assert!(
+        out.contains("`cluster up` reads the admin kubeconfig")
+            && out.contains("install_dir/auth/kubeconfig")
+            && out.contains("No such file")
+            && out.contains("ignition_dir (its auth/kubeconfig)")
+            && out.contains("help: `openshift-install create ignition-configs` writes it"),
+        "{out}"
+    );
+    assert!(out.contains("okd.yml: 1 error, 0 warnings"), "{out}");
+    let f = files();
+    let loaded = config::parse(&driven(), "okd.yml", dir.path(), InstallCheck::Warn(&f)).unwrap();
+    assert!(
+        loaded.warnings.is_empty(),
+        "{}",
+        loaded.warnings.render(RenderStyle::Plain)
+    );
 }

@@ -23,7 +23,7 @@ pub mod store;
 pub mod stream;
 
 use std::fs::File;
-use std::io::{IsTerminal as _, Read as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -154,7 +154,6 @@ pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
     let client = Client::new();
     let selection = read_selection(&client, options).await?;
     prepare(install, &selection)?;
-    let terminal = std::io::stderr().is_terminal();
     let signing = keyring.as_ref().map(|keyring| Signing {
         keyring,
         from: Signatures::Remote(&client),
@@ -162,7 +161,7 @@ pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
     let mut failed = 0;
     for wanted in &selection.files {
         let dest = install.artifacts_dir.join(dest_name(install, wanted));
-        match fetch_one(&client, wanted, &dest, terminal, signing.as_ref()).await {
+        match fetch_one(&client, wanted, &dest, signing.as_ref()).await {
             Ok((outcome, signed_by)) => {
                 println!("{}", outcome.describe(wanted, &dest, signed_by.as_deref()));
             }
@@ -291,7 +290,6 @@ async fn fetch_one(
     client: &Client,
     wanted: &Wanted,
     dest: &Path,
-    terminal: bool,
     signing: Option<&Signing<'_>>,
 ) -> anyhow::Result<(Outcome, Option<String>)> {
     if store::hash_file(dest)? == Some(wanted.sha256) {
@@ -307,9 +305,7 @@ async fn fetch_one(
     let (moved, elapsed) = match opened {
         // The partial file was complete already: only its rename was missing.
         None => (0, Duration::ZERO),
-        Some((response, total)) => {
-            transfer(response, total, &mut part, wanted, dest, terminal).await?
-        }
+        Some((response, total)) => transfer(response, total, &mut part, wanted, dest).await?,
     };
     let size = part.len();
     let signed_by = commit_verified(part, wanted, dest, wanted.location.as_str(), signing).await?;
@@ -330,11 +326,10 @@ async fn transfer(
     part: &mut Partial,
     wanted: &Wanted,
     dest: &Path,
-    terminal: bool,
 ) -> anyhow::Result<(u64, Duration)> {
     let url = &wanted.location;
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
-    let mut progress = Progress::new(&name, terminal, part.len(), total);
+    let mut progress = Progress::new(&name, part.len(), total);
     let received = receive(&mut response, part, &mut progress).await;
     progress.finish();
     let kept = || {

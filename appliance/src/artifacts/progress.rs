@@ -1,6 +1,7 @@
-//! Download progress: on a terminal, an indicatif bar on stderr (bytes, total, rate, time left);
-//! on anything else nothing until the file is done (the caller prints one line per file), so logs
-//! and CI output hold no carriage-return noise. Also the size and rate formatting of those
+//! Download progress: on a terminal, an indicatif bar on stderr (bytes, total, rate, time left),
+//! also under `NO_COLOR` (it has no colour); on anything else nothing until the file is done
+//! (the caller prints one line per file), so logs and CI output hold no carriage-return noise
+//! (`crate::terminal`). Also the size and rate formatting of those
 //! result lines.
 
 use std::time::{Duration, Instant};
@@ -44,12 +45,12 @@ pub struct Progress {
 impl Progress {
     /// `done` bytes are already held before this run moves any (a resumed download); the bar
     /// starts there, and its rate counts only what this run moves.
-    pub fn new(name: &str, terminal: bool, done: u64, total: Option<u64>) -> Progress {
-        let target = if terminal {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        };
+    pub fn new(name: &str, done: u64, total: Option<u64>) -> Progress {
+        let target = crate::terminal::stderr_progress().unwrap_or_else(ProgressDrawTarget::hidden);
+        Progress::drawn_to(target, name, done, total)
+    }
+
+    fn drawn_to(target: ProgressDrawTarget, name: &str, done: u64, total: Option<u64>) -> Progress {
         let bar = ProgressBar::with_draw_target(total, target)
             .with_style(style(total.is_some()))
             .with_message(name.to_owned());
@@ -102,12 +103,12 @@ mod tests {
 
     #[test]
     fn counters_start_from_what_is_held() {
-        let mut p = Progress::new("k", false, 100, Some(300));
+        let mut p = Progress::drawn_to(ProgressDrawTarget::hidden(), "k", 100, Some(300));
         p.advance(50);
         assert_eq!(p.position(), 150);
         assert_eq!(p.moved().0, 50);
         p.finish();
-        let mut unknown = Progress::new("k", false, 0, None);
+        let mut unknown = Progress::drawn_to(ProgressDrawTarget::hidden(), "k", 0, None);
         unknown.advance(7);
         assert_eq!(unknown.position(), 7);
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 
 use okd_appliance::config::{self, InstallCheck, Provider as ProviderConfig, RealFiles};
 use okd_appliance::control::{
@@ -252,7 +252,7 @@ impl Waiting {
         if verb == Verb::List {
             return None;
         }
-        let target = terminal()?;
+        let target = okd_appliance::terminal::stderr_progress()?;
         let timeouts = *timeouts;
         let style = ProgressStyle::with_template(TEMPLATE)
             .unwrap_or_else(|_| ProgressStyle::default_spinner())
@@ -283,17 +283,6 @@ impl Waiting {
         }
         self.bar.set_message(waiting_for(&self.left));
     }
-}
-
-/// stderr, when it is a terminal that can redraw a line (`TERM` set, not `dumb`). Not
-/// indicatif's `ProgressDrawTarget::stderr()`, which also hides every bar under `NO_COLOR`: that
-/// asks for no colour, and this line has none.
-fn terminal() -> Option<ProgressDrawTarget> {
-    use std::io::IsTerminal as _;
-    let redraws = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
-    (std::io::stderr().is_terminal() && redraws).then(|| {
-        ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::buffered_stderr()), 20)
-    })
 }
 
 /// `⠙ stop: shutting down (12s; forced off after 2m, 1m 48s left): master-0, worker-0`; the

@@ -61,6 +61,7 @@ impl Validator<'_> {
             spans: &spans,
             config,
             dir_text: &raw.install.value.ignition_dir.value,
+            kubeconfig_required: severity == Severity::Error && driven(raw, config),
         };
         let single = config.single_node().is_some();
         for role in Role::ALL {
@@ -84,6 +85,66 @@ impl Validator<'_> {
     }
 }
 
+impl Validator<'_> {
+    /// Before an install (`check --install`) driven by `cluster up`, the admin kubeconfig it
+    /// reads (`orchestration.kubeconfig`, by default `<ignition_dir>/auth/kubeconfig`) must be
+    /// there and readable under the secret files' rule: without it `cluster up` refuses to
+    /// start. The install is driven when the appliance makes the machines (a provider) or the
+    /// config has an `orchestration` section. `serve` and `check` don't ask for it: the
+    /// services never read it.
+    pub(super) fn install_kubeconfig(
+        &mut self,
+        raw: &RawConfig,
+        config: &Config,
+        check: InstallCheck<'_>,
+    ) {
+        let Some((files, Severity::Error)) = check.ignition() else {
+            return;
+        };
+        if !driven(raw, config) {
+            return;
+        }
+        if raw.orchestration.kubeconfig.is_none()
+            && files.age(&config.install.ignition_dir).is_err()
+        {
+            return; // The missing directory is reported, with the command that makes it.
+        }
+        let Err(e) = files.kubeconfig(&config.orchestration.kubeconfig) else {
+            return;
+        };
+        let (at, label) = match &raw.orchestration.kubeconfig {
+            Some(k) => (k.referenced, "orchestration.kubeconfig"),
+            None => (
+                raw.install.value.ignition_dir.referenced,
+                "ignition_dir (its auth/kubeconfig)",
+            ),
+        };
+        self.p
+            .error(
+                "config::kubeconfig",
+                at,
+                format!("`cluster up` reads the admin kubeconfig: {e}"),
+                label,
+            )
+            .hint(
+                "`openshift-install create ignition-configs` writes it as auth/kubeconfig beside \
+                 the ignition files; orchestration.kubeconfig names another place",
+            );
+    }
+}
+
+/// Whether `cluster up` drives the install: the appliance makes the machines (a provider), or
+/// the config has an `orchestration` section.
+fn driven(raw: &RawConfig, config: &Config) -> bool {
+    let o = &raw.orchestration;
+    let written = o.kubeconfig.is_some()
+        || o.api_url.is_some()
+        || o.bootstrap_after_complete.is_some()
+        || o.poll.is_some()
+        || o.settle.is_some();
+    written || !matches!(config.control.provider, crate::config::Provider::None)
+}
+
 struct Compare<'a> {
     p: &'a mut Problems,
     files: &'a dyn InstallFiles,
@@ -91,6 +152,8 @@ struct Compare<'a> {
     spans: &'a Spans,
     config: &'a Config,
     dir_text: &'a str,
+    /// `install_kubeconfig` reports an unreadable kubeconfig `cluster up` reads, as an error.
+    kubeconfig_required: bool,
 }
 
 impl Compare<'_> {
@@ -229,11 +292,12 @@ impl Compare<'_> {
             return; // Optional: `cluster up` says so when it needs it.
         }
         let file = oi::KUBECONFIG;
-        let servers = self
-            .files
-            .kubeconfig(path)
-            .and_then(|bytes| oi::kubeconfig_servers(&bytes));
-        let servers = match servers {
+        let read = self.files.kubeconfig(path);
+        if read.is_err() && self.kubeconfig_required && path == self.config.orchestration.kubeconfig
+        {
+            return; // `install_kubeconfig` refuses it, with the reason.
+        }
+        let servers = match read.and_then(|bytes| oi::kubeconfig_servers(&bytes)) {
             Ok(s) => s,
             Err(e) => {
                 // Not a mismatch; `cluster up` refuses it with the same reason.

@@ -314,6 +314,7 @@ impl Validator<'_> {
         self.exposure(raw, &config, dir);
         self.own_ip_args(raw, &config);
         self.ignition_contents(raw, &config, files);
+        self.install_kubeconfig(raw, &config, files);
         Some(config)
     }
 

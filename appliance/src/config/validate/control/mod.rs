@@ -792,6 +792,15 @@ mod tests {
             "{}",
         )
         .unwrap();
+        // `cluster up` drives an install with a provider: its kubeconfig is checked too.
+        std::fs::create_dir(dir.path().join("install_dir/auth")).unwrap();
+        let kubeconfig = dir.path().join("install_dir/auth/kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            "apiVersion: v1\nclusters:\n- cluster:\n    server: https://api.okd.lab.example.com:6443\n  name: okd\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(dir.path().join("ca.pem"), "").unwrap();
         let token = dir.path().join("pve-token");
         std::fs::write(&token, "9f2d-very-secret\n").unwrap();
