@@ -10,6 +10,7 @@ pub mod control;
 pub mod dhcp;
 pub mod dns;
 pub mod durable;
+pub mod fetched;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -408,11 +408,21 @@ fn fetch_puts_each_file_in_place_under_its_configured_name_and_skips_it_next_tim
     assert_eq!(read(&artifact(dir.path(), "vmlinuz")), release.kernel);
     assert_eq!(read(&artifact(dir.path(), "initrd.img")), release.initramfs);
     assert_eq!(read(&artifact(dir.path(), "rootfs.img")), release.rootfs);
-    let names: Vec<String> = std::fs::read_dir(dir.path().join("artifacts"))
+    let mut names: Vec<String> = std::fs::read_dir(dir.path().join("artifacts"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 3, "only the three files, no .part: {names:?}");
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ".okd-appliance-artifacts.json",
+            "initrd.img",
+            "rootfs.img",
+            "vmlinuz"
+        ],
+        "the three files and their record, no .part"
+    );
     let stdout = text(&out.stdout);
     assert!(
         stdout.contains("CoreOS 40.1 (stable stream), x86_64: 3 files"),
@@ -428,6 +438,99 @@ fn fetch_puts_each_file_in_place_under_its_configured_name_and_skips_it_next_tim
     server.forget();
     let out = fetch(&cfg, &stream, &[]);
     assert_up_to_date(&out, &server, "already up to date (sha256 verified)");
+}
+
+/// `artifacts fetch` records what it verified beside the files; `check` then finds a file of
+/// another size, and `check --install` one of the same size with other bytes, each named with
+/// the release it should be.
+#[test]
+fn check_finds_an_artifact_changed_since_it_was_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let release = Release::new();
+    let server = Server::start();
+    release.serve(&server);
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let record: serde_json::Value = serde_json::from_slice(&read(&artifact(
+        dir.path(),
+        ".okd-appliance-artifacts.json",
+    )))
+    .unwrap();
+    assert_eq!(
+        record["files"]["vmlinuz"],
+        serde_json::json!({
+            "release": "40.1",
+            "stream": "stable",
+            "arch": "x86_64",
+            "size": 70_000,
+            "sha256": Sha256::of(&release.kernel).to_string(),
+        })
+    );
+    assert_eq!(record["files"].as_object().unwrap().len(), 3, "{record}");
+    // The only node is a master: a single-node cluster's live config.
+    std::fs::create_dir_all(dir.path().join("install_dir")).unwrap();
+    std::fs::write(
+        dir.path()
+            .join("install_dir/bootstrap-in-place-for-live-iso.ign"),
+        "{}",
+    )
+    .unwrap();
+    let check = |install: bool| {
+        let file = cfg.to_str().unwrap();
+        let args: &[&str] = if install {
+            &["check", "--install", file]
+        } else {
+            &["check", file]
+        };
+        run(args)
+    };
+    let out = check(true);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("checking the SHA-256 of 3 artifacts (800.8 KiB)"),
+        "{}",
+        show(&out)
+    );
+
+    // The same size, other bytes: only the digest tells.
+    let rootfs = artifact(dir.path(), "rootfs.img");
+    std::fs::write(&rootfs, content(9, release.rootfs.len())).unwrap();
+    let out = check(false);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(!text(&out.stderr).contains("rootfs.img"), "{}", show(&out));
+    let out = check(true);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&format!(
+            "error: {}: its SHA-256 is {}, the file of CoreOS 40.1 (stable, x86_64) `artifacts fetch` verified there was {}",
+            rootfs.display(),
+            Sha256::of(&content(9, release.rootfs.len())),
+            Sha256::of(&release.rootfs)
+        )),
+        "{said}"
+    );
+    assert_eq!(said.matches("error: ").count(), 1, "{said}");
+
+    // Cut short: the size tells, without reading it.
+    std::fs::write(&rootfs, &release.rootfs[..1000]).unwrap();
+    let out = check(false);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "warning: {} is 1000 bytes, but the file of CoreOS 40.1 (stable, x86_64) `artifacts fetch` verified there was 600000 bytes (needed by master-0): the nodes would boot another file",
+            rootfs.display()
+        )),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(check(true).status.code(), Some(1));
+
+    // Fetched again, all is well.
+    let out = fetch(&cfg, &server.url("/streams/stable.json"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(check(true).status.code(), Some(0));
 }
 
 /// Every file was found in place (`phrase` says how it was checked) and nothing but the

@@ -158,19 +158,23 @@ pub async fn fetch(install: &Install, options: &Options) -> anyhow::Result<()> {
         keyring,
         from: Signatures::Remote(&client),
     });
+    let mut record = Recorder::open(install, &selection);
     let mut failed = 0;
     for wanted in &selection.files {
         let dest = install.artifacts_dir.join(dest_name(install, wanted));
         match fetch_one(&client, wanted, &dest, signing.as_ref()).await {
             Ok((outcome, signed_by)) => {
                 println!("{}", outcome.describe(wanted, &dest, signed_by.as_deref()));
+                record.put(wanted, &dest)?;
             }
             Err(e) => {
                 eprintln!("error: {}: {e:#}", wanted.kind.label());
+                record.failed(&dest);
                 failed += 1;
             }
         }
     }
+    record.save()?;
     conclude(install, &selection, failed, signing.is_some())
 }
 
@@ -186,20 +190,100 @@ pub async fn import(install: &Install, options: &Options, from: &Path) -> anyhow
         keyring,
         from: Signatures::Dir(from),
     });
+    let mut record = Recorder::open(install, &selection);
     let mut failed = 0;
     for wanted in &selection.files {
         let dest = install.artifacts_dir.join(dest_name(install, wanted));
         match import_one(wanted, from, &dest, signing.as_ref()).await {
             Ok((outcome, signed_by)) => {
                 println!("{}", outcome.describe(wanted, &dest, signed_by.as_deref()));
+                record.put(wanted, &dest)?;
             }
             Err(e) => {
                 eprintln!("error: {}: {e:#}", wanted.kind.label());
+                record.failed(&dest);
                 failed += 1;
             }
         }
     }
+    record.save()?;
     conclude(install, &selection, failed, signing.is_some())
+}
+
+/// The record beside the files (`crate::fetched`): what earlier runs put in place, with what
+/// this run verified added. A record that can't be read is replaced (it only ever describes
+/// files this command checked).
+struct Recorder<'a> {
+    dir: &'a Path,
+    selection: &'a Selection,
+    record: crate::fetched::Record,
+    changed: bool,
+}
+
+impl<'a> Recorder<'a> {
+    fn open(install: &'a Install, selection: &'a Selection) -> Recorder<'a> {
+        let dir = install.artifacts_dir.as_path();
+        let record = crate::fetched::Record::read(dir)
+            .unwrap_or_else(|e| {
+                eprintln!("warning: {e}: writing a new one");
+                None
+            })
+            .unwrap_or_default();
+        Recorder {
+            dir,
+            selection,
+            record,
+            changed: false,
+        }
+    }
+
+    /// `wanted` is verified and in place at `dest`.
+    fn put(&mut self, wanted: &Wanted, dest: &Path) -> anyhow::Result<()> {
+        let size = std::fs::metadata(dest)
+            .with_context(|| format!("can't read {}", dest.display()))?
+            .len();
+        let name = self.name(dest);
+        let entry = crate::fetched::Entry {
+            release: self.selection.release.clone(),
+            stream: self.selection.stream.clone(),
+            arch: self.selection.arch.clone(),
+            size,
+            sha256: wanted.sha256.to_string(),
+        };
+        self.changed |= self.record.files.insert(name, entry.clone()) != Some(entry);
+        Ok(())
+    }
+
+    /// `dest` failed: when what was there is gone (removed as unverified), so is its entry.
+    fn failed(&mut self, dest: &Path) {
+        if !dest.exists() {
+            let name = self.name(dest);
+            self.changed |= self.record.files.remove(&name).is_some();
+        }
+    }
+
+    fn name(&self, dest: &Path) -> String {
+        dest.strip_prefix(self.dir)
+            .unwrap_or(dest)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Writes the record when this run changed it; an empty one is removed.
+    fn save(&self) -> anyhow::Result<()> {
+        if !self.changed {
+            return Ok(());
+        }
+        if self.record.files.is_empty() {
+            let path = crate::fetched::path(self.dir);
+            return crate::durable::remove(&path)
+                .map(drop)
+                .with_context(|| format!("can't remove {}", path.display()));
+        }
+        self.record
+            .write(self.dir)
+            .with_context(|| format!("can't write {}", crate::fetched::path(self.dir).display()))
+    }
 }
 
 /// Reads the stream metadata and picks the files of the requested architecture.

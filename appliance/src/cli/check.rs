@@ -64,10 +64,17 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     };
     // What the nodes' boots will fetch from here: present? (An error only with --install, as
     // for the ignition files: a running cluster's services never depend on them.)
-    let missing = okd_appliance::http::preflight::missing(&Plan::derive(c, 0));
+    let plan = Plan::derive(c, 0);
+    let mut missing: Vec<String> = okd_appliance::http::preflight::missing(&plan)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if install {
+        missing.extend(digests_changed(&plan));
+    }
     for m in &missing {
         let severity = if install { "error" } else { "warning" };
-        eprintln!("{severity}: {m}: a node that asks for it gets 404");
+        eprintln!("{severity}: {m}");
     }
     if install && !missing.is_empty() {
         eprintln!(
@@ -99,6 +106,49 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
         println!("{summary}");
     }
     ExitCode::SUCCESS
+}
+
+/// Before an install, each file the nodes will fetch that `artifacts fetch` recorded is hashed
+/// and compared with the SHA-256 it verified (`okd_appliance::fetched`); what differs, one
+/// line each. A file of the right size with other content (copied over by hand, another build)
+/// is only found this way.
+fn digests_changed(plan: &Plan) -> Vec<String> {
+    use okd_appliance::artifacts::store::hash_file;
+    let dir = &plan.files.artifacts_dir;
+    let Ok(Some(record)) = okd_appliance::fetched::Record::read(dir) else {
+        return Vec::new(); // No record (or one `missing` reported): nothing to compare.
+    };
+    let recorded: Vec<_> = okd_appliance::http::preflight::wanted(plan)
+        .into_iter()
+        .filter_map(|(path, _)| record.entry(dir, &path).map(|e| (path, e)))
+        .filter(|(path, e)| std::fs::metadata(path).is_ok_and(|m| m.len() == e.size))
+        .collect();
+    if recorded.is_empty() {
+        return Vec::new();
+    }
+    let bytes: u64 = recorded.iter().map(|(_, e)| e.size).sum();
+    eprintln!(
+        "checking the SHA-256 of {} artifact{} ({}) against what `artifacts fetch` verified",
+        recorded.len(),
+        if recorded.len() == 1 { "" } else { "s" },
+        bytesize::ByteSize::b(bytes).display().iec()
+    );
+    let mut changed = Vec::new();
+    for (path, entry) in recorded {
+        match hash_file(&path) {
+            Ok(Some(digest)) if digest.to_string() == entry.sha256 => {}
+            Ok(Some(digest)) => changed.push(format!(
+                "{}: its SHA-256 is {digest}, the file of {} `artifacts fetch` verified there \
+                 was {}: the nodes would boot another file than the one verified",
+                path.display(),
+                entry.release_text(),
+                entry.sha256
+            )),
+            Ok(None) => {} // Gone since: `missing` said so.
+            Err(e) => changed.push(format!("{}: {e:#}", path.display())),
+        }
+    }
+    changed
 }
 
 /// `node kargs NODE FILE`: the node's kernel arguments, one line, exactly as served.

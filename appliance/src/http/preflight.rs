@@ -2,37 +2,61 @@
 //! nodes' iPXE scripts name under `/artifacts/` (kernel, initramfs, rootfs), the base live ISO
 //! when a node installs from its ISO, and the iPXE binaries when TFTP is on. A file that is
 //! missing, empty or not a regular file is a boot that stops at a 404 on a console nobody
-//! watches. `check --install` reports these as errors, `check` and `serve` (at start and on
-//! reload) as warnings.
+//! watches; one whose size is not what `artifacts fetch` verified there (`crate::fetched`) was
+//! changed since, and the nodes would boot something else. `check --install` reports these as
+//! errors (and hashes the recorded files too), `check` and `serve` (at start and on reload) as
+//! warnings.
 //!
-//! Architecture invariant: reads file metadata only (no content), never changes anything.
+//! Architecture invariant: reads file metadata and the fetch's record only (no file's
+//! content), never changes anything.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::fetched::Record;
 use crate::plan::Plan;
 use crate::plan::machines::InstallMedium;
 
-/// One file the nodes will ask for that can't be served, with who asks for it.
+/// One file the nodes will ask for that can't be served as it should, with who asks for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
     pub path: PathBuf,
     pub why: String,
     /// The nodes whose boot needs it (empty: every network boot).
     pub needed_by: Vec<String>,
+    pub finding: Finding,
+}
+
+/// What is wrong with a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finding {
+    /// Not there, or not a file that can be served: the node gets 404.
+    Unservable,
+    /// Not the file `artifacts fetch` verified there: the node boots something else.
+    Changed,
+    /// The fetch's record can't be read: the files are not compared with it.
+    Record,
 }
 
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.finding == Finding::Record {
+            return write!(f, "{}: the artifacts are not compared with it", self.why);
+        }
         write!(f, "{} {}", self.path.display(), self.why)?;
         if !self.needed_by.is_empty() {
             write!(f, " (needed by {})", self.needed_by.join(", "))?;
         }
-        Ok(())
+        f.write_str(match self.finding {
+            Finding::Unservable => ": a node that asks for it gets 404",
+            Finding::Changed => ": the nodes would boot another file than the one verified",
+            Finding::Record => "",
+        })
     }
 }
 
-/// Every file the plan's boots will fetch from this server that can't be served now.
-pub fn missing(plan: &Plan) -> Vec<Missing> {
+/// Every file the plan's boots will fetch from this server, with the nodes that need it (empty:
+/// every network boot).
+pub fn wanted(plan: &Plan) -> Vec<(PathBuf, Vec<String>)> {
     let mut wanted: Vec<(PathBuf, Vec<String>)> = Vec::new();
     let mut want =
         |path: PathBuf, node: Option<&str>| match wanted.iter_mut().find(|(p, _)| *p == path) {
@@ -70,36 +94,74 @@ pub fn missing(plan: &Plan) -> Vec<Missing> {
             }
         }
     }
+    for (_, needed_by) in &mut wanted {
+        // Every node: say so once rather than list them all.
+        if needed_by.len() == plan.boot.len() && plan.boot.len() > 1 {
+            needed_by.clear();
+        }
+    }
     wanted
-        .into_iter()
-        .filter_map(|(path, mut needed_by)| {
-            let why = unusable(&path)?;
-            // Every node: say so once rather than list them all.
-            if needed_by.len() == plan.boot.len() && plan.boot.len() > 1 {
-                needed_by.clear();
+}
+
+/// Every file the plan's boots will fetch from this server that can't be served now, or is
+/// not the size `artifacts fetch` verified there.
+pub fn missing(plan: &Plan) -> Vec<Missing> {
+    let dir = &plan.files.artifacts_dir;
+    let mut found = Vec::new();
+    let record = match Record::read(dir) {
+        Ok(r) => r,
+        Err(why) => {
+            found.push(Missing {
+                path: crate::fetched::path(dir),
+                why,
+                needed_by: Vec::new(),
+                finding: Finding::Record,
+            });
+            None
+        }
+    };
+    for (path, needed_by) in wanted(plan) {
+        let finding = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some((Finding::Unservable, "does not exist".to_owned()))
             }
-            Some(Missing {
+            Err(e) => Some((Finding::Unservable, format!("can't be read: {e}"))),
+            Ok(m) if !m.is_file() => {
+                Some((Finding::Unservable, "is not a regular file".to_owned()))
+            }
+            Ok(m) if m.len() == 0 => Some((Finding::Unservable, "is empty".to_owned())),
+            Ok(m) => record
+                .as_ref()
+                .and_then(|r| r.entry(dir, &path))
+                .filter(|e| e.size != m.len())
+                .map(|e| {
+                    (
+                        Finding::Changed,
+                        format!(
+                            "is {} bytes, but the file of {} `artifacts fetch` verified there was {} bytes",
+                            m.len(),
+                            e.release_text(),
+                            e.size
+                        ),
+                    )
+                }),
+        };
+        if let Some((finding, why)) = finding {
+            found.push(Missing {
                 path,
                 why,
                 needed_by,
-            })
-        })
-        .collect()
-}
-
-/// Why `path` can't be served, or `None` when it can (a non-empty regular file, after links).
-fn unusable(path: &Path) -> Option<String> {
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".into()),
-        Err(e) => Some(format!("can't be read: {e}")),
-        Ok(m) if !m.is_file() => Some("is not a regular file".into()),
-        Ok(m) if m.len() == 0 => Some("is empty".into()),
-        Ok(_) => None,
+                finding,
+            });
+        }
     }
+    found
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn plan(dir: &Path, extra: &str) -> Plan {
@@ -132,7 +194,9 @@ listen: {{ tftp: [] }}
         assert_eq!(names, ["kernel", "initramfs.img", "rootfs.img"]);
         assert!(first.iter().all(|m| m.needed_by.is_empty()));
         assert!(
-            first[0].to_string().ends_with("kernel does not exist"),
+            first[0]
+                .to_string()
+                .ends_with("kernel does not exist: a node that asks for it gets 404"),
             "{}",
             first[0]
         );
@@ -146,5 +210,52 @@ listen: {{ tftp: [] }}
         std::fs::remove_dir(artifacts.join("rootfs.img")).unwrap();
         std::fs::write(artifacts.join("rootfs.img"), b"r").unwrap();
         assert_eq!(missing(&p), []);
+    }
+
+    /// A file whose size is not what `artifacts fetch` recorded was changed since; a record
+    /// that can't be read is said once and compares nothing.
+    #[test]
+    fn a_file_of_another_size_than_fetched_is_found_from_its_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = plan(dir.path(), "");
+        let artifacts = dir.path().join("artifacts");
+        std::fs::create_dir_all(&artifacts).unwrap();
+        for name in ["kernel", "initramfs.img", "rootfs.img"] {
+            std::fs::write(artifacts.join(name), b"12345").unwrap();
+        }
+        let entry = |size| crate::fetched::Entry {
+            release: "40.1".into(),
+            stream: "stable".into(),
+            arch: "x86_64".into(),
+            size,
+            sha256: "00".repeat(32),
+        };
+        let mut record = Record::default();
+        record.files.insert("kernel".into(), entry(5));
+        record.files.insert("rootfs.img".into(), entry(7));
+        record.write(&artifacts).unwrap();
+        let found = missing(&p);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].finding, Finding::Changed);
+        assert!(found[0].path.ends_with("rootfs.img"));
+        assert_eq!(
+            found[0].to_string(),
+            format!(
+                "{} is 5 bytes, but the file of CoreOS 40.1 (stable, x86_64) `artifacts fetch` \
+                 verified there was 7 bytes: the nodes would boot another file than the one verified",
+                artifacts.join("rootfs.img").display()
+            )
+        );
+        std::fs::write(crate::fetched::path(&artifacts), "not json").unwrap();
+        let found = missing(&p);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].finding, Finding::Record);
+        assert!(
+            found[0]
+                .to_string()
+                .ends_with(": the artifacts are not compared with it"),
+            "{}",
+            found[0]
+        );
     }
 }

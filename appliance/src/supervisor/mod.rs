@@ -580,7 +580,7 @@ fn needs_restart(
 /// The boot files the plan's nodes will ask for and can't get (`http::preflight`), as warnings.
 fn log_missing_boot_files(plan: &Plan) {
     for m in crate::http::preflight::missing(plan) {
-        tracing::warn!("boot: {m}: a node that asks for it gets 404");
+        tracing::warn!("boot: {m}");
     }
 }
 
