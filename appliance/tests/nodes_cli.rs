@@ -165,6 +165,83 @@ fn a_conflicting_vm_exits_5_and_the_other_nodes_are_still_done() {
     );
 }
 
+/// `check --install` asks the provider for every machine, as `nodes list` does: reached with
+/// the machines not created yet, it passes and says so; with a token the provider refuses, it
+/// fails, naming the provider and the nodes once. (A config without ISO installs, so the ISO
+/// check is not in the way; the install directory as openshift-install writes it.)
+#[test]
+fn check_install_asks_the_provider_for_every_machine() {
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    let text_of = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text_of.replace(", machine: { install: iso }", "")).unwrap();
+    let install = d.dir.path().join("install_dir");
+    std::fs::create_dir_all(install.join("auth")).unwrap();
+    for name in ["master.ign", "worker.ign"] {
+        std::fs::write(install.join(name), "{}").unwrap();
+    }
+    let kubeconfig = install.join("auth/kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nclusters:\n- cluster:\n    server: https://api.okd.lab.example.com:6443\n  name: okd\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let artifacts = d.dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    for name in ["kernel", "initramfs.img", "rootfs.img"] {
+        std::fs::write(artifacts.join(name), "x").unwrap();
+    }
+    let check = || {
+        Command::new(env!("CARGO_BIN_EXE_okd-appliance"))
+            .args(["check", "--install"])
+            .arg(&cfg)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let out = check();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(": reached; 0 machines there, 2 not created yet (`okd-appliance nodes create` or `cluster up` makes them)"),
+        "{stdout}"
+    );
+    // The version, then each machine looked up among the cluster's resources.
+    assert_eq!(
+        d.with(|s| s.requests.clone()),
+        [
+            "GET /api2/json/version",
+            "GET /api2/json/cluster/resources",
+            "GET /api2/json/cluster/resources"
+        ]
+    );
+
+    std::fs::write(
+        d.dir.path().join("token"),
+        "11111111-2222-3333-4444-555555555555\n",
+    )
+    .unwrap();
+    let out = check();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let refused = stderr
+        .lines()
+        .filter(|l| l.contains("refused the API token okd@pve!appliance"))
+        .collect::<Vec<_>>();
+    assert_eq!(refused.len(), 1, "once, for both nodes:\n{stderr}");
+    assert!(refused[0].starts_with("error: proxmox"), "{stderr}");
+    assert!(
+        refused[0].ends_with("(asking for master-0, worker-0)"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains(": ok: cluster"), "{stdout}");
+    assert!(
+        !stderr.contains("artifacts fetch"),
+        "no artifact hint: {stderr}"
+    );
+}
+
 #[test]
 fn a_refused_token_exits_4() {
     let d = PveDouble::start();

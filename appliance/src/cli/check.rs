@@ -72,8 +72,8 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     if install {
         missing.extend(digests_changed(&plan));
     }
+    let severity = if install { "error" } else { "warning" };
     for m in &missing {
-        let severity = if install { "error" } else { "warning" };
         eprintln!("{severity}: {m}");
     }
     if install && !missing.is_empty() {
@@ -81,6 +81,17 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
             "hint: `okd-appliance artifacts fetch {}` puts the CoreOS artifacts in place",
             file.display()
         );
+    }
+    // And the machines' provider, which an install needs as much.
+    let unreachable = if install {
+        provider_unreachable(&plan)
+    } else {
+        Vec::new()
+    };
+    for p in &unreachable {
+        eprintln!("error: {p}");
+    }
+    if install && !(missing.is_empty() && unreachable.is_empty()) {
         return ExitCode::from(1);
     }
     println!(
@@ -149,6 +160,87 @@ fn digests_changed(plan: &Plan) -> Vec<String> {
         }
     }
     changed
+}
+
+/// Before an install, the machines' provider is asked for each machine's state, as `nodes list`
+/// does: a provider that can't be reached, refuses the TLS or the credentials, lacks a
+/// privilege, or holds a machine that contradicts the config is an install that stops at its
+/// first machine. Each problem once, with the nodes it concerns; machines not created yet are
+/// fine (`nodes create` or `cluster up` makes them), and said so.
+fn provider_unreachable(plan: &Plan) -> Vec<String> {
+    use okd_appliance::config::Provider as ProviderConfig;
+    use okd_appliance::control::{
+        self, Action, AnyProvider, ControlError, MachineStatus, Outcome, Provider as _,
+    };
+    let control = &plan.control;
+    if control.provider == ProviderConfig::None || control.machines.is_empty() {
+        return Vec::new();
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return vec![format!("can't start the async runtime: {e}")],
+    };
+    runtime.block_on(async {
+        let provider = match AnyProvider::from_plan(control) {
+            Ok(Some(p)) => std::sync::Arc::new(p),
+            Ok(None) => return Vec::new(),
+            Err(e) => return vec![format!("the machines' provider: {e}")],
+        };
+        let journal = okd_appliance::journal::Journal::new();
+        let reports = control::run(
+            &provider,
+            &control.machines,
+            Action::Status,
+            &control.timeouts,
+            &journal,
+        )
+        .await;
+        // Problems by message, with the nodes each concerns, in config order.
+        let mut problems: Vec<(String, Vec<&str>)> = Vec::new();
+        let (mut present, mut absent) = (0, 0);
+        for (m, report) in control.machines.iter().zip(&reports) {
+            let problem = match &report.result {
+                Ok(Outcome::Status(MachineStatus::Absent)) | Err(ControlError::Absent(_)) => {
+                    absent += 1;
+                    continue;
+                }
+                Ok(_) => {
+                    present += 1;
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            };
+            match problems.iter_mut().find(|(p, _)| *p == problem) {
+                Some((_, nodes)) => nodes.push(&m.node),
+                None => problems.push((problem, vec![&m.node])),
+            }
+        }
+        if problems.is_empty() {
+            println!(
+                "{}: reached; {present} machine{} there, {absent} not created yet{}",
+                provider.describe(),
+                if present == 1 { "" } else { "s" },
+                if absent > 0 {
+                    " (`okd-appliance nodes create` or `cluster up` makes them)"
+                } else {
+                    ""
+                }
+            );
+        }
+        problems
+            .into_iter()
+            .map(|(problem, nodes)| {
+                format!(
+                    "{}: {problem} (asking for {})",
+                    provider.describe(),
+                    nodes.join(", ")
+                )
+            })
+            .collect()
+    })
 }
 
 /// `node kargs NODE FILE`: the node's kernel arguments, one line, exactly as served.
