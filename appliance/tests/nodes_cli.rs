@@ -242,6 +242,68 @@ fn check_install_asks_the_provider_for_every_machine() {
     );
 }
 
+/// With an appliance running on the config's `state_dir`, each action is also sent to its
+/// admin socket (`machine NODE ACTION ok|failed TEXT`), for its journal and the nodes' install
+/// phases; without one, nothing is said. The appliance here is a stand-in that records the
+/// requests and answers as the admin socket does.
+#[test]
+fn each_action_reaches_the_running_appliances_journal() {
+    use std::io::{BufRead as _, Write as _};
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    let with_state = std::fs::read_to_string(&cfg).unwrap() + "state_dir: ./state\n";
+    std::fs::write(&cfg, with_state).unwrap();
+
+    // No appliance yet: the command says nothing of one.
+    let out = nodes(&["create", "master-0"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("journal") && !stderr.contains("journal"),
+        "{stdout}{stderr}"
+    );
+
+    let state = d.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let socket = state.join("admin.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    // Two actions, two requests; the thread ends after them (bounded).
+    let appliance = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for stream in listener.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut line)
+                .unwrap();
+            let node = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            writeln!(stream, "ok: {node}: recorded").unwrap();
+            seen.push(line.trim_end().to_owned());
+        }
+        seen
+    });
+    // worker-0 was never created: its start fails (3), and that is recorded too.
+    let out = nodes(&["start"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    let mut seen = appliance.join().unwrap();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "machine master-0 start ok started vm 9002 on pve1",
+            "machine worker-0 start failed worker-0.okd.lab.example.com does not exist in the cluster: create it first (`okd-appliance nodes create worker-0`)",
+        ]
+    );
+    assert!(
+        stdout.contains(&format!(
+            "recorded in the running appliance's journal ({})",
+            socket.display()
+        )),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn a_refused_token_exits_4() {
     let d = PveDouble::start();

@@ -145,7 +145,12 @@ fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> Ex
     };
     runtime.block_on(async {
         match AnyProvider::from_plan(&plan) {
-            Ok(Some(provider)) => act(&Arc::new(provider), &plan, &machines, verb).await,
+            Ok(Some(provider)) => {
+                let appliance = Appliance {
+                    state_dir: loaded.config.state_dir.clone(),
+                };
+                act(&Arc::new(provider), &plan, &machines, verb, appliance).await
+            }
             Ok(None) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -187,6 +192,7 @@ async fn act<P: Provider>(
     plan: &ControlPlan,
     machines: &[MachineSpec],
     verb: Verb,
+    appliance: Appliance,
 ) -> ExitCode {
     let journal = Journal::new();
     // Progress comes from the journal, so what is printed is what was recorded.
@@ -196,7 +202,13 @@ async fn act<P: Provider>(
     let mut waiting = Waiting::start(verb, machines, &plan.timeouts);
     let printer = (verb != Verb::List).then(|| {
         tokio::spawn(async move {
+            let mut told = Told::default();
             while let Ok(event) = events.recv().await {
+                if let (Some(node), EventKind::Machine { action, result }) =
+                    (&event.node, &event.kind)
+                {
+                    told.note(appliance.tell(node, action, result).await);
+                }
                 if let EventKind::Machine { result, .. } = &event.kind {
                     let print = || {
                         if result.is_ok() {
@@ -214,6 +226,7 @@ async fn act<P: Provider>(
             if let Some(w) = waiting {
                 w.bar.finish_and_clear();
             }
+            told.say(&appliance);
         })
     });
     if verb == Verb::List {
@@ -235,6 +248,95 @@ async fn act<P: Provider>(
         }
     }
     summarize(&reports, verb)
+}
+
+/// The running appliance serving this config, if any: each machine action is recorded in its
+/// journal too (through its admin socket), where it moves the node's install phase and shows
+/// on its status page, as the orchestration's own actions do.
+struct Appliance {
+    state_dir: std::path::PathBuf,
+}
+
+/// What telling the appliance of one action came to.
+enum Telling {
+    Told,
+    /// No appliance runs with this `state_dir` (no socket, or nobody answers it).
+    NotRunning,
+    Failed(String),
+}
+
+impl Appliance {
+    /// Sends `machine NODE ACTION ok|failed TEXT`, the text on one line and cut to fit the
+    /// socket's request limit.
+    async fn tell(&self, node: &str, action: &str, result: &Result<String, String>) -> Telling {
+        const ROOM: usize = 900;
+        let (outcome, text) = match result {
+            Ok(t) => ("ok", t),
+            Err(t) => ("failed", t),
+        };
+        let mut text = text.replace(['\n', '\r'], " ");
+        if text.len() > ROOM {
+            let cut = (0..=ROOM)
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            text.truncate(cut);
+        }
+        let request = format!("machine {node} {action} {outcome} {text}");
+        let state_dir = self.state_dir.clone();
+        let sent = tokio::task::spawn_blocking(move || {
+            okd_appliance::operator::admin::call(&state_dir, &request)
+        })
+        .await;
+        match sent {
+            Ok(Ok(reply)) if reply.starts_with("ok") => Telling::Told,
+            Ok(Ok(reply)) => Telling::Failed(reply.trim().to_owned()),
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Telling::NotRunning
+            }
+            Ok(Err(e)) => Telling::Failed(e.to_string()),
+            Err(e) => Telling::Failed(e.to_string()),
+        }
+    }
+}
+
+/// How telling the appliance went, said once at the end.
+#[derive(Default)]
+struct Told {
+    told: usize,
+    failed: Option<String>,
+}
+
+impl Told {
+    fn note(&mut self, telling: Telling) {
+        match telling {
+            Telling::Told => self.told += 1,
+            Telling::NotRunning => {}
+            Telling::Failed(why) => {
+                self.failed.get_or_insert(why);
+            }
+        }
+    }
+
+    fn say(&self, appliance: &Appliance) {
+        let socket = okd_appliance::operator::admin::socket_path(&appliance.state_dir);
+        if let Some(why) = &self.failed {
+            eprintln!(
+                "note: the running appliance's journal ({}) was not told of every action: {why}",
+                socket.display()
+            );
+        } else if self.told > 0 {
+            println!(
+                "recorded in the running appliance's journal ({})",
+                socket.display()
+            );
+        }
+    }
 }
 
 /// On a terminal (stderr), a spinner line that says what the command waits for: the machines

@@ -4,7 +4,9 @@
 //!
 //! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
 //! `journal`, `status` (JSON), `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`,
-//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`.
+//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`, and
+//! `machine NODE ACTION ok|failed TEXT` (what `okd-appliance nodes` did to a node's machine, for
+//! this appliance's journal and the node's install phase).
 //! Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
@@ -112,6 +114,13 @@ pub enum Request {
     Status,
     Cluster(ClusterRequest),
     Ha(HaRequest),
+    /// `okd-appliance nodes` acted on a node's machine: `action` is the control module's name
+    /// for it, `result` the line it printed.
+    Machine {
+        node: String,
+        action: &'static str,
+        result: Result<String, String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +162,23 @@ impl Request {
                     return Err("unknown request (cluster up | cluster status | cluster scale WORKERS | cluster down)".into());
                 }
             }),
+            ["machine", node, action, outcome, text @ ..] => {
+                let Some(action) = super::machine_action(action) else {
+                    return Err(format!(
+                        "{action} is not a machine action (create | start | stop | reset | destroy)"
+                    ));
+                };
+                let text = text.join(" ");
+                Request::Machine {
+                    node: (*node).to_owned(),
+                    action,
+                    result: match *outcome {
+                        "ok" => Ok(text),
+                        "failed" => Err(text),
+                        other => return Err(format!("{other} is not ok or failed")),
+                    },
+                }
+            }
             ["ha", rest @ ..] => Request::Ha(match rest {
                 ["status"] => HaRequest::Status,
                 ["set", "active"] => HaRequest::Set { active: true },
@@ -167,7 +193,8 @@ impl Request {
             _ => {
                 return Err(
                     "unknown request (lb drain NODE | lb undrain NODE | lb status | \
-                            node reinstall NODE | reload | journal)"
+                            node reinstall NODE | reload | journal | \
+                            machine NODE ACTION ok|failed TEXT)"
                         .into(),
                 );
             }
@@ -198,6 +225,11 @@ pub async fn respond(op: &Operator, request: Request) -> String {
             Err(e) => reply::<String>(Err(e)),
         },
         Request::Ha(h) => ha(op, h).await,
+        Request::Machine {
+            node,
+            action,
+            result,
+        } => reply(op.machine(&node, action, result)),
     }
 }
 
@@ -533,5 +565,76 @@ mod tests {
             reply.starts_with("error: can't reset master-0: "),
             "{reply}"
         );
+    }
+
+    /// What `okd-appliance nodes` did to a machine reaches the journal as the control module's
+    /// own event; a node or action it does not know is refused with the reason.
+    #[test]
+    fn a_machine_action_of_the_nodes_command_is_journalled() {
+        let request = Request::parse("machine master-0 start ok started vm 9002 on pve1").unwrap();
+        assert_eq!(
+            request,
+            Request::Machine {
+                node: "master-0".into(),
+                action: "start",
+                result: Ok("started vm 9002 on pve1".into()),
+            }
+        );
+        assert_eq!(
+            Request::parse("machine master-0 create failed can't reach https://pve1:8006"),
+            Ok(Request::Machine {
+                node: "master-0".into(),
+                action: "create",
+                result: Err("can't reach https://pve1:8006".into()),
+            })
+        );
+        assert!(
+            Request::parse("machine master-0 status ok running")
+                .unwrap_err()
+                .contains("status is not a machine action")
+        );
+        assert!(
+            Request::parse("machine master-0 start maybe x")
+                .unwrap_err()
+                .contains("maybe is not ok or failed")
+        );
+        let loaded = crate::config::parse(
+            "version: 1\ncluster: { name: okd, base_domain: lab.example.com }\n\
+             network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }\n\
+             nodes:\n  - { name: master-0, role: master, mac: \"52:54:00:00:00:02\", ip: 10.0.0.2 }\n\
+             install: { ignition_dir: ./i, artifacts_dir: ./a }\n",
+            "t.yml",
+            Path::new("."),
+            crate::config::InstallCheck::Skip,
+        )
+        .unwrap();
+        let plan = Plan::derive(&loaded.config, 1);
+        let journal = Journal::new();
+        let Request::Machine {
+            node,
+            action,
+            result,
+        } = request
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            reply(super::super::record_machine(
+                &plan, &journal, &node, action, result
+            )),
+            "ok: master-0: start recorded\n"
+        );
+        assert_eq!(
+            reply(super::super::record_machine(
+                &plan,
+                &journal,
+                "nobody",
+                "start",
+                Ok(String::new())
+            )),
+            "error: no node is named nobody\n"
+        );
+        let recent: Vec<String> = journal.recent().iter().map(ToString::to_string).collect();
+        assert_eq!(recent, ["master-0: start: started vm 9002 on pve1"]);
     }
 }

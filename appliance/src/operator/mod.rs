@@ -129,6 +129,56 @@ impl std::fmt::Display for Reinstalled {
     }
 }
 
+/// A machine action recorded in the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub node: String,
+    pub action: &'static str,
+}
+
+impl std::fmt::Display for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} recorded", self.node, self.action)
+    }
+}
+
+/// The control module's name for a machine action `okd-appliance nodes` reports (the actions
+/// that change a machine; `status` changes nothing and is not recorded).
+pub fn machine_action(name: &str) -> Option<&'static str> {
+    use crate::control::Action;
+    [
+        Action::Ensure,
+        Action::PowerOn,
+        Action::PowerOff,
+        Action::Reset,
+        Action::Destroy,
+    ]
+    .into_iter()
+    .map(Action::name)
+    .find(|n| *n == name)
+}
+
+/// Publishes what was done to `node`'s machine (a node of `plan`) in `journal`.
+pub fn record_machine(
+    plan: &Plan,
+    journal: &Journal,
+    node: &str,
+    action: &'static str,
+    result: Result<String, String>,
+) -> Result<Recorded, OpError> {
+    if !plan.boot.iter().any(|b| b.node == node) {
+        return Err(OpError::NoNode(node.to_owned()));
+    }
+    journal.publish(
+        Some(node.to_owned()),
+        crate::journal::EventKind::Machine { action, result },
+    );
+    Ok(Recorded {
+        node: node.to_owned(),
+        action,
+    })
+}
+
 /// Drains the backends named `node` in every served pool.
 pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> Result<Drained, OpError> {
     match crate::lb::drain::drain(pools, node, journal) {
@@ -267,6 +317,18 @@ impl Operator {
     pub async fn reinstall(&self, node: &str) -> Result<Reinstalled, OpError> {
         self.refuse_on_standby()?;
         reinstall(node, &self.plan.load_full(), &self.journal).await
+    }
+
+    /// Records what `okd-appliance nodes` did to `node`'s machine in this appliance's journal,
+    /// where it moves the node's install phase as the orchestration's own actions do. Not
+    /// refused on a standby: it records what happened to a machine, it changes nothing here.
+    pub fn machine(
+        &self,
+        node: &str,
+        action: &'static str,
+        result: Result<String, String>,
+    ) -> Result<Recorded, OpError> {
+        record_machine(&self.plan.load(), &self.journal, node, action, result)
     }
 
     /// Asks the supervisor to reload and waits for its outcome: what it did.
