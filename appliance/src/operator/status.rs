@@ -141,6 +141,10 @@ pub fn node_waiting(
     phase: NodePhase,
     cluster: Option<ClusterPhase>,
 ) -> Option<&'static str> {
+    // Once bootstrap completed, the bootstrap node is done with, whatever its phase.
+    if role == "bootstrap" && cluster.is_some_and(|c| c >= ClusterPhase::BootstrapComplete) {
+        return None;
+    }
     Some(match phase {
         NodePhase::Defined if cluster.is_some() => "waiting for its machine to be created",
         NodePhase::Defined => "waiting for its first DHCP request",
@@ -150,12 +154,7 @@ pub fn node_waiting(
         NodePhase::Script => "waiting for its kernel and initramfs fetch",
         NodePhase::KernelInitrd => "waiting for its ignition fetch",
         NodePhase::Ignition => "installing: waiting for the installed system's first boot",
-        NodePhase::Installed if role == "bootstrap" => {
-            if cluster.is_some_and(|c| c >= ClusterPhase::BootstrapComplete) {
-                return None;
-            }
-            "running the bootstrap control plane"
-        }
+        NodePhase::Installed if role == "bootstrap" => "running the bootstrap control plane",
         NodePhase::Installed => "waiting for CSR approval and its Node object",
         NodePhase::Joined => "waiting to be Ready",
         NodePhase::Ready => return None,
@@ -424,6 +423,15 @@ mod tests {
             ),
             None,
             "a bootstrap node is done once bootstrap completed"
+        );
+        assert_eq!(
+            next(
+                "bootstrap",
+                NodePhase::Defined,
+                Some(ClusterPhase::Installed)
+            ),
+            None,
+            "whatever its phase (it may never have been started here)"
         );
         assert_eq!(
             next("master", NodePhase::Joined, None),

@@ -75,10 +75,11 @@ fn status(nodes: Vec<NodeStatus>, backends: Vec<BackendStatus>, cluster: Vec<Pha
     }
 }
 
-/// The attribute `name="..."` of each element of `tag` in `svg` whose text contains `with`.
+/// The attribute `name="..."` of each element of `tag` in `svg` whose start tag contains `with`.
 fn attrs(svg: &str, tag: &str, with: &str, name: &str) -> Vec<u64> {
     svg.split(&format!("<{tag} "))
         .skip(1)
+        .map(|e| &e[..e.find('>').unwrap()])
         .filter(|e| e.contains(with))
         .map(|e| {
             let v = e.split(&format!(" {name}=\"")).nth(1).unwrap();
@@ -137,6 +138,40 @@ fn the_timeline_draws_each_phase_as_a_bar_from_its_time_to_the_next_and_mileston
     let lines = attrs(&svg, "line", "class=\"milestone\"", "x1");
     assert_eq!(lines, vec![150, 150 + 498], "{svg}");
     assert!(svg.contains(">bootstrap-complete 08:10:00</text>"), "{svg}");
+    // Far apart: both labels on the first line.
+    assert_eq!(
+        attrs(&svg, "text", "class=\"milestone\"", "y"),
+        vec![12, 12]
+    );
+}
+
+#[test]
+fn milestone_labels_close_in_time_take_separate_lines_and_stay_inside() {
+    let s = status(
+        vec![node("mst0", "master", vec![at("dhcp", 0)])],
+        vec![],
+        vec![
+            at("bootstrapping", 0),
+            at("bootstrap-complete", 3),
+            at("bootstrap-removed", 5),
+            at("installed", 400),
+            at("workers-joining", 1000),
+        ],
+    );
+    let svg = timeline::svg(&s, T0 + 1000);
+    let ys = attrs(&svg, "text", "class=\"milestone\"", "y");
+    assert_eq!(ys, vec![12, 26, 40, 12, 12], "{svg}");
+    // Three lines of labels push the rows down.
+    assert_eq!(
+        attrs(&svg, "rect", "mst0", "y"),
+        vec![3 * 14 + 8 + 5],
+        "{svg}"
+    );
+    // The last one ends at its line, at the right edge.
+    assert!(
+        svg.contains("text-anchor=\"end\">workers-joining 08:16:40</text>"),
+        "{svg}"
+    );
 }
 
 #[test]

@@ -12,8 +12,10 @@ const WIDTH: u64 = 1000;
 /// The node names' column.
 const LABELS: u64 = 150;
 const RIGHT: u64 = 20;
-/// Above the rows: the milestones' labels.
-const TOP: u64 = 34;
+/// A line of milestone labels above the rows.
+const LANE: u64 = 14;
+/// About how wide a character of a label is (11px sans-serif).
+const CHAR: u64 = 7;
 const ROW: u64 = 24;
 const BAR: u64 = 14;
 /// Below the rows: the axis' labels.
@@ -59,9 +61,40 @@ pub fn svg(s: &Status, now: u64) -> String {
     let span = (last - first).max(60);
     let plot = WIDTH - LABELS - RIGHT;
     let x = |t: u64| LABELS + (t.saturating_sub(first)).min(span) * plot / span;
+    // Each milestone's label goes on the first line above the rows where it does not run into
+    // the previous label (milestones come seconds apart in a fast install).
+    let labels: Vec<(u64, String, u64, bool)> = {
+        let mut ends: Vec<u64> = Vec::new();
+        s.appliance
+            .cluster_steps
+            .iter()
+            .map(|m| {
+                let (at, text) = (x(m.at), format!("{} {}", m.phase, clock(m.at)));
+                let width = text.chars().count() as u64 * CHAR;
+                // Near the right edge a label ends at its line instead of starting there.
+                let end_anchored = at + width > WIDTH;
+                let start = if end_anchored {
+                    at.saturating_sub(width)
+                } else {
+                    at
+                };
+                let lane = match ends.iter().position(|end| *end < start) {
+                    Some(l) => l,
+                    None => {
+                        ends.push(0);
+                        ends.len() - 1
+                    }
+                };
+                ends[lane] = start + width;
+                (at, text, lane as u64, end_anchored)
+            })
+            .collect()
+    };
+    let lanes = labels.iter().map(|l| l.2 + 1).max().unwrap_or(1);
+    let top = lanes * LANE + 8;
     let rows = s.nodes.len() as u64;
-    let height = TOP + rows.max(1) * ROW + BOTTOM;
-    let bottom = TOP + rows.max(1) * ROW;
+    let height = top + rows.max(1) * ROW + BOTTOM;
+    let bottom = top + rows.max(1) * ROW;
     let mut h = String::with_capacity(4096);
     let _ = write!(
         h,
@@ -79,14 +112,14 @@ pub fn svg(s: &Status, now: u64) -> String {
         };
         let _ = write!(
             h,
-            "<line class=\"axis\" x1=\"{at}\" y1=\"{TOP}\" x2=\"{at}\" y2=\"{bottom}\"/>\
+            "<line class=\"axis\" x1=\"{at}\" y1=\"{top}\" x2=\"{at}\" y2=\"{bottom}\"/>\
              <text x=\"{at}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text>",
             bottom + 15,
             clock(t)
         );
     }
     for (i, n) in s.nodes.iter().enumerate() {
-        let y = TOP + i as u64 * ROW;
+        let y = top + i as u64 * ROW;
         let name = esc(&n.name);
         let _ = write!(
             h,
@@ -118,23 +151,21 @@ pub fn svg(s: &Status, now: u64) -> String {
             );
         }
     }
-    for (i, m) in s.appliance.cluster_steps.iter().enumerate() {
-        let at = x(m.at);
+    for (m, (at, text, lane, end_anchored)) in s.appliance.cluster_steps.iter().zip(&labels) {
         let phase = esc(&m.phase);
-        // Labels alternate between two lines, so milestones close in time stay readable.
         let _ = write!(
             h,
             "<line class=\"milestone\" data-phase=\"{phase}\" x1=\"{at}\" y1=\"{}\" x2=\"{at}\" y2=\"{bottom}\"/>\
-             <text class=\"milestone\" x=\"{at}\" y=\"{}\" text-anchor=\"{}\">{phase} {}</text>",
-            TOP - 4,
-            if i % 2 == 0 { 12 } else { 26 },
-            if at > WIDTH - 200 { "end" } else { "start" },
-            clock(m.at),
+             <text class=\"milestone\" x=\"{at}\" y=\"{}\" text-anchor=\"{}\">{}</text>",
+            lane * LANE + 4,
+            lane * LANE + 12,
+            if *end_anchored { "end" } else { "start" },
+            esc(text),
         );
     }
     let _ = write!(
         h,
-        "<line class=\"now\" x1=\"{0}\" y1=\"{TOP}\" x2=\"{0}\" y2=\"{bottom}\"/>",
+        "<line class=\"now\" x1=\"{0}\" y1=\"{top}\" x2=\"{0}\" y2=\"{bottom}\"/>",
         x(now)
     );
     if s.nodes.iter().all(|n| n.steps.is_empty()) {
@@ -142,7 +173,7 @@ pub fn svg(s: &Status, now: u64) -> String {
             h,
             "<text x=\"{}\" y=\"{}\" fill=\"#777\">no node has started its install yet</text>",
             LABELS + 10,
-            TOP + ROW / 2 + 4
+            top + ROW / 2 + 4
         );
     }
     h.push_str("</svg>");
