@@ -433,3 +433,65 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     let shot = screenshot("status-page.png");
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
 }
+
+/// After `cluster up` installed a cluster (tests/e2e/orchestration.rs): the status page, as the
+/// API's local socket serves it, draws each node's phases as bars and each of the `cluster`
+/// phases as a line across; bst was never started, so it has none. Its picture goes to
+/// target/e2e-artifacts/status-page-install.png when Chromium is there (run in `ns`: no
+/// network; docs/status-page-install.png is one).
+pub fn the_page_draws_the_install(state: &Path, ns: &Netns, dir: &Path, cluster: &[&str]) {
+    let page = Command::new("curl")
+        .args(["-sf", "--max-time", "5", "--unix-socket"])
+        .arg(state.join("api.sock"))
+        .arg("http://appliance/")
+        .output()
+        .unwrap();
+    assert!(page.status.success(), "{page:?}");
+    let page = String::from_utf8(page.stdout).unwrap();
+    for phase in cluster {
+        assert!(
+            page.contains(&format!("<line class=\"milestone\" data-phase=\"{phase}\"")),
+            "no milestone {phase} in {page}"
+        );
+    }
+    for (node, phase) in [("mst0", "ready"), ("wrk0", "joined"), ("wrk0", "ignition")] {
+        assert!(
+            page.contains(&format!(
+                "<rect class=\"bar p-{phase}\" data-node=\"{node}\" data-phase=\"{phase}\""
+            )),
+            "no {phase} bar for {node} in {page}"
+        );
+    }
+    assert!(
+        !page.contains("data-node=\"bst\" data-phase="),
+        "bst was never started: no bar"
+    );
+    if harness::which("chromium").is_none() {
+        return;
+    }
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let html = artifacts.join("status-page-install.html");
+    std::fs::write(&html, &page).unwrap();
+    let shot = artifacts.join("status-page-install.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = ns
+        .exec([
+            "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,900",
+            &format!("--user-data-dir={}", dir.join("chromium").display()),
+            &format!("--screenshot={}", shot.display()),
+            &format!("file://{}", html.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("status page screenshot: {}", shot.display());
+}

@@ -17,9 +17,8 @@
 //! request (and nothing else: an unknown name, an extra SAN, the wrong user, the wrong usages,
 //! the bootstrap node and the worker's second client request are refused and journaled), waits
 //! for Ready nodes, the ClusterVersion and settled operators, and reports the cluster
-//! installed; the status page (from the API's local socket) draws every node's phases and the
-//! cluster's as lines across (docs/status-page-install.png is its picture, made here with
-//! headless Chromium when it is there). `provider: none`: the machines are someone else's to
+//! installed; the status page draws every node's phases and the cluster's as lines across
+//! (`api::the_page_draws_the_install`). `provider: none`: the machines are someone else's to
 //! power (the control providers have their own tests).
 
 use std::path::{Path, PathBuf};
@@ -466,63 +465,7 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     assert!(lb.contains("api bst 10.99.0.7:6443 draining"), "{lb}");
     assert!(lb.contains("api mst0 10.99.0.11:6443 up"), "{lb}");
 
-    // The status page (from the API's local socket) draws the install: each node's phases as
-    // bars, each cluster phase as a line across.
-    let page = std::process::Command::new("curl")
-        .args(["-sf", "--max-time", "5", "--unix-socket"])
-        .arg(state.join("api.sock"))
-        .arg("http://appliance/")
-        .output()
-        .unwrap();
-    assert!(page.status.success(), "{}", text(&page));
-    let page = String::from_utf8(page.stdout).unwrap();
-    for phase in cluster {
-        assert!(
-            page.contains(&format!("<line class=\"milestone\" data-phase=\"{phase}\"")),
-            "no milestone {phase} in {page}"
-        );
-    }
-    for (node, phase) in [("mst0", "ready"), ("wrk0", "joined"), ("wrk0", "ignition")] {
-        assert!(
-            page.contains(&format!(
-                "<rect class=\"bar p-{phase}\" data-node=\"{node}\" data-phase=\"{phase}\""
-            )),
-            "no {phase} bar for {node} in {page}"
-        );
-    }
-    assert!(
-        !page.contains("data-node=\"bst\" data-phase="),
-        "bst was never started: no bar"
-    );
-    // Its picture, when Chromium is there (inside the node's namespace: no network).
-    if harness::which("chromium").is_some() {
-        let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-artifacts");
-        std::fs::create_dir_all(&artifacts).unwrap();
-        let html = artifacts.join("status-page-install.html");
-        std::fs::write(&html, &page).unwrap();
-        let shot = artifacts.join("status-page-install.png");
-        let _ = std::fs::remove_file(&shot);
-        let out = worker
-            .netns()
-            .exec([
-                "chromium",
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--window-size=1280,900",
-                &format!("--user-data-dir={}", dir.path().join("chromium").display()),
-                &format!("--screenshot={}", shot.display()),
-                &format!("file://{}", html.display()),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
-            "{}",
-            text(&out)
-        );
-        eprintln!("status page screenshot: {}", shot.display());
-    }
+    crate::api::the_page_draws_the_install(&state, worker.netns(), dir.path(), &cluster);
 
     // Exactly the worker's two requests were approved, each through /approval: one of its two
     // client requests (which one is the order of the names the API server generated) and its

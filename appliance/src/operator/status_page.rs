@@ -148,7 +148,10 @@ document.getElementById('confirm-yes').onclick = async () => {
   try {
     const r = await fetch('/api/v1/nodes/' + encodeURIComponent(p.node) + '/' + p.action,
       { method: 'POST', headers, credentials: 'same-origin' });
-    result.textContent = (r.ok ? '' : 'refused (' + r.status + '): ') + (await r.text()).trim();
+    let text = (r.ok ? '' : 'refused (' + r.status + '): ') + (await r.text()).trim();
+    // The action token is made at the appliance's start: a page older than that must reload.
+    if (r.status === 401) text += ' (reload the page: the appliance restarted since it was loaded)';
+    result.textContent = text;
   } catch (e) {
     result.textContent = 'failed: ' + e;
   }
@@ -247,10 +250,10 @@ fn summary(s: &Status, now: u64) -> String {
     if let Some(e) = &a.endpoints {
         let _ = write!(
             h,
-            "<p class=\"waiting\">API {}local socket {} &middot; admin socket {}</p>",
+            "<p class=\"waiting\">API: {}local socket {} &middot; admin socket: {}</p>",
             e.api_url
                 .as_deref()
-                .map(|u| format!("{} &middot; ", esc(u)))
+                .map(|u| format!("{} and ", esc(u)))
                 .unwrap_or_default(),
             esc(&e.api_socket),
             esc(&e.admin_socket),

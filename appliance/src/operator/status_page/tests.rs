@@ -301,7 +301,7 @@ fn the_page_carries_its_parts_the_cluster_reason_and_the_action_token() {
         page.contains("<td class=\"waiting\" data-node=\"mst0\">its ignition fetch</td>"),
         "{page}"
     );
-    assert!(page.contains("API https://10.0.0.1:9443/ &middot; local socket /var/lib/okd/api.sock &middot; admin socket /var/lib/okd/admin.sock"));
+    assert!(page.contains("API: https://10.0.0.1:9443/ and local socket /var/lib/okd/api.sock &middot; admin socket: /var/lib/okd/admin.sock"));
     assert!(page.contains("data-action=\"reinstall\" data-node=\"mst0\""));
     // The stream the script follows asks for the page's parts; nothing is fetched from elsewhere.
     assert!(page.contains("new EventSource('/api/v1/events?page')"));
