@@ -458,9 +458,14 @@ fn events(parts: &Parts, page: bool) -> Response<Body> {
         history,
         live,
         _following: following,
-        page: page.then(|| PageParts {
-            ticker: tokio::time::interval(Duration::from_secs(1)),
-            last: String::new(),
+        page: page.then(|| {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            // A client that fell behind gets the parts once, not a burst of them.
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            PageParts {
+                ticker,
+                last: String::new(),
+            }
         }),
         last_frame: tokio::time::Instant::now(),
     };
