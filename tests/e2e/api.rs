@@ -4,8 +4,11 @@
 //! 401 and change nothing (a drain asked that way is not made); with it, status, actions and
 //! the event stream work; the local socket needs no token. The status page is loaded in
 //! headless Chromium (Debian's) driven over the DevTools protocol (tests/e2e/cdp.py): a node's
-//! phase change reaches the page over the event stream without a reload, and a screenshot is
-//! written to target/e2e-artifacts/status-page.png (its path is printed).
+//! phase change, its timeline bar and what it waits for next reach the page over the event
+//! stream without a reload, and so does a backend drained through the API; an undrain from the
+//! page is done only once confirmed, and a cancelled drain not at all; `status` says where the
+//! page and the sockets are. A screenshot is written to
+//! target/e2e-artifacts/status-page.png (its path is printed; docs/status-page.png is one).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +28,7 @@ fn setup(dir: &Path) -> PathBuf {
     for f in ["api-token", "api.key"] {
         std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
     }
-    write_config(
+    let config = write_config(
         dir,
         r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
@@ -45,7 +48,14 @@ listen:
   ingress_https: []
   ingress_http: []
 "#,
+    );
+    // A master alone is a single-node cluster: its installer's ignition is this one.
+    std::fs::write(
+        dir.join("install_dir/bootstrap-in-place-for-live-iso.ign"),
+        br#"{"ignition":{"version":"3.2.0"}}"#,
     )
+    .unwrap();
+    config
 }
 
 /// `curl -sk` from `ns`: (HTTP status, body).
@@ -79,7 +89,7 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     let node = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path());
-    let state = dir.path().join("state");
+    let state_dir = dir.path().join("state");
     let app = start_appliance(topo.services(), &config);
     let bearer = format!("Authorization: Bearer {TOKEN}");
     let drain = format!("{API}/api/v1/nodes/mst0/drain");
@@ -143,9 +153,9 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
         "401"
     );
     assert!(
-        !lb_status(&state).contains("draining"),
+        !lb_status(&state_dir).contains("draining"),
         "{}",
-        lb_status(&state)
+        lb_status(&state_dir)
     );
 
     // With it.
@@ -155,7 +165,7 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     assert_eq!(status["nodes"][0]["name"], "mst0", "{status}");
     let (code, body) = curl(&client, &["-H", &bearer, "-X", "POST", &drain]);
     assert_eq!(code, "200", "{body}");
-    assert!(lb_status(&state).contains("api mst0 10.99.0.11:6443 draining"));
+    assert!(lb_status(&state_dir).contains("api mst0 10.99.0.11:6443 draining"));
     let (code, _) = curl(
         &client,
         &[
@@ -181,7 +191,7 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     // The local socket: its owner needs no token.
     let local = Command::new("curl")
         .args(["-sf", "--unix-socket"])
-        .arg(state.join("api.sock"))
+        .arg(state_dir.join("api.sock"))
         .arg("http://appliance/api/v1/status")
         .output()
         .unwrap();
@@ -218,7 +228,7 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
                 "--disable-gpu",
                 "--ignore-certificate-errors",
                 "--remote-debugging-port=9339",
-                "--window-size=1200,800",
+                "--window-size=1280,1000",
                 &format!("--user-data-dir={}", profile.display()),
                 &format!("{API}/?token={TOKEN}"),
             ],
@@ -238,6 +248,28 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let screenshot = |name: &str| -> PathBuf {
+        let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-artifacts");
+        std::fs::create_dir_all(&artifacts).unwrap();
+        let shot = artifacts.join(name);
+        let out = client
+            .exec([
+                "/usr/bin/python3",
+                cdp.to_str().unwrap(),
+                "9339",
+                "screenshot",
+                shot.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("status page screenshot: {}", shot.display());
+        shot
     };
     let phase = "document.querySelector('td.phase[data-node=\"mst0\"]').textContent";
     // Loaded, and following the stream (the appliance counts the page among its streams).
@@ -269,24 +301,197 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     assert_ne!(before, after, "the update came over the stream");
     let listed = evaluate("document.getElementById('events').textContent").unwrap();
     assert!(listed.contains("mst0: phase script"), "{listed}");
+
+    // The timeline and the node's next step follow too.
+    let bar = "document.querySelector('#timeline-svg rect.bar[data-node=\"mst0\"][data-phase=\"script\"]') !== null";
+    let waiting = "document.querySelector('td.waiting[data-node=\"mst0\"]').textContent";
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(bar).as_deref()
+            == Some("true")
+            && evaluate(waiting).as_deref()
+                == Some("\"waiting for its kernel and initramfs fetch\"")),
+        "the timeline or the node's next step never reached the page: {:?} {:?}",
+        evaluate("document.getElementById('timeline').innerHTML"),
+        evaluate(waiting)
+    );
+
+    // A backend drained through the API shows drained on the page, without a reload (the
+    // marker set in this page survives).
+    let state = "document.querySelector('tr[data-backend=\"api/mst0\"] td.state').textContent";
+    assert_eq!(
+        evaluate("window.notReloaded = 'yes'").as_deref(),
+        Some("\"yes\"")
+    );
+    assert_eq!(
+        evaluate(state).as_deref(),
+        Some("\"down\""),
+        "nothing listens on mst0"
+    );
+    let (code, body) = curl(&client, &["-H", &bearer, "-X", "POST", &drain]);
+    assert_eq!(code, "200", "{body}");
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(state).as_deref()
+            == Some("\"draining\"")),
+        "the drain never reached the page: {:?}",
+        evaluate(state)
+    );
+    assert_eq!(evaluate("window.notReloaded").as_deref(), Some("\"yes\""));
+    let since =
+        "document.querySelector('tr[data-backend=\"api/mst0\"] td:nth-child(5)').textContent";
+    assert!(
+        evaluate(since).is_some_and(|s| s.contains(" ago)")),
+        "{:?}",
+        evaluate(since)
+    );
+    let check = "document.querySelector('tr[data-backend=\"api/mst0\"] td.check').textContent";
+    assert!(
+        evaluate(check).is_some_and(|c| c.contains("failed in ")),
+        "the last check (nothing listens): {:?}",
+        evaluate(check)
+    );
+
+    // An action from the page: asked for, confirmed, then done (with the page's action token;
+    // the cookie alone is not enough, see above).
+    let undrain = "document.querySelector('tr[data-backend=\"api/mst0\"] button[data-action=\"undrain\"]').click(); document.getElementById('confirm').hidden";
+    assert_eq!(
+        evaluate(undrain).as_deref(),
+        Some("false"),
+        "the confirmation shows"
+    );
+    let question = evaluate("document.getElementById('confirm-text').textContent").unwrap();
+    assert!(
+        question.contains("Put mst0 back into rotation"),
+        "{question}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        lb_status(&state_dir).contains("draining"),
+        "nothing is done before it is confirmed"
+    );
+    screenshot("status-page-confirm.png");
+    evaluate("document.getElementById('confirm-yes').click()").unwrap();
+    let result = "document.getElementById('result').textContent";
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(result)
+            .is_some_and(|r| r.contains("mst0 back in rotation"))),
+        "the confirmed undrain: {:?}",
+        evaluate(result)
+    );
+    assert!(
+        !lb_status(&state_dir).contains("draining"),
+        "{}",
+        lb_status(&state_dir)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(state).as_deref()
+            == Some("\"down\"")),
+        "the undrain never reached the page: {:?}",
+        evaluate(state)
+    );
+    // Cancelled: nothing happens.
+    evaluate("document.querySelector('tr[data-backend=\"api/mst0\"] button[data-action=\"drain\"]').click(); document.getElementById('confirm-no').click()").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!lb_status(&state_dir).contains("draining"));
+    assert_eq!(
+        evaluate("document.getElementById('confirm').hidden").as_deref(),
+        Some("true")
+    );
+
+    // `status` says where the page and the sockets are.
+    let out = Command::new(harness::appliance_bin().unwrap())
+        .args(["status", "--state-dir"])
+        .arg(&state_dir)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("status page and API: https://10.99.0.1:9443/ (TLS and the token)")
+            && shown.contains(&format!(
+                "admin socket: {}",
+                state_dir.join("admin.sock").display()
+            )),
+        "{shown}"
+    );
+    let logged = format!("{}{}", app.stdout(), app.stderr());
+    assert!(
+        logged.contains("API and status page at https://10.99.0.1:9443/")
+            && logged.contains("admin socket at "),
+        "{logged}"
+    );
+
+    // The rest of the install, for the screenshot's timeline.
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, _) = curl(&node, &["http://10.99.0.1:8080/ignition/mst0.ign"]);
+    assert_eq!(code, "200");
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(phase).as_deref()
+            == Some("\"ignition\"")),
+        "{:?}",
+        evaluate(phase)
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let shot = screenshot("status-page.png");
+    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+}
+
+/// After `cluster up` installed a cluster (tests/e2e/orchestration.rs): the status page, as the
+/// API's local socket serves it, draws each node's phases as bars and each of the `cluster`
+/// phases as a line across; bst was never started, so it has none. Its picture goes to
+/// target/e2e-artifacts/status-page-install.png when Chromium is there (run in `ns`: no
+/// network; docs/status-page-install.png is one).
+pub fn the_page_draws_the_install(state: &Path, ns: &Netns, dir: &Path, cluster: &[&str]) {
+    let page = Command::new("curl")
+        .args(["-sf", "--max-time", "5", "--unix-socket"])
+        .arg(state.join("api.sock"))
+        .arg("http://appliance/")
+        .output()
+        .unwrap();
+    assert!(page.status.success(), "{page:?}");
+    let page = String::from_utf8(page.stdout).unwrap();
+    for phase in cluster {
+        assert!(
+            page.contains(&format!("<line class=\"milestone\" data-phase=\"{phase}\"")),
+            "no milestone {phase} in {page}"
+        );
+    }
+    for (node, phase) in [("mst0", "ready"), ("wrk0", "joined"), ("wrk0", "ignition")] {
+        assert!(
+            page.contains(&format!(
+                "<rect class=\"bar p-{phase}\" data-node=\"{node}\" data-phase=\"{phase}\""
+            )),
+            "no {phase} bar for {node} in {page}"
+        );
+    }
+    assert!(
+        !page.contains("data-node=\"bst\" data-phase="),
+        "bst was never started: no bar"
+    );
+    if harness::which("chromium").is_none() {
+        return;
+    }
     let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join("status-page.png");
-    let out = client
+    let html = artifacts.join("status-page-install.html");
+    std::fs::write(&html, &page).unwrap();
+    let shot = artifacts.join("status-page-install.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = ns
         .exec([
-            "/usr/bin/python3",
-            cdp.to_str().unwrap(),
-            "9339",
-            "screenshot",
-            shot.to_str().unwrap(),
+            "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,900",
+            &format!("--user-data-dir={}", dir.join("chromium").display()),
+            &format!("--screenshot={}", shot.display()),
+            &format!("file://{}", html.display()),
         ])
         .output()
         .unwrap();
     assert!(
-        out.status.success(),
+        std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
     eprintln!("status page screenshot: {}", shot.display());
 }

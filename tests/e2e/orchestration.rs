@@ -17,8 +17,9 @@
 //! request (and nothing else: an unknown name, an extra SAN, the wrong user, the wrong usages,
 //! the bootstrap node and the worker's second client request are refused and journaled), waits
 //! for Ready nodes, the ClusterVersion and settled operators, and reports the cluster
-//! installed. `provider: none`: the machines are someone else's to power (the control
-//! providers have their own tests).
+//! installed; the status page draws every node's phases and the cluster's as lines across
+//! (`api::the_page_draws_the_install`). `provider: none`: the machines are someone else's to
+//! power (the control providers have their own tests).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -463,6 +464,8 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     let lb = text(&lb);
     assert!(lb.contains("api bst 10.99.0.7:6443 draining"), "{lb}");
     assert!(lb.contains("api mst0 10.99.0.11:6443 up"), "{lb}");
+
+    crate::api::the_page_draws_the_install(&state, worker.netns(), dir.path(), &cluster);
 
     // Exactly the worker's two requests were approved, each through /approval: one of its two
     // client requests (which one is the order of the names the API server generated) and its

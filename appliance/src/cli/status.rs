@@ -118,6 +118,22 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
         .map(|l| format!("{}/{} {}", l.service, l.proto, l.addr))
         .collect();
     out.push_str(&format!("listeners: {}\n", listeners.join(", ")));
+    if let Some(e) = &a.endpoints {
+        match &e.api_url {
+            Some(url) => out.push_str(&format!(
+                "status page and API: {url} (TLS and the token); locally {}\n",
+                e.api_socket
+            )),
+            None => out.push_str(&format!(
+                "API: {} (local socket; no api.listen)\n",
+                e.api_socket
+            )),
+        }
+        out.push_str(&format!("admin socket: {}\n", e.admin_socket));
+    }
+    if let Some(why) = &a.cluster_waiting {
+        out.push_str(&format!("cluster waiting for {why}\n"));
+    }
 
     let mut nodes = Table::new();
     nodes.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -131,6 +147,7 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
         "kernel",
         "ignition",
         "installed",
+        "waiting for",
     ]);
     for n in &s.nodes {
         nodes.add_row(vec![
@@ -144,6 +161,7 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
             Cell::new(ago(n.kernel, now)),
             Cell::new(ago(n.ignition, now)),
             Cell::new(ago(n.installed, now)),
+            Cell::new(n.waiting_for.as_deref().unwrap_or("-")),
         ]);
     }
     out.push_str(&format!("{nodes}\n"));
@@ -159,6 +177,7 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
             "address",
             "state",
             "since",
+            "last check",
             "active",
             "connections",
         ]);
@@ -169,6 +188,17 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
                 Cell::new(b.addr),
                 cell(&b.state, colour),
                 Cell::new(ago(b.since, now)),
+                Cell::new(b.check.as_ref().map_or_else(
+                    || "-".to_owned(),
+                    |c| {
+                        format!(
+                            "{} in {:.1} ms, {}",
+                            if c.passed { "passed" } else { "failed" },
+                            c.latency_us as f64 / 1000.0,
+                            ago(Some(c.at), now)
+                        )
+                    },
+                )),
                 Cell::new(b.active),
                 Cell::new(b.connections),
             ]);

@@ -141,21 +141,23 @@ struct Probes {
 
 impl Probes {
     /// Starts a probe of `backend` after `delay`, unless one is running already.
-    fn start(&mut self, pool: &Pool, backend: &Backend, tls: &TlsConnector, delay: Duration) {
+    fn start(&mut self, pool: &Pool, backend: &Arc<Backend>, tls: &TlsConnector, delay: Duration) {
         let key = (pool.kind, backend.addr, backend.name.clone());
         if !self.in_flight.insert(key.clone()) {
             return;
         }
         let (probe, timeout) = (pool.check.probe.clone(), pool.check.timeout);
-        let (tls, addr, latency) = (tls.clone(), backend.addr, self.latency.clone());
+        let (tls, backend, latency) = (tls.clone(), Arc::clone(backend), self.latency.clone());
         let task = self.set.spawn(async move {
             tokio::time::sleep(delay).await;
             let started = std::time::Instant::now();
-            let ok = tokio::time::timeout(timeout, probe_once(&probe, addr, &tls))
+            let ok = tokio::time::timeout(timeout, probe_once(&probe, backend.addr, &tls))
                 .await
                 .unwrap_or(false);
+            let took = started.elapsed();
+            backend.record_check(ok, took);
             if let Some(h) = latency {
-                h.observe(started.elapsed().as_secs_f64());
+                h.observe(took.as_secs_f64());
             }
             ok
         });

@@ -7,9 +7,9 @@
 //! connections keep the `Arc` of the backend they use.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -69,6 +69,34 @@ pub struct Backend {
     pub bytes_to_client: AtomicU64,
     /// A connection to it was refused or not answered since its last settled check.
     suspected: AtomicBool,
+    /// The last health check's result ([`CHECK_NONE`], [`CHECK_PASSED`], [`CHECK_FAILED`]), how
+    /// long it took in microseconds and when it ended (seconds since the epoch). Written by the
+    /// checker only, read by the status; never on the data path.
+    last_check: AtomicU8,
+    last_check_micros: AtomicU64,
+    last_check_at: AtomicU64,
+    /// When [`Backend::state`] last changed (up or down, drained, undrained), in seconds since
+    /// the epoch; 0 before the first change.
+    changed_at: AtomicU64,
+}
+
+const CHECK_NONE: u8 = 0;
+const CHECK_PASSED: u8 = 1;
+const CHECK_FAILED: u8 = 2;
+
+/// A backend's last health check, for the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCheck {
+    pub passed: bool,
+    pub took: Duration,
+    /// Seconds since the epoch.
+    pub at: u64,
+}
+
+fn epoch_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A connection counted in [`Backend::active`] for as long as this lives.
@@ -113,7 +141,51 @@ impl Backend {
             bytes_to_backend: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
             suspected: AtomicBool::new(false),
+            last_check: AtomicU8::new(CHECK_NONE),
+            last_check_micros: AtomicU64::new(0),
+            last_check_at: AtomicU64::new(0),
+            changed_at: AtomicU64::new(0),
         }
+    }
+
+    /// A health check ended: `passed`, after `took`.
+    pub fn record_check(&self, passed: bool, took: Duration) {
+        self.last_check_micros.store(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.last_check_at.store(epoch_secs(), Ordering::Relaxed);
+        self.last_check.store(
+            if passed { CHECK_PASSED } else { CHECK_FAILED },
+            Ordering::Release,
+        );
+    }
+
+    /// The last health check, once there was one.
+    pub fn last_check(&self) -> Option<LastCheck> {
+        let passed = match self.last_check.load(Ordering::Acquire) {
+            CHECK_PASSED => true,
+            CHECK_FAILED => false,
+            _ => return None,
+        };
+        Some(LastCheck {
+            passed,
+            took: Duration::from_micros(self.last_check_micros.load(Ordering::Relaxed)),
+            at: self.last_check_at.load(Ordering::Relaxed),
+        })
+    }
+
+    /// When its state last changed (seconds since the epoch), once it did.
+    pub fn state_since(&self) -> Option<u64> {
+        match self.changed_at.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
+    fn changed(&self) {
+        self.changed_at
+            .store(epoch_secs().max(1), Ordering::Relaxed);
     }
 
     /// A connection to this backend was refused or not answered. The checker then probes it at
@@ -138,7 +210,9 @@ impl Backend {
     }
 
     pub fn set_up(&self, up: bool) {
-        self.up.store(up, Ordering::Release);
+        if self.up.swap(up, Ordering::AcqRel) != up {
+            self.changed();
+        }
     }
 
     /// `off` (its frontend has no listener: not probed, neither up nor down), `draining`, `up`
@@ -187,6 +261,7 @@ impl Backend {
         let generation = self.drain_generation.fetch_add(1, Ordering::SeqCst) + 1;
         self.drain_deadline
             .store(millis_since_origin(deadline), Ordering::Relaxed);
+        self.changed();
         Some(generation)
     }
 
@@ -198,6 +273,7 @@ impl Backend {
         }
         self.drain_generation.fetch_add(1, Ordering::SeqCst);
         self.drain_deadline.store(0, Ordering::Relaxed);
+        self.changed();
         true
     }
 
@@ -321,6 +397,36 @@ mod tests {
     use super::*;
     use crate::plan::{Backend as PlanBackend, Frontend, Probe};
     use crate::vocabulary::Role;
+
+    #[test]
+    fn a_backend_keeps_its_last_check_and_when_its_state_changed() {
+        let b = Backend::new("mst0", "10.0.0.11:6443".parse().unwrap());
+        assert_eq!(b.last_check(), None);
+        assert_eq!(b.state_since(), None);
+        b.set_up(false);
+        assert_eq!(b.state_since(), None, "down was already its state");
+        b.record_check(true, Duration::from_micros(1500));
+        let c = b.last_check().unwrap();
+        assert!(c.passed);
+        assert_eq!(c.took, Duration::from_micros(1500));
+        assert!(c.at > 1_700_000_000, "{c:?}");
+        b.record_check(false, Duration::from_millis(200));
+        assert_eq!(
+            b.last_check().map(|c| (c.passed, c.took)),
+            Some((false, Duration::from_millis(200)))
+        );
+        b.set_up(true);
+        let up_at = b.state_since().unwrap();
+        assert!(up_at > 1_700_000_000);
+        b.changed_at.store(1, Ordering::Relaxed);
+        b.set_up(true);
+        assert_eq!(b.state_since(), Some(1), "no change, no new time");
+        assert!(b.start_drain(Instant::now()).is_some());
+        assert!(b.state_since().unwrap() >= up_at, "a drain is a change");
+        b.changed_at.store(1, Ordering::Relaxed);
+        assert!(b.undrain());
+        assert!(b.state_since().unwrap() >= up_at, "so is an undrain");
+    }
     use std::time::Duration;
 
     fn plan(names: &[(&str, &str)]) -> LbPlan {

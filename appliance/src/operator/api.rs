@@ -7,8 +7,13 @@
 //! TCP (`api.listen`) only with TLS and a bearer token: every request carries
 //! `Authorization: Bearer TOKEN` or, from a browser, the cookie that `GET /?token=TOKEN` sets
 //! (HttpOnly, Secure, SameSite=Strict) with a redirect to `/`, so the token leaves the address
-//! bar; a token in the URL is accepted there only. Anything else is answered 401 before it is
-//! looked at.
+//! bar; a token in the URL is accepted there only. The cookie alone reads; an action (a POST)
+//! with the cookie must also carry the page's action token in the `X-Okd-Appliance-Action`
+//! header (an HMAC under the key made at start, written into the page, which another site can
+//! neither read nor send). Anything else is answered 401 before it is looked at.
+//!
+//! `GET /api/v1/events?page` is the status page's stream: besides the journal's events, a
+//! `page` event with the page's parts whenever they changed (checked every second).
 //!
 //! Architecture invariant: a front like the admin socket: it calls the [`Operator`]'s typed
 //! operations and answers an [`super::OpError`] with its own status
@@ -24,14 +29,16 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixListener};
 
 use super::Operator as Parts;
+#[cfg(test)]
+use super::status_page;
 use crate::service::Running;
 
 pub const SOCKET_NAME: &str = "api.sock";
@@ -59,30 +66,49 @@ enum Admitted {
     No,
 }
 
+/// What the page's action token is an HMAC of (under the key made at start).
+const ACTION_LABEL: &[u8] = b"okd-appliance status page actions";
+
 impl Access {
-    fn admit(&self, req: &Request<Incoming>) -> Admitted {
+    /// The token the status page's actions carry with the cookie, when a token is needed.
+    fn action_token(&self) -> Option<String> {
+        let (key, _) = self.token.as_ref()?;
+        Some(data_encoding::HEXLOWER.encode(ring::hmac::sign(key, ACTION_LABEL).as_ref()))
+    }
+
+    fn admit(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Admitted {
         let Some((key, tag)) = &self.token else {
             return Admitted::Yes;
         };
         let valid = |given: &str| ring::hmac::verify(key, given.as_bytes(), tag.as_ref()).is_ok();
-        let from_header = req
-            .headers()
+        let from_header = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        let from_cookie = req
-            .headers()
+        if from_header.is_some_and(valid) {
+            return Admitted::Yes;
+        }
+        let from_cookie = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='));
-        if from_header.or(from_cookie).is_some_and(valid) {
+        // A browser sends the cookie with whatever a page makes it send: the cookie reads, and
+        // acts only with the action token the status page holds.
+        let reads = matches!(*method, Method::GET | Method::HEAD);
+        let page_action = || {
+            headers
+                .get(super::status_page::ACTION_HEADER)
+                .and_then(|v| data_encoding::HEXLOWER.decode(v.as_bytes()).ok())
+                .is_some_and(|given| ring::hmac::verify(key, ACTION_LABEL, &given).is_ok())
+        };
+        if from_cookie.is_some_and(valid) && (reads || page_action()) {
             return Admitted::Yes;
         }
         // In the URL only for the page's first GET: a URL lands in histories and logs.
-        let from_query = (req.method() == Method::GET && req.uri().path() == "/")
-            .then(|| req.uri().query())
+        let from_query = (method == Method::GET && uri.path() == "/")
+            .then(|| uri.query())
             .flatten()
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
         match from_query {
@@ -254,7 +280,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
 }
 
 async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Response<Body> {
-    match access.admit(&req) {
+    match access.admit(req.method(), req.uri(), req.headers()) {
         Admitted::Yes => {}
         Admitted::SetCookie(token) => {
             let mut r = text(StatusCode::SEE_OTHER, "the status page: /\n");
@@ -285,14 +311,23 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
             full(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
-                super::status_page::render(&status, SystemTime::now()),
+                super::status_page::render(
+                    &status,
+                    SystemTime::now(),
+                    access.action_token().as_deref(),
+                ),
             )
         }
         (&Method::GET, ["api", "v1", "status"]) => match serde_json::to_vec(&parts.status()) {
             Ok(json) => full(StatusCode::OK, "application/json", json),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         },
-        (&Method::GET, ["api", "v1", "events"]) => events(parts),
+        (&Method::GET, ["api", "v1", "events"]) => events(
+            parts,
+            req.uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "page")),
+        ),
         (&Method::GET, ["metrics"]) => {
             let accept = req.headers().get(header::ACCEPT);
             let (content_type, body) = parts
@@ -350,6 +385,41 @@ impl Drop for Following {
     }
 }
 
+/// One client's event stream.
+struct Stream {
+    parts: Parts,
+    history: std::collections::VecDeque<String>,
+    live: tokio::sync::broadcast::Receiver<crate::journal::Event>,
+    /// Counted among the streams for as long as it lives.
+    _following: Following,
+    page: Option<PageParts>,
+    last_frame: tokio::time::Instant,
+}
+
+/// The status page's parts as last sent on a stream.
+struct PageParts {
+    ticker: tokio::time::Interval,
+    last: String,
+}
+
+impl Stream {
+    /// The page's parts as a `page` event, when they changed since the last one sent.
+    fn page_frame(&mut self) -> Option<String> {
+        let page = self.page.as_mut()?;
+        let parts: serde_json::Map<String, serde_json::Value> =
+            super::status_page::fragments(&self.parts.status(), SystemTime::now())
+                .into_iter()
+                .map(|(id, html)| (id.to_owned(), serde_json::Value::String(html)))
+                .collect();
+        let json = serde_json::Value::Object(parts).to_string();
+        if json == page.last {
+            return None;
+        }
+        page.last.clone_from(&json);
+        Some(format!("event: page\ndata: {json}\n\n"))
+    }
+}
+
 /// One journal event as JSON for the stream.
 fn event_json(e: &crate::journal::Event) -> String {
     let at =
@@ -369,9 +439,12 @@ fn event_json(e: &crate::journal::Event) -> String {
 }
 
 /// The journal as server-sent events: the recent history, then each new event (a keep-alive
-/// comment every 15 s keeps proxies from closing an idle stream); ends with the appliance.
-fn events(parts: &Parts) -> Response<Body> {
+/// comment after 15 s without a frame keeps proxies from closing an idle stream); with `page`,
+/// also the status page's parts as a `page` event, at once and then whenever they changed
+/// (looked at every second). Ends with the appliance.
+fn events(parts: &Parts, page: bool) -> Response<Body> {
     use tokio::sync::broadcast::error::RecvError;
+    const KEEP_ALIVE: Duration = Duration::from_secs(15);
     let live = parts.journal.subscribe();
     let history: std::collections::VecDeque<String> = parts
         .journal
@@ -379,33 +452,56 @@ fn events(parts: &Parts) -> Response<Body> {
         .iter()
         .map(|e| format!("data: {}\n\n", event_json(e)))
         .collect();
-    let shutdown = parts.shutdown.clone();
     let following = Following::new(&parts.metrics.api_event_streams);
-    let stream = futures_util::stream::unfold(
-        (history, live, shutdown, following),
-        |(mut history, mut live, shutdown, following)| async move {
-            let chunk = match history.pop_front() {
-                Some(frame) => frame,
-                None => loop {
-                    tokio::select! {
-                        () = shutdown.cancelled() => return None,
-                        () = tokio::time::sleep(Duration::from_secs(15)) => {
-                            break ": keep-alive\n\n".to_owned();
+    let stream = Stream {
+        parts: parts.clone(),
+        history,
+        live,
+        _following: following,
+        page: page.then(|| {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            // A client that fell behind gets the parts once, not a burst of them.
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            PageParts {
+                ticker,
+                last: String::new(),
+            }
+        }),
+        last_frame: tokio::time::Instant::now(),
+    };
+    let stream = futures_util::stream::unfold(stream, |mut st| async move {
+        let chunk = match st.history.pop_front() {
+            Some(frame) => frame,
+            None => loop {
+                let quiet = tokio::time::sleep_until(st.last_frame + KEEP_ALIVE);
+                let ticker = st.page.as_mut().map(|p| &mut p.ticker);
+                let tick = async move {
+                    match ticker {
+                        Some(t) => {
+                            t.tick().await;
                         }
-                        r = live.recv() => match r {
-                            Ok(e) => break format!("data: {}\n\n", event_json(&e)),
-                            Err(RecvError::Lagged(_)) => continue,
-                            Err(RecvError::Closed) => return None,
-                        },
+                        None => std::future::pending().await,
                     }
-                },
-            };
-            Some((
-                Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))),
-                (history, live, shutdown, following),
-            ))
-        },
-    );
+                };
+                tokio::select! {
+                    () = st.parts.shutdown.cancelled() => return None,
+                    () = quiet => break ": keep-alive\n\n".to_owned(),
+                    () = tick => {
+                        if let Some(frame) = st.page_frame() {
+                            break frame;
+                        }
+                    }
+                    r = st.live.recv() => match r {
+                        Ok(e) => break format!("data: {}\n\n", event_json(&e)),
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return None,
+                    },
+                }
+            },
+        };
+        st.last_frame = tokio::time::Instant::now();
+        Some((Ok::<_, Infallible>(Frame::data(Bytes::from(chunk))), st))
+    });
     let mut r = Response::new(StreamBody::new(stream).boxed());
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -414,4 +510,117 @@ fn events(parts: &Parts) -> Response<Body> {
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "the-token-0123456789";
+
+    fn access() -> Access {
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap();
+        let tag = ring::hmac::sign(&key, TOKEN.as_bytes());
+        Access {
+            token: Some((key, tag)),
+        }
+    }
+
+    fn ask(access: &Access, method: &Method, path: &str, headers: &[(&str, &str)]) -> Admitted {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.append(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        access.admit(method, &path.parse::<Uri>().unwrap(), &map)
+    }
+
+    #[test]
+    fn the_cookie_reads_and_acts_only_with_the_pages_action_token() {
+        let a = access();
+        let cookie = format!("okd_appliance_token={TOKEN}");
+        let action = a.action_token().unwrap();
+        let drain = "/api/v1/nodes/mst0/drain";
+        assert_eq!(
+            ask(&a, &Method::GET, "/", &[("cookie", &cookie)]),
+            Admitted::Yes
+        );
+        assert_eq!(
+            ask(&a, &Method::POST, drain, &[("cookie", &cookie)]),
+            Admitted::No,
+            "a cookie alone never acts: any site can make a browser send it"
+        );
+        assert_eq!(
+            ask(
+                &a,
+                &Method::POST,
+                drain,
+                &[("cookie", &cookie), (status_page::ACTION_HEADER, &action)]
+            ),
+            Admitted::Yes
+        );
+        let wrong = format!("{}0", &action[..action.len() - 1]);
+        let wrong = if wrong == action {
+            format!("{}1", &action[..action.len() - 1])
+        } else {
+            wrong
+        };
+        assert_eq!(
+            ask(
+                &a,
+                &Method::POST,
+                drain,
+                &[("cookie", &cookie), (status_page::ACTION_HEADER, &wrong)]
+            ),
+            Admitted::No
+        );
+        assert_eq!(
+            ask(
+                &a,
+                &Method::POST,
+                drain,
+                &[
+                    ("cookie", "okd_appliance_token=wrong"),
+                    (status_page::ACTION_HEADER, &action)
+                ]
+            ),
+            Admitted::No,
+            "the action token is no token by itself"
+        );
+        assert_eq!(
+            ask(
+                &a,
+                &Method::POST,
+                drain,
+                &[(status_page::ACTION_HEADER, &action)]
+            ),
+            Admitted::No
+        );
+        let bearer = format!("Bearer {TOKEN}");
+        assert_eq!(
+            ask(&a, &Method::POST, drain, &[("authorization", &bearer)]),
+            Admitted::Yes
+        );
+        assert_eq!(
+            ask(&a, &Method::GET, &format!("/?token={TOKEN}"), &[]),
+            Admitted::SetCookie(TOKEN.to_owned())
+        );
+        assert_eq!(
+            ask(
+                &a,
+                &Method::GET,
+                &format!("/api/v1/status?token={TOKEN}"),
+                &[]
+            ),
+            Admitted::No
+        );
+        // Another start, another key: an old page's action token no longer acts.
+        assert_ne!(access().action_token(), Some(action));
+        let local = Access { token: None };
+        assert_eq!(local.action_token(), None);
+        assert_eq!(ask(&local, &Method::POST, drain, &[]), Admitted::Yes);
+    }
 }

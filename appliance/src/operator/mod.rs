@@ -360,18 +360,17 @@ impl Operator {
                 }),
             }
         });
-        let progress = self
-            .orchestration
-            .as_ref()
-            .as_ref()
-            .ok()
-            .map(Orchestrator::progress);
+        let progress = self.orchestration.as_ref().as_ref().ok().map(|o| {
+            let p = o.progress();
+            let waiting = o.waiting_in(p.cluster_phase());
+            (p, waiting)
+        });
         status::collect(
             &self.fixed,
             &self.plan.load(),
             &self.journal.recent(),
             &self.pools.load(),
-            progress.as_ref(),
+            progress.as_ref().map(|(p, w)| (p, w.clone())),
             ha,
             std::time::SystemTime::now(),
         )

@@ -1,7 +1,8 @@
 //! What `okd-appliance status` shows: the appliance (version, uptime, plan serial, services and
 //! listeners, its place in a pair), each node (reservation, last DHCP exchange, script, kernel,
 //! ignition and role config fetched, install phase) and each load-balancer backend (state and
-//! since when, draining, connections).
+//! since when, last health check, draining, connections and bytes); what each node and the
+//! cluster wait for, and every phase's time (the status page's timeline).
 //!
 //! Architecture invariant: reads only (the plan, the journal's history, the pools' counters,
 //! the phase record); [`collect`] builds the whole picture at one moment, and the admin socket
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::journal::{Event, EventKind};
 use crate::lb::pool::Pools;
-use crate::orchestration::phases::Progress;
+use crate::orchestration::phases::{ClusterPhase, NodePhase, Progress};
 use crate::plan::Plan;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +38,30 @@ pub struct Appliance {
     pub ha: Option<HaStatus>,
     /// The cluster's install phase, when an install was started.
     pub cluster_phase: Option<String>,
+    /// Each cluster phase reached, with when (the timeline's milestones).
+    #[serde(default)]
+    pub cluster_steps: Vec<PhaseAt>,
+    /// What the install waits for now, decided in the phase it is in.
+    #[serde(default)]
+    pub cluster_waiting: Option<String>,
+    /// Where to reach this appliance: the admin socket, the API's socket and TCP address.
+    #[serde(default)]
+    pub endpoints: Option<Endpoints>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoints {
+    pub admin_socket: String,
+    pub api_socket: String,
+    /// `https://ADDR/`, when `api.listen` is set.
+    pub api_url: Option<String>,
+}
+
+/// A phase and when it was reached (seconds since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseAt {
+    pub phase: String,
+    pub at: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +93,12 @@ pub struct NodeStatus {
     pub kernel: Option<u64>,
     pub ignition: Option<u64>,
     pub installed: Option<u64>,
+    /// Every phase it reached in its current install, in order, with when.
+    #[serde(default)]
+    pub steps: Vec<PhaseAt>,
+    /// What it waits for now ("its ignition fetch"), when anything.
+    #[serde(default)]
+    pub waiting_for: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,12 +108,22 @@ pub struct BackendStatus {
     pub addr: SocketAddr,
     /// `up`, `down`, `draining` or `off` (a frontend without a listener).
     pub state: String,
-    /// When its health last changed, as the journal has it.
+    /// When its state last changed (health, drain), as the backend or the journal has it.
     pub since: Option<u64>,
+    /// Its last health check.
+    #[serde(default)]
+    pub check: Option<CheckStatus>,
     pub active: usize,
     pub connections: u64,
     pub bytes_to_backend: u64,
     pub bytes_to_client: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckStatus {
+    pub passed: bool,
+    pub latency_us: u64,
+    pub at: u64,
 }
 
 /// What does not change while the appliance runs.
@@ -90,6 +131,34 @@ pub struct BackendStatus {
 pub struct Fixed {
     pub started: SystemTime,
     pub listeners: Vec<Listener>,
+    pub endpoints: Option<Endpoints>,
+}
+
+/// What a node in `phase` (from the phase record) waits for next, as the page and `status`
+/// say it; `cluster`: the cluster's phase (a bootstrap node is done once bootstrap completed).
+pub fn node_waiting(
+    role: &str,
+    phase: NodePhase,
+    cluster: Option<ClusterPhase>,
+) -> Option<&'static str> {
+    // Once bootstrap completed, the bootstrap node is done with, whatever its phase.
+    if role == "bootstrap" && cluster.is_some_and(|c| c >= ClusterPhase::BootstrapComplete) {
+        return None;
+    }
+    Some(match phase {
+        NodePhase::Defined if cluster.is_some() => "waiting for its machine to be created",
+        NodePhase::Defined => "waiting for its first DHCP request",
+        NodePhase::Created => "waiting to be powered on",
+        NodePhase::PoweredOn => "waiting for its DHCP request",
+        NodePhase::Dhcp => "waiting for its iPXE script fetch",
+        NodePhase::Script => "waiting for its kernel and initramfs fetch",
+        NodePhase::KernelInitrd => "waiting for its ignition fetch",
+        NodePhase::Ignition => "installing: waiting for the installed system's first boot",
+        NodePhase::Installed if role == "bootstrap" => "running the bootstrap control plane",
+        NodePhase::Installed => "waiting for CSR approval and its Node object",
+        NodePhase::Joined => "waiting to be Ready",
+        NodePhase::Ready => return None,
+    })
 }
 
 fn secs(t: SystemTime) -> u64 {
@@ -97,16 +166,22 @@ fn secs(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The picture at `now`.
+/// The picture at `now`; `install`: the phase record and what the install waits for in its
+/// phase, when this appliance tracks the install.
 pub fn collect(
     fixed: &Fixed,
     plan: &Plan,
     events: &[Event],
     pools: &Pools,
-    progress: Option<&Progress>,
+    install: Option<(&Progress, Option<String>)>,
     ha: Option<HaStatus>,
     now: SystemTime,
 ) -> Status {
+    // The phase record, and what the install waits for in its phase.
+    let (progress, cluster_waiting) = match install {
+        Some((p, waiting)) => (Some(p), waiting),
+        None => (None, None),
+    };
     // The last time each (node, what) happened.
     let mut last: HashMap<(&str, &'static str), u64> = HashMap::new();
     let mut health_since: HashMap<(String, SocketAddr), u64> = HashMap::new();
@@ -136,7 +211,6 @@ pub fn collect(
         .boot
         .iter()
         .map(|b| {
-            use crate::orchestration::phases::NodePhase;
             // The journal's history is this process's; the phase record survives restarts and
             // has when each phase was first reached.
             let reached = |phase: NodePhase| {
@@ -156,17 +230,45 @@ pub fn collect(
                     })
                 })
             };
+            let phase = progress.map_or(NodePhase::Defined, |p| p.node_phase(&b.node));
+            // The phase record's steps; without one, what the journal saw, in install order.
+            let steps = match progress.and_then(|p| p.nodes.get(&b.node)) {
+                Some(steps) => steps
+                    .iter()
+                    .filter(|s| s.phase != NodePhase::Defined)
+                    .map(|s| PhaseAt {
+                        phase: s.phase.name().to_owned(),
+                        at: s.at,
+                    })
+                    .collect(),
+                None => [
+                    ("dhcp", NodePhase::Dhcp),
+                    ("script", NodePhase::Script),
+                    ("kernel", NodePhase::KernelInitrd),
+                    ("ignition", NodePhase::Ignition),
+                    ("installed", NodePhase::Installed),
+                ]
+                .into_iter()
+                .filter_map(|(what, phase)| {
+                    Some(PhaseAt {
+                        phase: phase.name().to_owned(),
+                        at: *last.get(&(b.node.as_str(), what))?,
+                    })
+                })
+                .collect(),
+            };
+            let role = b.role.as_str();
             NodeStatus {
                 name: b.node.clone(),
-                role: b.role.as_str().to_owned(),
+                role: role.to_owned(),
                 mac: b.mac.to_string(),
                 ip: b.ipv4.to_string(),
-                phase: progress
-                    .map_or(crate::orchestration::phases::NodePhase::Defined, |p| {
-                        p.node_phase(&b.node)
-                    })
-                    .name()
-                    .to_owned(),
+                phase: phase.name().to_owned(),
+                // Without the phase record the phase is unknown, and so is what comes next.
+                waiting_for: progress
+                    .and_then(|p| node_waiting(role, phase, p.cluster_phase()))
+                    .map(str::to_owned),
+                steps,
                 dhcp: at("dhcp"),
                 script: at("script"),
                 kernel: at("kernel"),
@@ -184,9 +286,16 @@ pub fn collect(
                 node: b.name.clone(),
                 addr: b.addr,
                 state: state.to_owned(),
-                since: health_since
-                    .get(&(pool.kind.name().to_owned(), b.addr))
-                    .copied(),
+                since: b.state_since().or_else(|| {
+                    health_since
+                        .get(&(pool.kind.name().to_owned(), b.addr))
+                        .copied()
+                }),
+                check: b.last_check().map(|c| CheckStatus {
+                    passed: c.passed,
+                    latency_us: u64::try_from(c.took.as_micros()).unwrap_or(u64::MAX),
+                    at: c.at,
+                }),
                 active: b.active(),
                 connections: b.connections.load(Ordering::Relaxed),
                 bytes_to_backend: b.bytes_to_backend.load(Ordering::Relaxed),
@@ -205,6 +314,17 @@ pub fn collect(
             cluster_phase: progress
                 .and_then(Progress::cluster_phase)
                 .map(|p| p.name().to_owned()),
+            cluster_steps: progress.map_or_else(Vec::new, |p| {
+                p.cluster
+                    .iter()
+                    .map(|s| PhaseAt {
+                        phase: s.phase.name().to_owned(),
+                        at: s.at,
+                    })
+                    .collect()
+            }),
+            cluster_waiting,
+            endpoints: fixed.endpoints.clone(),
         },
         nodes,
         backends,
@@ -253,5 +373,78 @@ impl crate::metrics::Sources for Sampler {
                 (b.node.clone(), phase.name())
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_node_phase_says_what_comes_next() {
+        let next = |role, phase, cluster| node_waiting(role, phase, cluster);
+        assert_eq!(
+            next("master", NodePhase::KernelInitrd, None),
+            Some("waiting for its ignition fetch")
+        );
+        assert_eq!(
+            next(
+                "worker",
+                NodePhase::Installed,
+                Some(ClusterPhase::WorkersJoining)
+            ),
+            Some("waiting for CSR approval and its Node object")
+        );
+        assert_eq!(
+            next("master", NodePhase::Defined, None),
+            Some("waiting for its first DHCP request")
+        );
+        assert_eq!(
+            next(
+                "master",
+                NodePhase::Defined,
+                Some(ClusterPhase::Bootstrapping)
+            ),
+            Some("waiting for its machine to be created")
+        );
+        assert_eq!(
+            next(
+                "bootstrap",
+                NodePhase::Installed,
+                Some(ClusterPhase::Bootstrapping)
+            ),
+            Some("running the bootstrap control plane")
+        );
+        assert_eq!(
+            next(
+                "bootstrap",
+                NodePhase::Installed,
+                Some(ClusterPhase::BootstrapComplete)
+            ),
+            None,
+            "a bootstrap node is done once bootstrap completed"
+        );
+        assert_eq!(
+            next(
+                "bootstrap",
+                NodePhase::Defined,
+                Some(ClusterPhase::Installed)
+            ),
+            None,
+            "whatever its phase (it may never have been started here)"
+        );
+        assert_eq!(
+            next("master", NodePhase::Joined, None),
+            Some("waiting to be Ready")
+        );
+        assert_eq!(next("master", NodePhase::Ready, None), None);
+        // Every phase but the last waits for something.
+        for phase in NodePhase::ALL {
+            assert_eq!(
+                next("master", phase, Some(ClusterPhase::Bootstrapping)).is_none(),
+                phase == NodePhase::Ready,
+                "{phase}"
+            );
+        }
     }
 }

@@ -189,6 +189,12 @@ impl Orchestrator {
         }
     }
 
+    /// What the run waits for, if it was decided in `phase` (the cluster's phase as the
+    /// caller read it with [`Orchestrator::progress`]).
+    pub fn waiting_in(&self, phase: Option<ClusterPhase>) -> Option<String> {
+        decide::reason_in(self.lock().waiting.as_ref(), phase)
+    }
+
     /// The phase record, for a pair's replication.
     pub fn progress(&self) -> Progress {
         self.phases.snapshot()

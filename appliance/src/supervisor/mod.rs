@@ -163,6 +163,17 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
                 addr: s.local_addr,
             })
             .collect(),
+        endpoints: Some(crate::operator::status::Endpoints {
+            admin_socket: crate::operator::admin::socket_path(&plan.state_dir)
+                .display()
+                .to_string(),
+            api_socket: plan
+                .state_dir
+                .join(crate::operator::api::SOCKET_NAME)
+                .display()
+                .to_string(),
+            api_url: plan.api.as_ref().map(|a| format!("https://{}/", a.listen)),
+        }),
     };
     for s in &sockets {
         tracing::info!(
@@ -384,6 +395,22 @@ fn start_services(
                 }
             })?;
             running.push(("api", api));
+            match &plan.api {
+                Some(api) => tracing::info!(
+                    "API and status page at https://{}/ (TLS and the token in {}); locally at {}",
+                    api.listen,
+                    api.token_file.display(),
+                    plan.state_dir
+                        .join(crate::operator::api::SOCKET_NAME)
+                        .display()
+                ),
+                None => tracing::info!(
+                    "API at {} (local socket; api.listen puts it and the status page on TCP)",
+                    plan.state_dir
+                        .join(crate::operator::api::SOCKET_NAME)
+                        .display()
+                ),
+            }
         }
         Err(e) if tcp.is_none() => {
             tracing::warn!("no API socket in {}: {e}", plan.state_dir.display());
