@@ -45,8 +45,11 @@ pub enum Command {
         /// The cluster config (YAML).
         file: PathBuf,
         /// Also require what installing nodes needs: the ignition files of every role present,
-        /// and a bootstrap.ign younger than 24 hours while a bootstrap node is listed (without
-        /// it these are warnings: they never stop DNS, DHCP or the load balancer).
+        /// a bootstrap.ign younger than 24 hours while a bootstrap node is listed, every
+        /// artifact the boots fetch (hashed against what `artifacts fetch` verified), the
+        /// kubeconfig `cluster up` reads, and a provider that answers for every machine
+        /// (without it the file findings are warnings: they never stop DNS, DHCP or the load
+        /// balancer).
         #[arg(long)]
         install: bool,
         /// Print only the secret files the config names (API key and token, the pair's secret,
