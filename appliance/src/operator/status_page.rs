@@ -24,20 +24,10 @@ use super::status::{BackendStatus, NodeStatus, Status};
 /// The header a page's action carries its action token in (see `api.rs`).
 pub const ACTION_HEADER: &str = "x-okd-appliance-action";
 
-/// Text for HTML and SVG, in content and in quoted attributes.
+/// Text for HTML and SVG, in content and in quoted attributes (`&`, `<`, `>`, `"` and `'`
+/// escaped).
 pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    html_escape::encode_quoted_attribute(s).into_owned()
 }
 
 /// `HH:MM:SS` (UTC) of a time in seconds since the epoch.

@@ -206,7 +206,7 @@ fn names_and_reasons_are_escaped_everywhere() {
     assert!(!page.contains("<img"), "{page}");
     assert!(!page.contains("\"'&<"), "{page}");
     assert!(
-        page.contains("&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;"),
+        page.contains("&lt;img src=x onerror=alert(1)&gt;&quot;&#x27;&amp;"),
         "{page}"
     );
 }
