@@ -38,23 +38,10 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 /// Binds the admin socket, replacing a stale one, readable and writable by its owner only.
 pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
-    std::fs::create_dir_all(state_dir)?;
-    let path = socket_path(state_dir);
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
-        // A socket someone answers on belongs to another running appliance: leave it alone.
-        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is in use by another okd-appliance", path.display()),
-            ));
-        }
-        std::fs::remove_file(&path)?;
-    }
-    let listener = std::os::unix::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    crate::sockets::bind_unix_owner_only(
+        &socket_path(state_dir),
+        crate::sockets::StaleSocket::ReplaceUnlessAnswered,
+    )
 }
 
 /// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests

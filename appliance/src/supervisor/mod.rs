@@ -336,7 +336,7 @@ fn start_services(
             ha.hosts[0]
         };
         let addr = crate::replication::listen_addr(host);
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Service {
+        let listener = crate::sockets::bind_tcp(addr).map_err(|e| ServeError::Service {
             service: "replication",
             source: anyhow::anyhow!("binding {addr}: {e}"),
         })?;
@@ -367,7 +367,7 @@ fn start_services(
     let tcp = match &plan.api {
         Some(api) => {
             Some(
-                std::net::TcpListener::bind(api.listen).map_err(|e| ServeError::Service {
+                crate::sockets::bind_tcp(api.listen).map_err(|e| ServeError::Service {
                     service: "api",
                     source: anyhow::anyhow!("binding {}: {e}", api.listen),
                 })?,
