@@ -69,7 +69,7 @@ pub async fn run(
     };
     loop {
         // The same across reloads; cloned so that waiting on it borrows nothing.
-        let failures = Arc::clone(&pools.load().failures);
+        let failures = Arc::clone(pools.load().failures());
         tokio::select! {
             () = token.cancelled() => return Ok(()),
             Some(joined) = probes.set.join_next_with_id(), if !probes.set.is_empty() => {
@@ -193,7 +193,7 @@ async fn adopt(
 
 fn interval_of(pools: &Pools) -> Duration {
     pools
-        .frontends
+        .pools()
         .first()
         .map_or(Duration::from_secs(1), |p| p.check.interval)
 }

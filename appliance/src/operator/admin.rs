@@ -301,25 +301,23 @@ async fn cluster(o: &Orchestrator, request: ClusterRequest) -> String {
 /// left before its drain timeout closes them, and its counters.
 fn status(pools: &Pools) -> String {
     let mut out = String::from("ok\n");
-    for pool in &pools.frontends {
-        for b in &pool.backends {
-            let state = b.state(pool.served);
-            let _ = write!(
-                out,
-                "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
-                pool.kind.name(),
-                b.name,
-                b.addr,
-                b.active(),
-                b.connections.load(Ordering::Relaxed),
-                b.bytes_to_backend.load(Ordering::Relaxed),
-                b.bytes_to_client.load(Ordering::Relaxed),
-            );
-            if let Some(left) = b.drain_closes_in() {
-                let _ = write!(out, " closing_in={}s", left.as_secs());
-            }
-            out.push('\n');
+    for (pool, b) in pools.backends() {
+        let state = b.state(pool.served);
+        let _ = write!(
+            out,
+            "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
+            pool.kind.name(),
+            b.name,
+            b.addr,
+            b.active(),
+            b.connections.load(Ordering::Relaxed),
+            b.bytes_to_backend.load(Ordering::Relaxed),
+            b.bytes_to_client.load(Ordering::Relaxed),
+        );
+        if let Some(left) = b.drain_closes_in() {
+            let _ = write!(out, " closing_in={}s", left.as_secs());
         }
+        out.push('\n');
     }
     out
 }
@@ -419,7 +417,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn drain_status_and_errors() {
         let (pools, journal) = (pools(), Journal::new());
-        let api_bootstrap = Arc::clone(&pools.load().frontends[0].backends[0]);
+        let api_bootstrap = Arc::clone(&pools.load().pools()[0].backends[0]);
         api_bootstrap.set_up(true);
         let _open = api_bootstrap.claim().expect("up and in rotation");
         assert_eq!(

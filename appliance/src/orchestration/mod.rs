@@ -387,7 +387,7 @@ impl Orchestrator {
                 single_node: plan.orchestration.single_node,
                 masters: &masters,
                 workers: &workers,
-                drain_timeout: self.pools.load().drain_timeout,
+                drain_timeout: self.pools.load().drain_timeout(),
                 settle: plan.orchestration.settle,
                 now: Instant::now(),
             };
