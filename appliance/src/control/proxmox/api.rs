@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -274,10 +273,10 @@ impl Api {
             .uri(&uri)
             .header(AUTHORIZATION, self.auth.clone());
         let body = if in_query {
-            Full::new(Bytes::new())
+            Bytes::new()
         } else {
             request = request.header(CONTENT_TYPE, "application/x-www-form-urlencoded");
-            Full::new(Bytes::from(encoded))
+            Bytes::from(encoded)
         };
         let request = request.body(body).map_err(|e| {
             PveError::Control(ControlError::Failed(format!(

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use data_encoding::BASE64;
-use http_body_util::Full;
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use serde::de::DeserializeOwned;
@@ -525,9 +524,9 @@ impl BmcClient {
         let body = match body {
             Some(b) => {
                 request = request.header(CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(b.to_string()))
+                Bytes::from(b.to_string())
             }
-            None => Full::new(Bytes::new()),
+            None => Bytes::new(),
         };
         let request = request
             .body(body)
@@ -593,7 +592,7 @@ impl BmcClient {
             .uri(format!("{}{sessions}", self.endpoint))
             .header(ACCEPT, "application/json")
             .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(self.login.to_string())))
+            .body(Bytes::from(self.login.to_string()))
             .map_err(|e| ControlError::Failed(format!("can't build the session request: {e}")))?;
         let what = format!("POST {sessions}");
         let answer =
