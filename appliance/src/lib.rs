@@ -35,5 +35,5 @@ pub mod service;
 pub mod sockets;
 pub mod supervisor;
 pub mod tftp;
-pub mod tls;
+pub mod tls_trust;
 pub mod vocabulary;

@@ -22,7 +22,8 @@ pub enum Service {
     Dhcp,
     Tftp,
     Http,
-    Api,
+    /// The Kubernetes API frontend of the load balancer (6443), not the operator API.
+    KubeApi,
     MachineConfig,
     IngressHttps,
     IngressHttp,
@@ -35,7 +36,7 @@ impl Service {
             Service::Dhcp => "dhcp",
             Service::Tftp => "tftp",
             Service::Http => "http",
-            Service::Api => "api",
+            Service::KubeApi => "api",
             Service::MachineConfig => "machine-config",
             Service::IngressHttps => "ingress-https",
             Service::IngressHttp => "ingress-http",

@@ -88,7 +88,7 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     add(Service::Dhcp, Proto::Udp, &dhcp, plan.interface.as_ref());
     add(Service::Tftp, Proto::Udp, &l.tftp, None);
     add(Service::Http, Proto::Tcp, &l.http, None);
-    add(Service::Api, Proto::Tcp, &l.api, None);
+    add(Service::KubeApi, Proto::Tcp, &l.api, None);
     add(Service::MachineConfig, Proto::Tcp, &l.machine_config, None);
     add(Service::IngressHttps, Proto::Tcp, &l.ingress_https, None);
     add(Service::IngressHttp, Proto::Tcp, &l.ingress_http, None);
@@ -281,7 +281,7 @@ fn start_services(
     let tftp = take(&[Service::Tftp]);
     let http = take(&[Service::Http]);
     let lb = take(&[
-        Service::Api,
+        Service::KubeApi,
         Service::MachineConfig,
         Service::IngressHttps,
         Service::IngressHttp,

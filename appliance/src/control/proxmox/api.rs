@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::answers::{ErrorBody, TaskStatus};
 use super::spell;
 use crate::control::https::{self, HttpsClient};
-use crate::control::{ControlError, tls};
+use crate::control::{ControlError, provider_trust};
 use crate::plan::machines::Proxmox;
 use crate::secrets::Secret;
 
@@ -179,7 +179,7 @@ impl Api {
                 ))
             })?;
         auth.set_sensitive(true);
-        let tls = tls::client_config(&px.trust).map_err(|e| ControlError::Tls {
+        let tls = provider_trust::client_config(&px.trust).map_err(|e| ControlError::Tls {
             endpoint: px.url.clone(),
             reason: e.to_string(),
         })?;

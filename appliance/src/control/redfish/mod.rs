@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use self::answers::{Collection, ErrorBody, EthernetInterface, Manager, ServiceRoot, VirtualMedia};
 use super::https::{self, HttpsClient};
-use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
+use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, provider_trust};
 use crate::plan::machines::{Bmc, BmcTrust, ControlTimeouts};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
 use crate::vocabulary::MacAddr;
@@ -464,8 +464,8 @@ impl BmcClient {
         let endpoint = url.origin().ascii_serialization();
         let system = Some(url.path().trim_end_matches('/').to_owned()).filter(|p| !p.is_empty());
         let tls = match &bmc.trust {
-            BmcTrust::Verify(trust) => tls::client_config(trust),
-            BmcTrust::Insecure => tls::client_config_insecure(),
+            BmcTrust::Verify(trust) => provider_trust::client_config(trust),
+            BmcTrust::Insecure => provider_trust::client_config_insecure(),
         }
         .map_err(|e| ControlError::Tls {
             endpoint: endpoint.clone(),
