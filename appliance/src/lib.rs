@@ -8,6 +8,7 @@ pub mod artifacts;
 pub mod config;
 pub mod control;
 pub mod dhcp;
+pub mod digest;
 pub mod dns;
 pub mod durable;
 #[cfg(any(test, feature = "fuzzing"))]

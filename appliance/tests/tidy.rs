@@ -529,3 +529,50 @@ fn only_sockets_rs_binds_a_listener() {
         wrong.join("\n  ")
     );
 }
+
+/// The leaves: modules that import nothing of the crate, so that anything may use them without
+/// pulling in more (docs/architecture.md names each one's reason).
+const LEAVES: [&str; 9] = [
+    "records",
+    "vocabulary",
+    "tls_trust",
+    "secrets",
+    "durable",
+    "digest",
+    "sockets",
+    "openshift_install",
+    "idle",
+];
+
+#[test]
+fn the_leaves_import_nothing_of_the_crate() {
+    let graph = import_graph();
+    let mut wrong = Vec::new();
+    for leaf in LEAVES {
+        let Some(imports) = graph.get(leaf) else {
+            panic!("no module {leaf}: update LEAVES in tidy.rs");
+        };
+        wrong.extend(imports.iter().map(|target| format!("{leaf} -> {target}")));
+    }
+    assert!(
+        wrong.is_empty(),
+        "leaves importing the crate (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_boot_path_does_not_import_a_cli_command_module() {
+    // `liveiso` builds every node's ISO for the boot server: it takes digests from `digest`,
+    // never from `artifacts` (the `artifacts fetch` command's module). The services are held to
+    // the same by `FORBIDDEN_FOR_SERVICES`.
+    let graph = import_graph();
+    let imports = &graph["liveiso"];
+    for forbidden in ["artifacts", "config", "operator", "supervisor", "render"] {
+        assert!(
+            !imports.contains(forbidden),
+            "liveiso -> {forbidden}: the boot path imports neither a command's module nor the \
+             config (docs/architecture.md)"
+        );
+    }
+}
