@@ -10,6 +10,11 @@
 //!   screen of dispatch (at most 150 lines);
 //! - only `sockets.rs` binds a listener (client UDP sockets of the files in `CLIENT_SOCKETS`
 //!   aside);
+//! - the leaves (`LEAVES`) import nothing of the crate; the narrow modules (`ONLY_IMPORTS`:
+//!   `ha`, `render`, `host_network`, `install_config`, `liveiso`) only what they read; the
+//!   orchestration reaches the load balancer only through `lb::drain`;
+//! - docs/architecture.md's map states the number of modules and import edges there are
+//!   (printed by `the_map_counts_what_is_there`);
 //! - every Rust file starts with a `//!` comment saying what it is;
 //! - every file docs/architecture.md names exists;
 //! - no source file of the crate is longer than [`MAX_LINES`], but for the listed exceptions.
@@ -532,7 +537,8 @@ fn only_sockets_rs_binds_a_listener() {
 
 /// The leaves: modules that import nothing of the crate, so that anything may use them without
 /// pulling in more (docs/architecture.md names each one's reason).
-const LEAVES: [&str; 9] = [
+const LEAVES: [&str; 10] = [
+    "metrics",
     "records",
     "vocabulary",
     "tls_trust",
@@ -561,18 +567,99 @@ fn the_leaves_import_nothing_of_the_crate() {
     );
 }
 
+/// Modules that may import only the listed ones (docs/architecture.md says why for each).
+const ONLY_IMPORTS: [(&str, &[&str]); 5] = [
+    // The pair's flag sits below the services: it reads the pair's plan only.
+    ("ha", &["plan"]),
+    // Renderers read the plan only, so what they print is what is served.
+    ("render", &["plan", "records", "vocabulary"]),
+    // How the services host is set up: the config's `network` section, not the plan.
+    ("host_network", &["config"]),
+    // openshift-install's input: the config, not the plan (nothing of it is served).
+    (
+        "install_config",
+        &["config", "openshift_install", "secrets"],
+    ),
+    // The boot path's ISO patcher: digests from the leaf, never from the `artifacts` command.
+    ("liveiso", &["digest"]),
+];
+
 #[test]
-fn the_boot_path_does_not_import_a_cli_command_module() {
-    // `liveiso` builds every node's ISO for the boot server: it takes digests from `digest`,
-    // never from `artifacts` (the `artifacts fetch` command's module). The services are held to
-    // the same by `FORBIDDEN_FOR_SERVICES`.
+fn narrow_modules_import_only_what_they_read() {
     let graph = import_graph();
-    let imports = &graph["liveiso"];
-    for forbidden in ["artifacts", "config", "operator", "supervisor", "render"] {
-        assert!(
-            !imports.contains(forbidden),
-            "liveiso -> {forbidden}: the boot path imports neither a command's module nor the \
-             config (docs/architecture.md)"
-        );
+    let mut wrong = Vec::new();
+    for (module, allowed) in ONLY_IMPORTS {
+        let Some(imports) = graph.get(module) else {
+            panic!("no module {module}: update ONLY_IMPORTS in tidy.rs");
+        };
+        for target in imports {
+            if !allowed.contains(&target.as_str()) {
+                wrong.push(format!("{module} -> {target} (it may import {allowed:?})"));
+            }
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "imports the architecture does not allow (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// The `crate::lb::...` paths `code` names, outside comments (`lb::drain::drain`).
+fn lb_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        for (at, _) in line.match_indices("crate::lb::") {
+            let path: String = line[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            found.insert(path.trim_end_matches(':').to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_orchestration_reaches_the_load_balancer_only_through_drain() {
+    assert_eq!(
+        lb_paths("use crate::lb::SharedPools; crate::lb::drain::drain(p); // crate::lb::pool"),
+        BTreeSet::from(["lb::SharedPools".to_owned(), "lb::drain::drain".to_owned()])
+    );
+    let src = repo().join("appliance/src");
+    let mut files = Vec::new();
+    rust_files(&src.join("orchestration"), &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for path in lb_paths(&production_code(file, &text)) {
+            // The shared pools handle, and drains; the pools' own walk (`Pools::served_backends_of`)
+            // through its methods, the fields being private to `lb::pool`.
+            if path != "lb::SharedPools" && !path.starts_with("lb::drain::") {
+                let rel = file.strip_prefix(&src).unwrap().display().to_string();
+                wrong.push(format!("{rel}: crate::{path}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the orchestration reaches the load balancer only through lb::drain \
+         (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_map_counts_what_is_there() {
+    let graph = import_graph();
+    let modules = graph.len();
+    let arrows: usize = graph.values().map(BTreeSet::len).sum();
+    println!("import graph: {modules} top-level modules, {arrows} import edges");
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let stated = format!("{modules} modules and {arrows} arrows");
+    assert!(
+        doc.contains(&stated),
+        "docs/architecture.md's map should say \"{stated}\": the map changed, so redraw it"
+    );
 }
