@@ -27,6 +27,8 @@ mod vms;
 
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use self::answers::Version;
 use self::api::{Api, PveError, TaskEnd, seg};
 use super::{Action, ControlError, Outcome, Power, Provider};
@@ -163,7 +165,8 @@ impl ProxmoxProvider {
             .get("/version", &[])
             .await
             .map_err(|e| e.into_control("asking for the Proxmox VE version"))?;
-        let version = api::read::<Version>(v.clone(), "a version (an object)")
+        // The raw answer stays for the message below, which shows it as it came.
+        let version = Version::deserialize(&v)
             .unwrap_or_default()
             .version
             .unwrap_or_else(|| "?".to_owned());
