@@ -101,7 +101,7 @@ pub fn start(
     let local = listener.local_addr()?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(local.ip())?));
     let connector = tokio_rustls::TlsConnector::from(Arc::new(
-        crate::tls::client_config(crate::tls::Trust::AnyCertificate)
+        crate::tls_trust::client_config(crate::tls_trust::Trust::AnyCertificate)
             .context("the replication client's TLS")?,
     ));
     listener.set_nonblocking(true)?;

@@ -1,13 +1,17 @@
-//! Binding every listening socket before anything is served.
+//! Binding every listening socket before anything is served: the services' listeners
+//! ([`bind_all`]), the operator API's and the replication's TCP listeners ([`bind_tcp`]) and
+//! the operator wing's owner-only Unix sockets ([`bind_unix_owner_only`]).
 //!
 //! Architecture invariant: this is the only code in the program that binds a listener (the
-//! supervisor calls it). Services receive sockets that are already bound, so tests hand them
-//! port-0 sockets and privileges can be dropped before the first packet is read. A leaf: it
-//! knows addresses and socket options, no protocol.
+//! supervisor calls it; `appliance/tests/tidy.rs` checks). Services receive sockets that are
+//! already bound, so tests hand them port-0 sockets and privileges can be dropped before the
+//! first packet is read. A leaf: it knows addresses, paths and socket options, no protocol.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -18,7 +22,8 @@ pub enum Service {
     Dhcp,
     Tftp,
     Http,
-    Api,
+    /// The Kubernetes API frontend of the load balancer (6443), not the operator API.
+    KubeApi,
     MachineConfig,
     IngressHttps,
     IngressHttp,
@@ -31,7 +36,7 @@ impl Service {
             Service::Dhcp => "dhcp",
             Service::Tftp => "tftp",
             Service::Http => "http",
-            Service::Api => "api",
+            Service::KubeApi => "api",
             Service::MachineConfig => "machine-config",
             Service::IngressHttps => "ingress-https",
             Service::IngressHttp => "ingress-http",
@@ -158,6 +163,55 @@ fn bind(spec: &ListenerSpec) -> io::Result<BoundSocket> {
     })
 }
 
+/// A TCP listener outside the plan's service listeners (the operator API's `api.listen`, the
+/// replication's port on this host's address), as `std` binds it (SO_REUSEADDR, blocking:
+/// the caller adopts it into tokio). The caller names it in its error.
+pub fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(addr)
+}
+
+/// What an owner-only Unix socket's path may already hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleSocket {
+    /// A socket file is replaced unless a process answers on it (another running appliance:
+    /// then the bind fails with `AddrInUse`); the directory is created when missing.
+    ReplaceUnlessAnswered,
+    /// Whatever file is there is replaced.
+    Replace,
+}
+
+/// Binds a Unix stream socket at `path`, readable and writable by its owner only (mode 0600),
+/// non-blocking (the caller adopts it into tokio).
+pub fn bind_unix_owner_only(path: &Path, stale: StaleSocket) -> io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    match stale {
+        StaleSocket::ReplaceUnlessAnswered => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                // A socket someone answers on belongs to another running appliance: leave it
+                // alone.
+                if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{} is in use by another okd-appliance", path.display()),
+                    ));
+                }
+                std::fs::remove_file(path)?;
+            }
+        }
+        StaleSocket::Replace => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        },
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// The reason with what usually causes it.
 fn explain(e: &io::Error, addr: SocketAddr) -> String {
     match e.kind() {
@@ -222,5 +276,23 @@ mod tests {
             errors[0]
         );
         assert!(errors[1].to_string().contains("192.0.2.1"), "{}", errors[1]);
+    }
+
+    #[test]
+    fn unix_sockets_are_owner_only_and_a_live_one_is_left_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/admin.sock");
+        let live = bind_unix_owner_only(&path, StaleSocket::ReplaceUnlessAnswered).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = bind_unix_owner_only(&path, StaleSocket::ReplaceUnlessAnswered).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AddrInUse, "{again}");
+        // A stale socket (nobody listens) is replaced.
+        drop(live);
+        bind_unix_owner_only(&path, StaleSocket::ReplaceUnlessAnswered).unwrap();
+        let other = dir.path().join("api.sock");
+        std::fs::write(&other, "").unwrap();
+        bind_unix_owner_only(&other, StaleSocket::Replace).unwrap();
     }
 }

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use okd_appliance::artifacts::sha256::Sha256;
+use okd_appliance::digest::Sha256;
 
 /// What the server does for a path.
 #[derive(Clone)]

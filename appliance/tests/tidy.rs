@@ -8,6 +8,13 @@
 //! - the command line is the binary's own: no library module names `cli::` and lib.rs
 //!   declares no `cli` module (only main.rs and `appliance/src/cli/` do); main.rs stays a
 //!   screen of dispatch (at most 150 lines);
+//! - only `sockets.rs` binds a listener (client UDP sockets of the files in `CLIENT_SOCKETS`
+//!   aside);
+//! - the leaves (`LEAVES`) import nothing of the crate; the narrow modules (`ONLY_IMPORTS`:
+//!   `ha`, `render`, `host_network`, `install_config`, `liveiso`) only what they read; the
+//!   orchestration reaches the load balancer only through `lb::drain`;
+//! - docs/architecture.md's map states the number of modules and import edges there are
+//!   (printed by `the_map_counts_what_is_there`);
 //! - every Rust file starts with a `//!` comment saying what it is;
 //! - every file docs/architecture.md names exists;
 //! - no source file of the crate is longer than [`MAX_LINES`], but for the listed exceptions.
@@ -316,16 +323,24 @@ const MAX_LINES: usize = 900;
 /// split must leave it (the test fails while it is still named here), and no file joins it.
 const TOO_LONG: [(&str, &str); 0] = [];
 
-#[test]
-fn no_source_file_is_too_long() {
+/// Every Rust file of `appliance/src`, with its path relative to it (`dns/server.rs`).
+fn source_files() -> Vec<(String, PathBuf)> {
     let src = repo().join("appliance/src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .map(|f| (f.strip_prefix(&src).unwrap().display().to_string(), f))
+        .collect()
+}
+
+#[test]
+fn no_source_file_is_too_long() {
+    let src = repo().join("appliance/src");
     let mut wrong = Vec::new();
-    for file in &files {
-        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+    for (rel, file) in &source_files() {
         let lines = std::fs::read_to_string(file).unwrap().lines().count();
-        let excepted = TOO_LONG.iter().any(|(name, _)| *name == rel);
+        let excepted = TOO_LONG.iter().any(|(name, _)| *name == rel.as_str());
         if lines > MAX_LINES && !excepted {
             wrong.push(format!("{rel}: {lines} lines (split it along its seams)"));
         } else if lines <= MAX_LINES && excepted {
@@ -434,5 +449,217 @@ fn every_file_the_architecture_names_exists() {
         missing.is_empty(),
         "docs/architecture.md names files that do not exist:\n  {}",
         missing.join("\n  ")
+    );
+}
+
+/// What binds a listening socket: `std`'s and tokio's TCP and Unix listeners, and socket2's
+/// `Socket` (how `sockets.rs` makes a service's listener with its options: bound, then
+/// listening or read from).
+const LISTENER_BINDS: [&str; 4] = [
+    "TcpListener::bind",
+    "UnixListener::bind",
+    "UnixDatagram::bind",
+    "Socket::new",
+];
+
+/// The client sockets that are not listeners: UDP sockets bound to an ephemeral port of their
+/// own to ask something and read its answer. Each file named here may bind one; any other
+/// `UdpSocket::bind` outside `sockets.rs` is a listener in disguise.
+const CLIENT_SOCKETS: [(&str, &str); 3] = [
+    (
+        "dns/forward.rs",
+        "a fresh socket per forwarded query (random source port, RFC 5452)",
+    ),
+    (
+        "tftp/server.rs",
+        "each transfer's own socket (RFC 1350: a transfer ID per side)",
+    ),
+    (
+        "operator/health.rs",
+        "keepalived's probe asks the DNS service",
+    ),
+];
+
+/// The lines of `code` (outside comments) that bind a listener; `UdpSocket::bind` too unless
+/// `udp_allowed`.
+fn binds(code: &str, udp_allowed: bool) -> Vec<String> {
+    code.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .filter(|line| {
+            LISTENER_BINDS.iter().any(|b| line.contains(b))
+                || (!udp_allowed && line.contains("UdpSocket::bind"))
+        })
+        .map(|line| line.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn only_sockets_rs_binds_a_listener() {
+    assert_eq!(
+        binds("let l = std::net::TcpListener::bind(addr)?; // x", false).len(),
+        1
+    );
+    assert_eq!(binds("let s = UdpSocket::bind(a).await?;", false).len(), 1);
+    assert!(binds("let s = UdpSocket::bind(a).await?;", true).is_empty());
+    assert!(binds("// UnixListener::bind(path) in a comment", false).is_empty());
+    let src = repo().join("appliance/src");
+    let mut wrong = Vec::new();
+    for (rel, file) in &source_files() {
+        if rel == "sockets.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let udp_allowed = CLIENT_SOCKETS.iter().any(|(name, _)| *name == rel.as_str());
+        for line in binds(&production_code(file, &text), udp_allowed) {
+            wrong.push(format!("{rel}: {line}"));
+        }
+    }
+    for (name, _) in CLIENT_SOCKETS {
+        let text = std::fs::read_to_string(src.join(name))
+            .unwrap_or_else(|e| panic!("{name} (CLIENT_SOCKETS): {e}"));
+        assert!(
+            text.contains("UdpSocket::bind"),
+            "{name} binds no UDP socket any more: remove it from CLIENT_SOCKETS"
+        );
+    }
+    let sockets = std::fs::read_to_string(src.join("sockets.rs")).unwrap();
+    assert!(
+        !binds(&sockets, false).is_empty(),
+        "sockets.rs binds nothing: is the scanner broken?"
+    );
+    assert!(
+        wrong.is_empty(),
+        "listeners bound outside appliance/src/sockets.rs (docs/architecture.md: only sockets.rs \
+         binds; a client socket that asks something goes in CLIENT_SOCKETS with why):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// The leaves: modules that import nothing of the crate, so that anything may use them without
+/// pulling in more (docs/architecture.md names each one's reason).
+const LEAVES: [&str; 10] = [
+    "metrics",
+    "records",
+    "vocabulary",
+    "tls_trust",
+    "secrets",
+    "durable",
+    "digest",
+    "sockets",
+    "openshift_install",
+    "idle",
+];
+
+#[test]
+fn the_leaves_import_nothing_of_the_crate() {
+    let graph = import_graph();
+    let mut wrong = Vec::new();
+    for leaf in LEAVES {
+        let Some(imports) = graph.get(leaf) else {
+            panic!("no module {leaf}: update LEAVES in tidy.rs");
+        };
+        wrong.extend(imports.iter().map(|target| format!("{leaf} -> {target}")));
+    }
+    assert!(
+        wrong.is_empty(),
+        "leaves importing the crate (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// Modules that may import only the listed ones (docs/architecture.md says why for each).
+const ONLY_IMPORTS: [(&str, &[&str]); 5] = [
+    // The pair's flag sits below the services: it reads the pair's plan only.
+    ("ha", &["plan"]),
+    // Renderers read the plan only, so what they print is what is served.
+    ("render", &["plan", "records", "vocabulary"]),
+    // How the services host is set up: the config's `network` section, not the plan.
+    ("host_network", &["config"]),
+    // openshift-install's input: the config, not the plan (nothing of it is served).
+    (
+        "install_config",
+        &["config", "openshift_install", "secrets"],
+    ),
+    // The boot path's ISO patcher: digests from the leaf, never from the `artifacts` command.
+    ("liveiso", &["digest"]),
+];
+
+#[test]
+fn narrow_modules_import_only_what_they_read() {
+    let graph = import_graph();
+    let mut wrong = Vec::new();
+    for (module, allowed) in ONLY_IMPORTS {
+        let Some(imports) = graph.get(module) else {
+            panic!("no module {module}: update ONLY_IMPORTS in tidy.rs");
+        };
+        for target in imports {
+            if !allowed.contains(&target.as_str()) {
+                wrong.push(format!("{module} -> {target} (it may import {allowed:?})"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports the architecture does not allow (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// The `crate::lb::...` paths `code` names, outside comments (`lb::drain::drain`).
+fn lb_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        for (at, _) in line.match_indices("crate::lb::") {
+            let path: String = line[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            found.insert(path.trim_end_matches(':').to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_orchestration_reaches_the_load_balancer_only_through_drain() {
+    assert_eq!(
+        lb_paths("use crate::lb::SharedPools; crate::lb::drain::drain(p); // crate::lb::pool"),
+        BTreeSet::from(["lb::SharedPools".to_owned(), "lb::drain::drain".to_owned()])
+    );
+    let src = repo().join("appliance/src");
+    let mut files = Vec::new();
+    rust_files(&src.join("orchestration"), &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for path in lb_paths(&production_code(file, &text)) {
+            // The shared pools handle, and drains; the pools' own walk (`Pools::served_backends_of`)
+            // through its methods, the fields being private to `lb::pool`.
+            if path != "lb::SharedPools" && !path.starts_with("lb::drain::") {
+                let rel = file.strip_prefix(&src).unwrap().display().to_string();
+                wrong.push(format!("{rel}: crate::{path}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the orchestration reaches the load balancer only through lb::drain \
+         (docs/architecture.md):\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_map_counts_what_is_there() {
+    let graph = import_graph();
+    let modules = graph.len();
+    let arrows: usize = graph.values().map(BTreeSet::len).sum();
+    println!("import graph: {modules} top-level modules, {arrows} import edges");
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let stated = format!("{modules} modules and {arrows} arrows");
+    assert!(
+        doc.contains(&stated),
+        "docs/architecture.md's map should say \"{stated}\": the map changed, so redraw it"
     );
 }

@@ -17,7 +17,6 @@
 mod client;
 mod progress;
 pub mod rules;
-pub mod sha256;
 pub mod signature;
 pub mod store;
 pub mod stream;

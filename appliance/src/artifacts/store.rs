@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::sha256::{Hasher, Sha256};
+use crate::digest::{Hasher, Sha256};
 
 /// Buffer for reading and writing: large files, few syscalls.
 const BUF: usize = 1024 * 1024;

@@ -14,7 +14,7 @@ use percent_encoding::percent_decode_str;
 use serde::Deserialize;
 use url::Url;
 
-use super::sha256::Sha256;
+use crate::digest::Sha256;
 
 /// The stream metadata as written; only the keys the appliance reads.
 #[derive(Debug, Deserialize)]

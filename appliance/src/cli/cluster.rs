@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Subcommand;
 use okd_appliance::operator::admin;
-use okd_appliance::orchestration::Status;
+use okd_appliance::orchestration::RunStatus;
 use okd_appliance::orchestration::phases::{ClusterPhase, Step};
 
 use super::Target;
@@ -130,7 +130,7 @@ fn call(state_dir: &Path, request: &str, limit: Duration) -> Result<String, Exit
     }
 }
 
-fn status_of(state_dir: &Path) -> Result<(Status, String), ExitCode> {
+fn status_of(state_dir: &Path) -> Result<(RunStatus, String), ExitCode> {
     let json = call(state_dir, "cluster status", Duration::from_secs(10))?;
     match serde_json::from_str(&json) {
         Ok(s) => Ok((s, json)),
@@ -206,7 +206,7 @@ fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
 }
 
 /// The status for people: the cluster's phases, then one line per node with its timeline.
-fn table(s: &Status, now: SystemTime) -> String {
+fn table(s: &RunStatus, now: SystemTime) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let state = if s.running {
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn the_table_shows_each_nodes_timeline() {
         // As the admin socket answers it.
-        let s: Status = serde_json::from_str(
+        let s: RunStatus = serde_json::from_str(
             r#"{"cluster":"bootstrap-complete",
                 "cluster_steps":[{"phase":"bootstrapping","at":1000},{"phase":"bootstrap-complete","at":2260}],
                 "running":true,"up_requested":true,

@@ -1,26 +1,24 @@
-//! The HTTPS client the providers share: hyper's pooled client over hyper-rustls with the
-//! trust the config names, one bounded exchange per request, and transport failures sorted
-//! into "TLS refused" and "unreachable".
+//! The HTTPS client the providers share: reqwest (the HTTP client the project already carries
+//! for `artifacts`) with a preconfigured rustls config holding the trust the config names (a CA
+//! file, a pinned fingerprint's own verifier), one bounded exchange per request, and transport
+//! failures sorted into "TLS refused" and "unreachable".
 //!
 //! Architecture invariant: every exchange is bounded by the caller's timeout, from connecting
-//! to the last byte of the body, and bodies are size-limited.
+//! to the last byte of the body, and bodies are size-limited. No proxy from the environment,
+//! no redirect followed by the client (Redfish follows its own, on the same service), HTTPS
+//! only, HTTP/1.1.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
+use bytes::{Bytes, BytesMut};
 use hyper::{Request, StatusCode};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use super::ControlError;
 
 /// An answer larger than this is not from a provider API.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
-pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type HttpsClient = reqwest::Client;
 
 pub fn client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClient {
     client_with_idle(tls, connect_timeout, Duration::from_secs(30))
@@ -29,21 +27,23 @@ pub fn client(tls: rustls::ClientConfig, connect_timeout: Duration) -> HttpsClie
 /// [`client`] whose idle connections are dropped after `idle` (before the server drops them:
 /// pveproxy closes an idle keep-alive connection after 5 s).
 pub fn client_with_idle(
-    tls: rustls::ClientConfig,
+    mut tls: rustls::ClientConfig,
     connect_timeout: Duration,
     idle: Duration,
 ) -> HttpsClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .https_only(true)
+        .http1_only()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout)
         .pool_idle_timeout(idle)
-        .build(https)
+        .build()
+        // Only a TLS backend reqwest can't take fails the build: the config above is rustls's
+        // own type, which `rustls-no-provider` takes.
+        .expect("reqwest takes a preconfigured rustls ClientConfig")
 }
 
 /// An HTTP answer: status, the reason phrase when it is not the standard one, and the body.
@@ -59,45 +59,63 @@ pub struct Answer {
 /// errors (`GET /version`); `endpoint` names the server.
 pub async fn exchange(
     client: &HttpsClient,
-    request: Request<Full<Bytes>>,
+    request: Request<Bytes>,
     timeout: Duration,
     endpoint: &str,
     what: &str,
 ) -> Result<Answer, ControlError> {
+    let no_answer = || {
+        ControlError::Timeout(format!(
+            "{what}: no answer from {endpoint} within {}",
+            humantime::format_duration(timeout)
+        ))
+    };
     let work = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| transport(&e, endpoint))?;
+        let request = reqwest::Request::try_from(request)
+            .map_err(|e| ControlError::Failed(format!("can't build {what}: {e}")))?;
+        let mut response = client.execute(request).await.map_err(|e| {
+            // reqwest's connect timeout covers the TLS handshake too (a listener that
+            // never answers it): no answer, as when the whole exchange runs out of time.
+            if e.is_timeout() {
+                no_answer()
+            } else {
+                transport(&e, endpoint)
+            }
+        })?;
         let status = response.status();
         let headers = response.headers().clone();
         let reason = response
             .extensions()
             .get::<hyper::ext::ReasonPhrase>()
             .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
-        let body = http_body_util::Limited::new(response.into_body(), MAX_BODY)
-            .collect()
+        let mut body = BytesMut::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
             .map_err(|e| ControlError::Failed(format!("{what}: reading the answer: {e}")))?
-            .to_bytes();
+        {
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err(ControlError::Failed(format!(
+                    "{what}: reading the answer: longer than {MAX_BODY} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
         Ok(Answer {
             status,
             reason,
             headers,
-            body,
+            body: body.freeze(),
         })
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(answer) => answer,
-        Err(_) => Err(ControlError::Timeout(format!(
-            "{what}: no answer from {endpoint} within {}",
-            humantime::format_duration(timeout)
-        ))),
+        Err(_) => Err(no_answer()),
     }
 }
 
 /// A request that got no HTTP answer: TLS refused, connection refused, or lost.
-fn transport(e: &hyper_util::client::legacy::Error, endpoint: &str) -> ControlError {
+fn transport(e: &reqwest::Error, endpoint: &str) -> ControlError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     let mut deepest = e.to_string();
     while let Some(err) = source {

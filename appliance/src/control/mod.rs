@@ -17,9 +17,9 @@
 
 pub mod https;
 pub mod libvirt;
+pub mod provider_trust;
 pub mod proxmox;
 pub mod redfish;
-pub mod tls;
 
 use std::fmt;
 use std::future::Future;

@@ -8,7 +8,7 @@
 //! is still up, so a dead node leaves the pool within a fraction of a second of the first
 //! failed connection rather than after `fall` intervals.
 //!
-//! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::tls`]),
+//! Probes: HTTPS GET expecting 200 (`/readyz` on 6443, `/healthz` on 22623; TLS per [`super::probe_tls`]),
 //! HTTP GET expecting 200 (`/healthz/ready` on the routers' port 1936), or a TCP connect. A fresh
 //! connection per probe, as HAProxy does: a check must see what a new client would. The GET is
 //! hyper's HTTP/1 client connection over that TCP or TLS stream; only the status is read.
@@ -43,7 +43,7 @@ type Key = (FrontendKind, SocketAddr, String);
 /// The TLS client of the HTTPS probes, as the plan asks. A CA that can't be read at start is
 /// fatal (the operator asked for verification); after a reload the previous connector stays.
 pub fn initial_tls(plan: &plan::Plan) -> anyhow::Result<TlsConnector> {
-    super::tls::connector(plan.lb.check_ca.as_deref()).context("lb.health.ca_file")
+    super::probe_tls::connector(plan.lb.check_ca.as_deref()).context("lb.health.ca_file")
 }
 
 /// Probes the backends of every served pool until `token` is cancelled, starting with `tls`
@@ -69,7 +69,7 @@ pub async fn run(
     };
     loop {
         // The same across reloads; cloned so that waiting on it borrows nothing.
-        let failures = Arc::clone(&pools.load().failures);
+        let failures = Arc::clone(pools.load().failures());
         tokio::select! {
             () = token.cancelled() => return Ok(()),
             Some(joined) = probes.set.join_next_with_id(), if !probes.set.is_empty() => {
@@ -181,7 +181,8 @@ async fn adopt(
     }
     if current.lb.check_ca != seen.lb.check_ca {
         let ca = current.lb.check_ca.clone();
-        match tokio::task::spawn_blocking(move || super::tls::connector(ca.as_deref())).await {
+        match tokio::task::spawn_blocking(move || super::probe_tls::connector(ca.as_deref())).await
+        {
             Ok(Ok(c)) => *tls = c,
             Ok(Err(e)) => tracing::error!("lb: keeping the previous TLS settings: {e:#}"),
             Err(e) => tracing::error!("lb: keeping the previous TLS settings: {e}"),
@@ -195,7 +196,7 @@ async fn adopt(
 
 fn interval_of(pools: &Pools) -> Duration {
     pools
-        .frontends
+        .pools()
         .first()
         .map_or(Duration::from_secs(1), |p| p.check.interval)
 }
@@ -378,7 +379,7 @@ mod tests {
             port: addr.port(),
             path: "/healthz/ready",
         };
-        let tls = super::super::tls::connector(None).unwrap();
+        let tls = super::super::probe_tls::connector(None).unwrap();
         let backend = SocketAddr::new(addr.ip(), 1);
         tokio::time::timeout(timeout, probe_once(&probe, backend, &tls))
             .await

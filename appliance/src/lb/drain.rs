@@ -39,7 +39,7 @@ pub fn drain_quietly(pools: &Pools, node: &str, journal: &Journal) -> usize {
     let mut named = 0;
     for (pool, backend) in pools.served().filter(|(_, b)| b.name == node) {
         named += 1;
-        let deadline = Instant::now() + pools.drain_timeout;
+        let deadline = Instant::now() + pools.drain_timeout();
         if let Some(generation) = backend.start_drain(deadline) {
             tokio::spawn(watch(
                 pool.kind,
@@ -184,7 +184,7 @@ mod tests {
             },
             None,
         );
-        for b in pools.frontends.iter().flat_map(|p| &p.backends) {
+        for (_, b) in pools.backends() {
             b.set_up(true);
         }
         pools

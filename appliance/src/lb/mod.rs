@@ -11,8 +11,8 @@ pub mod drain;
 pub mod health;
 pub mod pipes;
 pub mod pool;
+pub mod probe_tls;
 pub mod proxy;
-pub mod tls;
 
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ pub fn shared_pools(plan: &Plan) -> SharedPools {
 /// The frontend a listener serves.
 fn frontend_of(service: Service) -> Option<FrontendKind> {
     match service {
-        Service::Api => Some(FrontendKind::Api),
+        Service::KubeApi => Some(FrontendKind::Api),
         Service::MachineConfig => Some(FrontendKind::MachineConfig),
         Service::IngressHttps => Some(FrontendKind::IngressHttps),
         Service::IngressHttp => Some(FrontendKind::IngressHttp),

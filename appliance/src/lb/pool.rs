@@ -23,14 +23,18 @@ use crate::vocabulary::Balance;
 pub const FAST_RECHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
+///
+/// The fields are private: the pools are made by [`Pools::from_plan`] only, and walked through
+/// [`Pools::served`] (what carries traffic) or [`Pools::backends`] (every backend, for the
+/// status views).
 pub struct Pools {
-    pub frontends: Vec<Pool>,
-    pub balance: Balance,
+    frontends: Vec<Pool>,
+    balance: Balance,
     /// How long a drained backend's connections may go on (see `lb::drain`).
-    pub drain_timeout: Duration,
+    drain_timeout: Duration,
     /// Wakes the health checker when a connection to a backend failed ([`Backend::suspect`]);
     /// the same across reloads.
-    pub failures: Arc<Notify>,
+    failures: Arc<Notify>,
 }
 
 #[derive(Debug)]
@@ -342,6 +346,35 @@ impl Pools {
         }
     }
 
+    /// How a pool picks its backend.
+    pub fn balance(&self) -> Balance {
+        self.balance
+    }
+
+    /// How long a drained backend's connections may go on.
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout
+    }
+
+    /// Wakes the health checker when a connection to a backend failed; the same across
+    /// reloads.
+    pub fn failures(&self) -> &Arc<Notify> {
+        &self.failures
+    }
+
+    /// Every pool, served or not, in the plan's order.
+    pub fn pools(&self) -> &[Pool] {
+        &self.frontends
+    }
+
+    /// Every backend of every pool, with its pool (whether it is served is the pool's
+    /// `served`): what the status views list.
+    pub fn backends(&self) -> impl Iterator<Item = (&Pool, &Arc<Backend>)> {
+        self.frontends
+            .iter()
+            .flat_map(|p| p.backends.iter().map(move |b| (p, b)))
+    }
+
     pub fn pool(&self, kind: FrontendKind) -> Option<&Pool> {
         self.frontends.iter().find(|p| p.kind == kind)
     }
@@ -350,10 +383,7 @@ impl Pools {
     /// replication and the orchestration look at (a pool without a listener carries no
     /// connection).
     pub fn served(&self) -> impl Iterator<Item = (&Pool, &Arc<Backend>)> {
-        self.frontends
-            .iter()
-            .filter(|p| p.served)
-            .flat_map(|p| p.backends.iter().map(move |b| (p, b)))
+        self.backends().filter(|(p, _)| p.served)
     }
 
     /// The served backends named `node`.

@@ -132,7 +132,7 @@ struct Ends {
 async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream> {
     let snapshot = pools.load();
     let pool = snapshot.pool(kind)?;
-    for backend in pool.candidates(snapshot.balance) {
+    for backend in pool.candidates(snapshot.balance()) {
         // Drained (or down) since the pick: the next one.
         let Some((claim, cut)) = backend.claim() else {
             continue;
@@ -152,7 +152,7 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream>
         }
         // The checker takes a look now rather than at its next interval.
         if backend.suspect() {
-            snapshot.failures.notify_one();
+            snapshot.failures().notify_one();
         }
     }
     None

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use crate::artifacts::sha256::Sha256;
+use crate::digest::Sha256;
 pub use embed::{AreaSource, EmbedError, KargsAreas, KargsTooLong};
 pub use iso9660::Iso9660Error;
 

@@ -40,23 +40,10 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 /// Binds the admin socket, replacing a stale one, readable and writable by its owner only.
 pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
-    std::fs::create_dir_all(state_dir)?;
-    let path = socket_path(state_dir);
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
-        // A socket someone answers on belongs to another running appliance: leave it alone.
-        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is in use by another okd-appliance", path.display()),
-            ));
-        }
-        std::fs::remove_file(&path)?;
-    }
-    let listener = std::os::unix::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    crate::sockets::bind_unix_owner_only(
+        &socket_path(state_dir),
+        crate::sockets::StaleSocket::ReplaceUnlessAnswered,
+    )
 }
 
 /// Answers requests on `listener` (from [`bind`]) until the appliance stops; `reload` requests
@@ -346,25 +333,23 @@ async fn cluster(o: &Orchestrator, request: ClusterRequest) -> String {
 /// left before its drain timeout closes them, and its counters.
 fn status(pools: &Pools) -> String {
     let mut out = String::from("ok\n");
-    for pool in &pools.frontends {
-        for b in &pool.backends {
-            let state = b.state(pool.served);
-            let _ = write!(
-                out,
-                "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
-                pool.kind.name(),
-                b.name,
-                b.addr,
-                b.active(),
-                b.connections.load(Ordering::Relaxed),
-                b.bytes_to_backend.load(Ordering::Relaxed),
-                b.bytes_to_client.load(Ordering::Relaxed),
-            );
-            if let Some(left) = b.drain_closes_in() {
-                let _ = write!(out, " closing_in={}s", left.as_secs());
-            }
-            out.push('\n');
+    for (pool, b) in pools.backends() {
+        let state = b.state(pool.served);
+        let _ = write!(
+            out,
+            "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
+            pool.kind.name(),
+            b.name,
+            b.addr,
+            b.active(),
+            b.connections.load(Ordering::Relaxed),
+            b.bytes_to_backend.load(Ordering::Relaxed),
+            b.bytes_to_client.load(Ordering::Relaxed),
+        );
+        if let Some(left) = b.drain_closes_in() {
+            let _ = write!(out, " closing_in={}s", left.as_secs());
         }
+        out.push('\n');
     }
     out
 }
@@ -464,7 +449,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn drain_status_and_errors() {
         let (pools, journal) = (pools(), Journal::new());
-        let api_bootstrap = Arc::clone(&pools.load().frontends[0].backends[0]);
+        let api_bootstrap = Arc::clone(&pools.load().pools()[0].backends[0]);
         api_bootstrap.set_up(true);
         let _open = api_bootstrap.claim().expect("up and in rotation");
         assert_eq!(

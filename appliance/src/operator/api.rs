@@ -120,16 +120,10 @@ impl Access {
 
 /// Binds the local socket, replacing a stale one, owner-only.
 pub fn bind_local(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = state_dir.join(SOCKET_NAME);
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let listener = std::os::unix::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    crate::sockets::bind_unix_owner_only(
+        &state_dir.join(SOCKET_NAME),
+        crate::sockets::StaleSocket::Replace,
+    )
 }
 
 /// Serves the local socket and, with `api.listen`, TCP with TLS and the token (read here,

@@ -187,7 +187,7 @@ pub fn drain(pools: &Pools, node: &str, journal: &Journal) -> Result<Drained, Op
             let drained = Drained {
                 node: node.to_owned(),
                 pools: n,
-                timeout: pools.drain_timeout,
+                timeout: pools.drain_timeout(),
             };
             tracing::info!(
                 "admin: drain {node} ({n} backends, timeout {})",

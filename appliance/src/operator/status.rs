@@ -278,30 +278,28 @@ pub fn collect(
         })
         .collect();
     let mut backends = Vec::new();
-    for pool in &pools.frontends {
-        for b in &pool.backends {
-            let state = b.state(pool.served);
-            backends.push(BackendStatus {
-                frontend: pool.kind.name().to_owned(),
-                node: b.name.clone(),
-                addr: b.addr,
-                state: state.to_owned(),
-                since: b.state_since().or_else(|| {
-                    health_since
-                        .get(&(pool.kind.name().to_owned(), b.addr))
-                        .copied()
-                }),
-                check: b.last_check().map(|c| CheckStatus {
-                    passed: c.passed,
-                    latency_us: u64::try_from(c.took.as_micros()).unwrap_or(u64::MAX),
-                    at: c.at,
-                }),
-                active: b.active(),
-                connections: b.connections.load(Ordering::Relaxed),
-                bytes_to_backend: b.bytes_to_backend.load(Ordering::Relaxed),
-                bytes_to_client: b.bytes_to_client.load(Ordering::Relaxed),
-            });
-        }
+    for (pool, b) in pools.backends() {
+        let state = b.state(pool.served);
+        backends.push(BackendStatus {
+            frontend: pool.kind.name().to_owned(),
+            node: b.name.clone(),
+            addr: b.addr,
+            state: state.to_owned(),
+            since: b.state_since().or_else(|| {
+                health_since
+                    .get(&(pool.kind.name().to_owned(), b.addr))
+                    .copied()
+            }),
+            check: b.last_check().map(|c| CheckStatus {
+                passed: c.passed,
+                latency_us: u64::try_from(c.took.as_micros()).unwrap_or(u64::MAX),
+                at: c.at,
+            }),
+            active: b.active(),
+            connections: b.connections.load(Ordering::Relaxed),
+            bytes_to_backend: b.bytes_to_backend.load(Ordering::Relaxed),
+            bytes_to_client: b.bytes_to_client.load(Ordering::Relaxed),
+        });
     }
     Status {
         appliance: Appliance {

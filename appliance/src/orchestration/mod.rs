@@ -134,7 +134,7 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
 
 /// `cluster status`, for the CLI and scripts (the admin socket's JSON, read back by the CLI).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Status {
+pub struct RunStatus {
     pub cluster: Option<ClusterPhase>,
     pub cluster_steps: Vec<Step<ClusterPhase>>,
     /// An `up` is running.
@@ -163,11 +163,11 @@ impl std::fmt::Debug for Orchestrator {
 }
 
 impl Orchestrator {
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> RunStatus {
         let progress = self.phases.snapshot();
         let plan = self.plan.load();
         let run = self.lock();
-        Status {
+        RunStatus {
             cluster: progress.cluster_phase(),
             cluster_steps: progress.cluster.clone(),
             running: run.cancel.is_some(),
@@ -393,7 +393,7 @@ impl Orchestrator {
                 single_node: plan.orchestration.single_node,
                 masters: &masters,
                 workers: &workers,
-                drain_timeout: self.pools.load().drain_timeout,
+                drain_timeout: self.pools.load().drain_timeout(),
                 settle: plan.orchestration.settle,
                 now: Instant::now(),
             };

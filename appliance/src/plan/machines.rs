@@ -242,11 +242,16 @@ impl fmt::Display for MachineSpec {
         if let Some(id) = self.vmid {
             write!(f, "vmid {id}, ")?;
         }
-        write!(
-            f,
-            "{} vCPU, {} MiB, disk {} GiB, mac {}, boot ",
-            self.cores, self.memory_mib, self.disk_gib, self.mac
-        )?;
+        // A machine behind a BMC is bare metal: it has the CPUs, memory and disks it was
+        // built with, and the sizes a VM would be made with mean nothing for it.
+        if self.bmc.is_none() {
+            write!(
+                f,
+                "{} vCPU, {} MiB, disk {} GiB, ",
+                self.cores, self.memory_mib, self.disk_gib
+            )?;
+        }
+        write!(f, "mac {}, boot ", self.mac)?;
         let order: Vec<&str> = self.boot_order.iter().map(|d| d.as_str()).collect();
         f.write_str(&order.join(","))?;
         if let InstallMedium::Iso { url, file_name } = &self.install {

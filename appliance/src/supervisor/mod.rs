@@ -88,7 +88,7 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     add(Service::Dhcp, Proto::Udp, &dhcp, plan.interface.as_ref());
     add(Service::Tftp, Proto::Udp, &l.tftp, None);
     add(Service::Http, Proto::Tcp, &l.http, None);
-    add(Service::Api, Proto::Tcp, &l.api, None);
+    add(Service::KubeApi, Proto::Tcp, &l.api, None);
     add(Service::MachineConfig, Proto::Tcp, &l.machine_config, None);
     add(Service::IngressHttps, Proto::Tcp, &l.ingress_https, None);
     add(Service::IngressHttp, Proto::Tcp, &l.ingress_http, None);
@@ -292,7 +292,7 @@ fn start_services(
     let tftp = take(&[Service::Tftp]);
     let http = take(&[Service::Http]);
     let lb = take(&[
-        Service::Api,
+        Service::KubeApi,
         Service::MachineConfig,
         Service::IngressHttps,
         Service::IngressHttp,
@@ -347,7 +347,7 @@ fn start_services(
             ha.hosts[0]
         };
         let addr = crate::replication::listen_addr(host);
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| ServeError::Service {
+        let listener = crate::sockets::bind_tcp(addr).map_err(|e| ServeError::Service {
             service: "replication",
             source: anyhow::anyhow!("binding {addr}: {e}"),
         })?;
@@ -378,7 +378,7 @@ fn start_services(
     let tcp = match &plan.api {
         Some(api) => {
             Some(
-                std::net::TcpListener::bind(api.listen).map_err(|e| ServeError::Service {
+                crate::sockets::bind_tcp(api.listen).map_err(|e| ServeError::Service {
                     service: "api",
                     source: anyhow::anyhow!("binding {}: {e}", api.listen),
                 })?,

@@ -8,15 +8,17 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::answers::{ErrorBody, TaskStatus};
 use super::spell;
 use crate::control::https::{self, HttpsClient};
-use crate::control::{ControlError, tls};
+use crate::control::{ControlError, provider_trust};
 use crate::plan::machines::Proxmox;
 use crate::secrets::Secret;
 
@@ -177,7 +179,7 @@ impl Api {
                 ))
             })?;
         auth.set_sensitive(true);
-        let tls = tls::client_config(&px.trust).map_err(|e| ControlError::Tls {
+        let tls = provider_trust::client_config(&px.trust).map_err(|e| ControlError::Tls {
             endpoint: px.url.clone(),
             reason: e.to_string(),
         })?;
@@ -214,6 +216,23 @@ impl Api {
 
     pub async fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
         self.call(Method::GET, path, params).await
+    }
+
+    /// A GET whose `data` is read as `T`; an answer of another shape is an error that names
+    /// the call and what was expected (`expected`: "a list", "an object").
+    pub async fn get_as<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &[(&str, String)],
+        expected: &str,
+    ) -> Result<T, PveError> {
+        let data = self.get(path, params).await?;
+        read(data, expected).map_err(|why| {
+            PveError::Control(ControlError::Failed(format!(
+                "GET {path}: proxmox at {} {why}",
+                self.endpoint
+            )))
+        })
     }
 
     pub async fn post(&self, path: &str, params: &[(&str, String)]) -> Result<Value, PveError> {
@@ -254,10 +273,10 @@ impl Api {
             .uri(&uri)
             .header(AUTHORIZATION, self.auth.clone());
         let body = if in_query {
-            Full::new(Bytes::new())
+            Bytes::new()
         } else {
             request = request.header(CONTENT_TYPE, "application/x-www-form-urlencoded");
-            Full::new(Bytes::from(encoded))
+            Bytes::from(encoded)
         };
         let request = request.body(body).map_err(|e| {
             PveError::Control(ControlError::Failed(format!(
@@ -345,21 +364,20 @@ impl Api {
         // The task goes on in Proxmox whatever happens to one poll: a transient error is
         // asked again until the deadline, and named if the wait ends on it.
         loop {
-            let (status, failing) = match self.get(&path, &[]).await {
+            let (status, failing) = match self
+                .get_as::<TaskStatus>(&path, &[], "a task status (an object)")
+                .await
+            {
                 Ok(status) => (status, None),
                 Err(e) if e.is_transient() => {
                     let why = e.into_control(&format!("polling task {upid}")).to_string();
                     tracing::info!("{why}; polling again");
-                    (Value::Null, Some(why))
+                    (TaskStatus::default(), Some(why))
                 }
                 Err(e) => return Err(e),
             };
-            if status.get("status").and_then(Value::as_str) == Some("stopped") {
-                let exit = status
-                    .get("exitstatus")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
+            if status.status.as_deref() == Some("stopped") {
+                let exit = status.exitstatus.unwrap_or_default();
                 return if exit == "OK" {
                     Ok(TaskEnd::Ok)
                 } else if exit.starts_with("WARNINGS") {
@@ -389,21 +407,34 @@ impl Api {
     }
 }
 
+/// `data` read as `T`, or what the answer was instead (`did not answer with a list: ...`).
+pub fn read<T: DeserializeOwned>(data: Value, expected: &str) -> Result<T, String> {
+    let shown = data.to_string();
+    serde_json::from_value(data)
+        .map_err(|e| format!("did not answer with {expected}: `{}` ({e})", clip(&shown)))
+}
+
+/// At most 200 characters of an answer, for an error message.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
 /// Proxmox puts its message in the body (`message`, and per-parameter `errors`) and in the
 /// status line's reason phrase.
 fn error_message(status: StatusCode, reason: Option<&str>, json: Option<&Value>) -> String {
-    let mut message = json
-        .and_then(|j| j.get("message"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    let body = json
+        .and_then(|j| ErrorBody::deserialize(j).ok())
+        .unwrap_or_default();
+    let mut message = body
+        .message
         .or_else(|| reason.map(str::to_owned))
         .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned())
         .trim()
         .to_owned();
-    if let Some(errors) = json
-        .and_then(|j| j.get("errors"))
-        .and_then(Value::as_object)
-    {
+    if let Some(errors) = body.errors {
         let details: Vec<String> = errors
             .iter()
             .map(|(k, v)| format!("{k}: {}", v.as_str().unwrap_or("invalid").trim()))

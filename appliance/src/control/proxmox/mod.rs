@@ -19,6 +19,7 @@
 //! through ha-manager, awaited), paused VMs. A failed create says whether its VM is gone,
 //! still being created or left behind.
 
+mod answers;
 mod api;
 mod power;
 pub mod spell;
@@ -26,8 +27,9 @@ mod vms;
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::Deserialize;
 
+use self::answers::Version;
 use self::api::{Api, PveError, TaskEnd, seg};
 use super::{Action, ControlError, Outcome, Power, Provider};
 use crate::plan::machines::MachineSpec;
@@ -135,14 +137,14 @@ impl ProxmoxProvider {
 
     /// Checks that the API answers and takes the token: `Proxmox VE 8.2.4`.
     pub async fn version(&self) -> Result<String, ControlError> {
-        let v = self
+        let v: Version = self
             .api
-            .get("/version", &[])
+            .get_as("/version", &[], "a version (an object)")
             .await
             .map_err(|e| e.into_control("asking for the version"))?;
         Ok(format!(
             "Proxmox VE {}",
-            v.get("version").and_then(Value::as_str).unwrap_or("?")
+            v.version.as_deref().unwrap_or("?")
         ))
     }
 
@@ -163,11 +165,11 @@ impl ProxmoxProvider {
             .get("/version", &[])
             .await
             .map_err(|e| e.into_control("asking for the Proxmox VE version"))?;
-        let version = v
-            .get("version")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned();
+        // The raw answer stays for the message below, which shows it as it came.
+        let version = Version::deserialize(&v)
+            .unwrap_or_default()
+            .version
+            .unwrap_or_else(|| "?".to_owned());
         let Some(release) = spell::release(&v) else {
             return Err(ControlError::Failed(format!(
                 "proxmox at {} answered `{v}` for its version: okd-appliance can't tell whether it is Proxmox VE {}.{} or later",
@@ -250,7 +252,7 @@ impl ProxmoxProvider {
                 "DELETE" => self.api.delete(path, params).await?,
                 _ => self.api.put(path, params).await?,
             };
-            match upid.as_str() {
+            match answers::upid(&upid) {
                 Some(upid) => self.api.wait(upid, limit, self.pace.poll).await,
                 // Some calls finish at once and return no task.
                 None => Ok(TaskEnd::Ok),
@@ -289,14 +291,4 @@ impl Provider for ProxmoxProvider {
             Action::Destroy => self.destroy(m).await,
         }
     }
-}
-
-/// Proxmox sends numbers as JSON numbers or, in configs, as strings.
-fn as_u64(v: &Value) -> Option<u64> {
-    v.as_u64()
-        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-}
-
-fn as_u32(v: &Value) -> Option<u32> {
-    as_u64(v).and_then(|n| u32::try_from(n).ok())
 }

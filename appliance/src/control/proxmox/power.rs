@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::api::{PveError, seg};
+use super::answers::{VmStatus, Volume};
+use super::api::{self, PveError, seg};
 use super::{ProxmoxProvider, Vm, spell};
 use crate::control::{ControlError, MachineStatus, Outcome, Power};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
@@ -61,22 +60,22 @@ impl ProxmoxProvider {
             self.node_path(),
             seg(&self.px.iso_storage)
         );
-        let items = self
+        let what = format!("listing the ISOs of {}", self.px.iso_storage);
+        let data = self
             .api
             .get(&path, &[("content", "iso".to_owned())])
             .await
-            .map_err(|e| e.into_control(&format!("listing the ISOs of {}", self.px.iso_storage)))?;
+            .map_err(|e| e.into_control(&what))?;
+        // Not a list: no ISOs, as before the answers were typed.
+        let items: Vec<Volume> = api::read(data, "a list").unwrap_or_default();
         let prefix = format!("{}:iso/", self.px.iso_storage);
         Ok(items
-            .as_array()
             .into_iter()
-            .flatten()
-            .filter_map(|i| i.get("volid").and_then(Value::as_str))
+            .filter_map(|i| i.volid)
             .filter(|v| {
                 v.strip_prefix(&prefix)
                     .is_some_and(|f| crate::plan::machines::is_iso_of(&m.vm_name, f))
             })
-            .map(str::to_owned)
             .collect())
     }
 
@@ -117,8 +116,11 @@ impl ProxmoxProvider {
         let deadline = tokio::time::Instant::now() + limit;
         let path = format!("{}/status/current", self.vm_path(vm));
         loop {
-            let status = self.api.get(&path, &[]).await?;
-            let now = status.get("status").and_then(Value::as_str);
+            let status: VmStatus = self
+                .api
+                .get_as(&path, &[], "a VM status (an object)")
+                .await?;
+            let now = status.status.as_deref();
             if now == Some(if running { "running" } else { "stopped" }) {
                 return Ok(());
             }
@@ -262,11 +264,7 @@ impl ProxmoxProvider {
     ) -> Result<Outcome, ControlError> {
         let (vm, cfg) = self.existing(m).await?;
         if device == BootDevice::Cdrom
-            && cfg
-                .get(spell::CDROM)
-                .and_then(Value::as_str)
-                .and_then(spell::cdrom_volume)
-                .is_none()
+            && cfg.ide2.as_deref().and_then(spell::cdrom_volume).is_none()
         {
             return Err(ControlError::Failed(format!(
                 "{} has no ISO in its CD drive: insert the media first",
@@ -274,7 +272,7 @@ impl ProxmoxProvider {
             )));
         }
         let order = spell::boot_first(&m.boot_order, device);
-        if cfg.get("boot").and_then(Value::as_str) == Some(order.as_str()) {
+        if cfg.boot.as_deref() == Some(order.as_str()) {
             return Ok(Outcome::Unchanged(format!(
                 "{} boots `{order}`",
                 Self::id(&vm)
@@ -304,10 +302,7 @@ impl ProxmoxProvider {
         let (vm, cfg) = self.existing(m).await?;
         let volume = spell::iso_volume(&self.px, file_name);
         let fetched = self.ensure_iso(m).await?;
-        let inserted = cfg
-            .get(spell::CDROM)
-            .and_then(Value::as_str)
-            .and_then(spell::cdrom_volume);
+        let inserted = cfg.ide2.as_deref().and_then(spell::cdrom_volume);
         if inserted == Some(volume.as_str()) && fetched.is_none() {
             return Ok(Outcome::Unchanged(format!(
                 "{} has {volume}",
@@ -323,10 +318,7 @@ impl ProxmoxProvider {
 
     pub(super) async fn eject_media(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let (vm, cfg) = self.existing(m).await?;
-        let inserted = cfg
-            .get(spell::CDROM)
-            .and_then(Value::as_str)
-            .and_then(spell::cdrom_volume);
+        let inserted = cfg.ide2.as_deref().and_then(spell::cdrom_volume);
         let Some(volume) = inserted else {
             return Ok(Outcome::Unchanged(format!(
                 "{} has no media",
@@ -365,8 +357,8 @@ impl ProxmoxProvider {
             id: Self::id(&vm),
             power: vm.running,
             media: cfg
-                .get(spell::CDROM)
-                .and_then(Value::as_str)
+                .ide2
+                .as_deref()
                 .and_then(spell::cdrom_volume)
                 .map(str::to_owned),
             drift,

@@ -4,6 +4,8 @@
 //! Architecture invariant: pure text in, text out; no I/O. The decisions (MAC, sizes, boot
 //! order) were made in the plan; this only writes them the way the API reads them.
 
+use serde::Deserialize;
+
 use crate::plan::machines::Proxmox;
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
 use crate::vocabulary::MacAddr;
@@ -230,10 +232,8 @@ pub const NEWEST_MAJOR: u32 = 9;
 /// The `x.y` release of a `GET /version` answer (pve-manager `PVE/API2.pm` `version`:
 /// `release` is `x.y`; `version` is the package version, `8.2.4` or before 8.0 `7.4-17`).
 pub fn release(version: &serde_json::Value) -> Option<(u32, u32)> {
-    let text = version
-        .get("release")
-        .and_then(serde_json::Value::as_str)
-        .or_else(|| version.get("version").and_then(serde_json::Value::as_str))?;
+    let version = super::answers::Version::deserialize(version).ok()?;
+    let text = version.release.or(version.version)?;
     let mut parts = text.split(['.', '-']);
     let major = parts.next()?.trim().parse().ok()?;
     let minor = parts.next()?.trim().parse().ok()?;

@@ -3,10 +3,9 @@
 //! compared with the plan, and `ensure`, which creates it (serialized, lock errors and `nextid`
 //! races retried) or brings it in line.
 
-use serde_json::{Map, Value};
-
-use super::api::PveError;
-use super::{Listed, ProxmoxProvider, Vm, as_u32, as_u64, spell};
+use super::answers::{self, Resource, VmConfig, VmStatus};
+use super::api::{self, PveError};
+use super::{Listed, ProxmoxProvider, Vm, spell};
 use crate::control::{ControlError, Outcome, Power};
 use crate::plan::machines::{InstallMedium, MachineSpec};
 
@@ -18,27 +17,24 @@ impl ProxmoxProvider {
             .get("/cluster/resources", &[("type", "vm".to_owned())])
             .await
             .map_err(|e| e.into_control("listing the cluster's VMs"))?;
-        let items = data.as_array().ok_or_else(|| {
-            ControlError::Failed(
-                "listing the cluster's VMs: proxmox did not answer with a list".into(),
-            )
+        let items: Vec<Resource> = api::read(data, "a list").map_err(|why| {
+            ControlError::Failed(format!("listing the cluster's VMs: proxmox {why}"))
         })?;
         let mut vms: Vec<Listed> = items
-            .iter()
-            .filter(|vm| vm.get("type").and_then(Value::as_str) == Some("qemu"))
+            .into_iter()
+            .filter(|vm| vm.kind.as_deref() == Some("qemu"))
             .filter_map(|vm| {
-                let text = |key: &str| vm.get(key).and_then(Value::as_str).map(str::to_owned);
                 Some(Listed {
-                    vmid: vm.get("vmid").and_then(as_u32)?,
-                    node: text("node")?,
-                    name: text("name"),
-                    power: match vm.get("status").and_then(Value::as_str) {
+                    vmid: vm.vmid?,
+                    node: vm.node?,
+                    name: vm.name,
+                    power: match vm.status.as_deref() {
                         Some("running") => Power::On,
                         Some("stopped") => Power::Off,
                         other => Power::Other(other.unwrap_or("unknown").to_owned()),
                     },
-                    lock: text("lock"),
-                    ha: text("hastate").is_some(),
+                    lock: vm.lock,
+                    ha: vm.hastate.is_some(),
                 })
             })
             .collect();
@@ -47,8 +43,8 @@ impl ProxmoxProvider {
         for vm in vms.iter_mut().filter(|vm| vm.name.is_none()) {
             match self.config(&vm.vm()).await {
                 Ok(cfg) => {
-                    vm.name = cfg.get("name").and_then(Value::as_str).map(str::to_owned);
-                    vm.lock = cfg.get("lock").and_then(Value::as_str).map(str::to_owned);
+                    vm.name = cfg.name;
+                    vm.lock = cfg.lock;
                 }
                 Err(e) => tracing::info!("vm {} has no name in the listing: {e}", vm.vmid),
             }
@@ -154,19 +150,16 @@ impl ProxmoxProvider {
         self.in_flight(m, vms).first().map(|vm| vm.vm())
     }
 
-    pub(super) async fn config(&self, vm: &Vm) -> Result<Map<String, Value>, ControlError> {
+    pub(super) async fn config(&self, vm: &Vm) -> Result<VmConfig, ControlError> {
         let id = Self::id(vm);
         let data = self
             .api
             .get(&format!("{}/config", self.vm_path(vm)), &[])
             .await
             .map_err(|e| e.into_control(&format!("reading the config of {id}")))?;
-        match data {
-            Value::Object(map) => Ok(map),
-            _ => Err(ControlError::Failed(format!(
-                "reading the config of {id}: proxmox did not answer with an object"
-            ))),
-        }
+        api::read(data, "an object").map_err(|why| {
+            ControlError::Failed(format!("reading the config of {id}: proxmox {why}"))
+        })
     }
 
     /// Where the VM differs from the plan. Err when its NIC has another MAC (or none): that
@@ -175,9 +168,9 @@ impl ProxmoxProvider {
         &self,
         m: &MachineSpec,
         vm: &Vm,
-        cfg: &Map<String, Value>,
+        cfg: &VmConfig,
     ) -> Result<Vec<String>, ControlError> {
-        let nic = cfg.get(spell::NIC).and_then(Value::as_str);
+        let nic = cfg.net0.as_deref();
         let mac = nic.and_then(spell::nic_mac);
         if mac != Some(m.mac) {
             let found = match (nic, mac) {
@@ -199,29 +192,25 @@ impl ProxmoxProvider {
         {
             drift.push(format!("bridge {bridge} (config {})", self.px.bridge));
         }
-        let num = |key: &str| cfg.get(key).and_then(as_u64);
-        if let Some(cores) = num("cores")
+        if let Some(cores) = cfg.cores
             && cores != u64::from(m.cores)
         {
             drift.push(format!("{cores} cores (config {})", m.cores));
         }
-        if let Some(mem) = num("memory")
+        if let Some(mem) = cfg.memory
             && mem != m.memory_mib
         {
             drift.push(format!("{mem} MiB (config {})", m.memory_mib));
         }
         let boot = spell::boot_order(&m.boot_order);
-        match cfg.get("boot").and_then(Value::as_str) {
+        match cfg.boot.as_deref() {
             Some(b) if b == boot => {}
             other => drift.push(format!("boot `{}` (config `{boot}`)", other.unwrap_or(""))),
         }
         Ok(drift)
     }
 
-    pub(super) async fn existing(
-        &self,
-        m: &MachineSpec,
-    ) -> Result<(Vm, Map<String, Value>), ControlError> {
+    pub(super) async fn existing(&self, m: &MachineSpec) -> Result<(Vm, VmConfig), ControlError> {
         let vms = self.list().await?;
         let Some(vm) = self.pick(m, &vms)? else {
             if let Some(vm) = self.creating(m, &vms) {
@@ -250,17 +239,21 @@ impl ProxmoxProvider {
         if vm.running != Power::On && vm.running != Power::Other("unknown".into()) {
             return Ok(vm);
         }
-        let status = self
+        let status: VmStatus = self
             .api
-            .get(&format!("{}/status/current", self.vm_path(&vm)), &[])
+            .get_as(
+                &format!("{}/status/current", self.vm_path(&vm)),
+                &[],
+                "a VM status (an object)",
+            )
             .await
             .map_err(|e| e.into_control(&format!("reading the status of {}", Self::id(&vm))))?;
-        match status.get("qmpstatus").and_then(Value::as_str) {
+        match status.qmpstatus.as_deref() {
             Some(q @ ("paused" | "prelaunch" | "suspended")) => {
                 vm.running = Power::Other(if q == "prelaunch" { "paused" } else { q }.to_owned());
             }
             Some("stopped") => vm.running = Power::Off,
-            _ => match status.get("status").and_then(Value::as_str) {
+            _ => match status.status.as_deref() {
                 Some("running") => vm.running = Power::On,
                 Some("stopped") => vm.running = Power::Off,
                 _ => {}
@@ -319,7 +312,7 @@ impl ProxmoxProvider {
             };
             let params = spell::create_params(m, &self.px, vmid);
             let result = match self.api.post(&path, &params).await {
-                Ok(upid) => match upid.as_str() {
+                Ok(upid) => match answers::upid(&upid) {
                     Some(upid) => self
                         .api
                         .wait(upid, self.timeouts.task, self.pace.poll)
@@ -367,7 +360,7 @@ impl ProxmoxProvider {
             .get("/cluster/nextid", &[])
             .await
             .map_err(|e| e.into_control("asking for a free VM ID"))?;
-        as_u32(&v).ok_or_else(|| {
+        answers::as_u32(&v).ok_or_else(|| {
             ControlError::Failed(format!(
                 "proxmox answered `{v}` when asked for a free VM ID"
             ))

@@ -18,17 +18,20 @@
 //! Architecture invariant: like every provider, it reads the plan's machine spec and derives
 //! nothing; a system that does not carry the node's MAC is never acted on.
 
+mod answers;
+
 use std::time::Duration;
 
 use bytes::Bytes;
 use data_encoding::BASE64;
-use http_body_util::Full;
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use self::answers::{Collection, ErrorBody, EthernetInterface, Manager, ServiceRoot, VirtualMedia};
 use super::https::{self, HttpsClient};
-use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, tls};
+use super::{Action, ControlError, MachineStatus, Outcome, Power, Provider, provider_trust};
 use crate::plan::machines::{Bmc, BmcTrust, ControlTimeouts};
 use crate::plan::machines::{BootDevice, InstallMedium, MachineSpec};
 use crate::vocabulary::MacAddr;
@@ -149,11 +152,11 @@ impl RedfishProvider {
     }
 
     async fn status(&self, sys: &System) -> Result<Outcome, ControlError> {
-        let media = sys.media().await.ok().and_then(|(_, vm)| {
-            (vm.get("Inserted").and_then(Value::as_bool) == Some(true))
-                .then(|| vm.get("Image").and_then(Value::as_str).map(str::to_owned))
-                .flatten()
-        });
+        let media = sys
+            .media()
+            .await
+            .ok()
+            .and_then(|(_, vm)| vm.holds_media().then_some(vm.image).flatten());
         Ok(Outcome::Status(MachineStatus::Present {
             id: format!("system {} at {}", sys.path, sys.client.endpoint),
             power: sys.power().await?,
@@ -245,9 +248,14 @@ impl System {
         self.client.logout().await;
     }
 
+    /// The system resource, as it is now.
+    async fn system(&self) -> Result<answers::System, ControlError> {
+        self.client.get(&self.path, "a ComputerSystem").await
+    }
+
     async fn power(&self) -> Result<Power, ControlError> {
-        let sys = self.client.get(&self.path).await?;
-        Ok(match sys.get("PowerState").and_then(Value::as_str) {
+        let sys = self.system().await?;
+        Ok(match sys.power_state.as_deref() {
             Some("On") => Power::On,
             Some("Off") => Power::Off,
             other => Power::Other(other.unwrap_or("unknown").to_owned()),
@@ -256,27 +264,22 @@ impl System {
 
     /// `ComputerSystem.Reset` with `kind`, at the target the system advertises.
     async fn reset(&self, kind: &str) -> Result<(), ControlError> {
-        let sys = self.client.get(&self.path).await?;
-        let action = sys
-            .pointer("/Actions/#ComputerSystem.Reset")
-            .ok_or_else(|| {
-                ControlError::Failed(format!("{} offers no ComputerSystem.Reset", self.path))
-            })?;
-        if let Some(allowed) = action
-            .get("ResetType@Redfish.AllowableValues")
-            .and_then(Value::as_array)
-            && !allowed.iter().any(|v| v.as_str() == Some(kind))
+        let sys = self.system().await?;
+        let action = sys.actions.and_then(|a| a.reset).ok_or_else(|| {
+            ControlError::Failed(format!("{} offers no ComputerSystem.Reset", self.path))
+        })?;
+        if let Some(allowed) = &action.allowed
+            && !allowed.iter().any(|v| v == kind)
         {
             return Err(ControlError::Failed(format!(
                 "{} does not allow the reset type {kind} (it allows {})",
                 self.path,
-                strings(allowed)
+                allowed.join(", ")
             )));
         }
-        let target = action.get("target").and_then(Value::as_str).map_or_else(
-            || format!("{}/Actions/ComputerSystem.Reset", self.path),
-            str::to_owned,
-        );
+        let target = action
+            .target
+            .unwrap_or_else(|| format!("{}/Actions/ComputerSystem.Reset", self.path));
         self.client
             .send(Method::POST, &target, &json!({ "ResetType": kind }))
             .await
@@ -314,27 +317,20 @@ impl System {
             BootDevice::Cdrom => "Cd",
             BootDevice::Disk => "Hdd",
         };
-        let sys = self.client.get(&self.path).await?;
-        let boot = sys.get("Boot").cloned().unwrap_or(Value::Null);
-        if let Some(allowed) = boot
-            .get("BootSourceOverrideTarget@Redfish.AllowableValues")
-            .and_then(Value::as_array)
-            && !allowed.iter().any(|v| v.as_str() == Some(target))
+        let boot = self.system().await?.boot.unwrap_or_default();
+        if let Some(allowed) = &boot.allowed
+            && !allowed.iter().any(|v| v == target)
         {
             return Err(ControlError::Failed(format!(
                 "{} can't boot once from {target} (it allows {})",
                 self.path,
-                strings(allowed)
+                allowed.join(", ")
             )));
         }
         // Some BMCs (sushy-emulator among them) keep an override as `Continuous` whatever
         // was asked: the next boot is from `target` either way, so that counts as in effect.
-        if boot.get("BootSourceOverrideTarget").and_then(Value::as_str) == Some(target)
-            && matches!(
-                boot.get("BootSourceOverrideEnabled")
-                    .and_then(Value::as_str),
-                Some("Once" | "Continuous")
-            )
+        if boot.target.as_deref() == Some(target)
+            && matches!(boot.enabled.as_deref(), Some("Once" | "Continuous"))
         {
             return Ok(Outcome::Unchanged(format!(
                 "{} boots from {target}",
@@ -358,38 +354,23 @@ impl System {
     }
 
     /// The CD/DVD virtual media slot: under the system, or under its manager.
-    async fn media(&self) -> Result<(String, Value), ControlError> {
-        let sys = self.client.get(&self.path).await?;
+    async fn media(&self) -> Result<(String, VirtualMedia), ControlError> {
+        let sys = self.system().await?;
         let mut collections = Vec::new();
-        if let Some(id) = sys
-            .pointer("/VirtualMedia/@odata.id")
-            .and_then(Value::as_str)
-        {
-            collections.push(id.to_owned());
+        if let Some(id) = sys.virtual_media.and_then(|l| l.id) {
+            collections.push(id);
         }
-        for manager in sys
-            .pointer("/Links/ManagedBy")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m.get("@odata.id").and_then(Value::as_str))
-        {
-            let manager = self.client.get(manager).await?;
-            if let Some(id) = manager
-                .pointer("/VirtualMedia/@odata.id")
-                .and_then(Value::as_str)
-            {
-                collections.push(id.to_owned());
+        for manager in sys.links.map(|l| l.managed_by).unwrap_or_default() {
+            let manager: Manager = self.client.get(&manager, "a Manager").await?;
+            if let Some(id) = manager.virtual_media.and_then(|l| l.id) {
+                collections.push(id);
             }
         }
         for collection in collections {
-            for member in members(&self.client.get(&collection).await?) {
-                let media = self.client.get(&member).await?;
-                let cd = media
-                    .get("MediaTypes")
-                    .and_then(Value::as_array)
-                    .is_some_and(|t| t.iter().any(|t| matches!(t.as_str(), Some("CD" | "DVD"))));
-                if cd {
+            let collection: Collection = self.client.get(&collection, "a collection").await?;
+            for member in collection.members {
+                let media: VirtualMedia = self.client.get(&member, "a VirtualMedia").await?;
+                if media.is_cd() {
                     return Ok((member, media));
                 }
             }
@@ -402,8 +383,8 @@ impl System {
 
     async fn insert(&self, url: &str) -> Result<Outcome, ControlError> {
         let (path, media) = self.media().await?;
-        let inserted = media.get("Inserted").and_then(Value::as_bool) == Some(true);
-        let image = media.get("Image").and_then(Value::as_str);
+        let inserted = media.holds_media();
+        let image = media.image.as_deref();
         if inserted && image == Some(url) {
             return Ok(Outcome::Unchanged(format!("{path} has {url}")));
         }
@@ -411,7 +392,7 @@ impl System {
             self.client
                 .send(
                     Method::POST,
-                    &action_target(&media, &path, "EjectMedia"),
+                    &media.action_target(&path, "EjectMedia"),
                     &json!({}),
                 )
                 .await?;
@@ -419,7 +400,7 @@ impl System {
         self.client
             .send(
                 Method::POST,
-                &action_target(&media, &path, "InsertMedia"),
+                &media.action_target(&path, "InsertMedia"),
                 &json!({ "Image": url, "Inserted": true, "WriteProtected": true }),
             )
             .await?;
@@ -428,51 +409,18 @@ impl System {
 
     async fn eject(&self) -> Result<Outcome, ControlError> {
         let (path, media) = self.media().await?;
-        if media.get("Inserted").and_then(Value::as_bool) != Some(true) {
+        if !media.holds_media() {
             return Ok(Outcome::Unchanged(format!("{path} is empty")));
         }
         self.client
             .send(
                 Method::POST,
-                &action_target(&media, &path, "EjectMedia"),
+                &media.action_target(&path, "EjectMedia"),
                 &json!({}),
             )
             .await?;
         Ok(Outcome::Changed(format!("ejected the media of {path}")))
     }
-}
-
-/// The target of `#VirtualMedia.<name>`, or its conventional path.
-fn action_target(media: &Value, path: &str, name: &str) -> String {
-    media
-        .pointer(&format!("/Actions/#VirtualMedia.{name}/target"))
-        .and_then(Value::as_str)
-        .map_or_else(
-            || format!("{path}/Actions/VirtualMedia.{name}"),
-            str::to_owned,
-        )
-}
-
-fn members(collection: &Value) -> Vec<String> {
-    collection
-        .get("Members")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            m.get("@odata.id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
-fn strings(values: &[Value]) -> String {
-    values
-        .iter()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// One BMC: its HTTPS client, the Basic credentials, and the JSON calls.
@@ -516,8 +464,8 @@ impl BmcClient {
         let endpoint = url.origin().ascii_serialization();
         let system = Some(url.path().trim_end_matches('/').to_owned()).filter(|p| !p.is_empty());
         let tls = match &bmc.trust {
-            BmcTrust::Verify(trust) => tls::client_config(trust),
-            BmcTrust::Insecure => tls::client_config_insecure(),
+            BmcTrust::Verify(trust) => provider_trust::client_config(trust),
+            BmcTrust::Insecure => provider_trust::client_config_insecure(),
         }
         .map_err(|e| ControlError::Tls {
             endpoint: endpoint.clone(),
@@ -576,9 +524,9 @@ impl BmcClient {
         let body = match body {
             Some(b) => {
                 request = request.header(CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(b.to_string()))
+                Bytes::from(b.to_string())
             }
-            None => Full::new(Bytes::new()),
+            None => Bytes::new(),
         };
         let request = request
             .body(body)
@@ -634,11 +582,9 @@ impl BmcClient {
 
     /// Opens a session when the service offers them; stays with Basic otherwise.
     async fn login(&mut self) -> Result<(), ControlError> {
-        let root = self.get("/redfish/v1/").await?;
-        let sessions = root
-            .pointer("/Links/Sessions/@odata.id")
-            .and_then(Value::as_str);
-        let (Some(sessions), Some(_)) = (sessions, root.get("SessionService")) else {
+        let root: ServiceRoot = self.get("/redfish/v1/", "a service root").await?;
+        let sessions = root.links.and_then(|l| l.sessions).and_then(|s| s.id);
+        let (Some(sessions), Some(_)) = (sessions, root.session_service) else {
             return Ok(());
         };
         let request = Request::builder()
@@ -646,7 +592,7 @@ impl BmcClient {
             .uri(format!("{}{sessions}", self.endpoint))
             .header(ACCEPT, "application/json")
             .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(self.login.to_string())))
+            .body(Bytes::from(self.login.to_string()))
             .map_err(|e| ControlError::Failed(format!("can't build the session request: {e}")))?;
         let what = format!("POST {sessions}");
         let answer =
@@ -706,11 +652,18 @@ impl BmcClient {
         self.session = None;
     }
 
-    async fn get(&self, path: &str) -> Result<Value, ControlError> {
+    /// A resource read as `T` (`kind` names it for errors: "a ComputerSystem").
+    async fn get<T: DeserializeOwned>(&self, path: &str, kind: &str) -> Result<T, ControlError> {
         let body = self.call(Method::GET, path, None).await?;
-        serde_json::from_slice(&body).map_err(|e| {
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
             ControlError::Failed(format!(
                 "GET {path}: the BMC at {} did not answer JSON: {e}",
+                self.endpoint
+            ))
+        })?;
+        serde_json::from_value(value).map_err(|e| {
+            ControlError::Failed(format!(
+                "GET {path}: the BMC at {} did not answer with {kind} (a JSON object): {e}",
                 self.endpoint
             ))
         })
@@ -726,17 +679,16 @@ impl BmcClient {
         let candidates = match &self.system {
             Some(path) => vec![path.clone()],
             None => {
-                let root = self.get("/redfish/v1/").await?;
-                let systems = root
-                    .pointer("/Systems/@odata.id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        ControlError::Failed(format!(
-                            "the Redfish service at {} lists no Systems",
-                            self.endpoint
-                        ))
-                    })?;
-                members(&self.get(systems).await?)
+                let root: ServiceRoot = self.get("/redfish/v1/", "a service root").await?;
+                let systems = root.systems.and_then(|l| l.id).ok_or_else(|| {
+                    ControlError::Failed(format!(
+                        "the Redfish service at {} lists no Systems",
+                        self.endpoint
+                    ))
+                })?;
+                self.get::<Collection>(&systems, "a collection")
+                    .await?
+                    .members
             }
         };
         let mut seen = Vec::new();
@@ -767,22 +719,16 @@ impl BmcClient {
     }
 
     async fn macs(&self, system: &str) -> Result<Vec<MacAddr>, ControlError> {
-        let sys = self.get(system).await?;
-        let Some(nics) = sys
-            .pointer("/EthernetInterfaces/@odata.id")
-            .and_then(Value::as_str)
-        else {
+        let sys: answers::System = self.get(system, "a ComputerSystem").await?;
+        let Some(nics) = sys.ethernet_interfaces.and_then(|l| l.id) else {
             return Ok(Vec::new());
         };
         let mut macs = Vec::new();
-        for nic in members(&self.get(nics).await?) {
-            let nic = self.get(&nic).await?;
-            for key in ["MACAddress", "PermanentMACAddress"] {
-                if let Some(mac) = nic
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .and_then(|m| m.parse().ok())
-                {
+        let nics: Collection = self.get(&nics, "a collection").await?;
+        for nic in nics.members {
+            let nic: EthernetInterface = self.get(&nic, "an EthernetInterface").await?;
+            for mac in [nic.mac, nic.permanent_mac].into_iter().flatten() {
+                if let Ok(mac) = mac.parse() {
                     macs.push(mac);
                 }
             }
@@ -794,13 +740,7 @@ impl BmcClient {
 /// A Redfish error body's message: `error.@Message.ExtendedInfo[0].Message` or
 /// `error.message`.
 fn redfish_message(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let error = v.get("error")?;
-    error
-        .pointer("/@Message.ExtendedInfo/0/Message")
-        .or_else(|| error.get("message"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    serde_json::from_slice::<ErrorBody>(body).ok()?.message()
 }
 
 #[cfg(test)]

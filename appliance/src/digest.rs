@@ -1,6 +1,9 @@
-//! SHA-256 digests as the stream metadata writes them (64 hex digits) and as files hash to.
+//! SHA-256 digests as the stream metadata writes them (64 hex digits) and as files hash to:
+//! what `artifacts` checks a download against and `liveiso` names a base image's version by.
 //!
-//! ring's digest is used because it is already compiled in as rustls's crypto provider.
+//! A leaf: it imports nothing of the crate, so the boot path (`liveiso`, `http`) does not
+//! reach a CLI command's module for it. ring's digest is used because it is already compiled
+//! in as rustls's crypto provider.
 
 use std::fmt;
 

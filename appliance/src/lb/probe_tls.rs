@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio_rustls::TlsConnector;
 
-use crate::tls::{self as trust, Trust};
+use crate::tls_trust::{self as trust, Trust};
 
 /// A connector for the checks: verifying against `ca` (a PEM file) when given, otherwise any
 /// certificate whose key signs the handshake (`verify none`).
