@@ -49,14 +49,17 @@ pub fn client_config(trust: Trust<'_>) -> Result<ClientConfig, TrustError> {
             .with_no_client_auth(),
         Trust::Fingerprint(digest) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned {
-                digest,
-                signatures: Signatures { algorithms },
+            .with_custom_certificate_verifier(Arc::new(Verifier {
+                accept: Accept::Pinned(digest),
+                algorithms,
             }))
             .with_no_client_auth(),
         Trust::AnyCertificate => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Signatures { algorithms }))
+            .with_custom_certificate_verifier(Arc::new(Verifier {
+                accept: Accept::Any,
+                algorithms,
+            }))
             .with_no_client_auth(),
     })
 }
@@ -89,22 +92,45 @@ pub fn colon_hex(digest: &[u8]) -> String {
         .join(":")
 }
 
-/// Accepts any certificate but checks the handshake signatures against it.
+/// Which certificates [`Verifier`] accepts without a CA.
 #[derive(Debug)]
-struct Signatures {
+enum Accept {
+    /// Any certificate.
+    Any,
+    /// The one certificate with this SHA-256 digest.
+    Pinned([u8; 32]),
+}
+
+/// Accepts the certificates `accept` says, and checks the handshake signatures against the
+/// certificate presented, whichever it is.
+#[derive(Debug)]
+struct Verifier {
+    accept: Accept,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Signatures {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
+        end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Accept::Pinned(digest) = &self.accept else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        let seen = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
+        if seen.as_ref() == digest {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(format!(
+                "the server's certificate has SHA-256 fingerprint {}, but the config pins {}",
+                colon_hex(seen.as_ref()),
+                colon_hex(digest)
+            )))
+        }
     }
 
     fn verify_tls12_signature(
@@ -127,56 +153,5 @@ impl ServerCertVerifier for Signatures {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// Accepts the one certificate whose SHA-256 digest is pinned; signatures as [`Signatures`].
-#[derive(Debug)]
-struct Pinned {
-    digest: [u8; 32],
-    signatures: Signatures,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let seen = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
-        if seen.as_ref() == self.digest {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(format!(
-                "the server's certificate has SHA-256 fingerprint {}, but the config pins {}",
-                colon_hex(seen.as_ref()),
-                colon_hex(&self.digest)
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signatures.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.signatures.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.signatures.supported_verify_schemes()
     }
 }
