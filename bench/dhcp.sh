@@ -41,7 +41,7 @@
 # exchange at the common rate is the figure that holds then.
 #
 # Environment knobs (defaults in brackets):
-#   ROUNDS [2]          rounds (each: one ladder per server, order alternating)
+#   ROUNDS [2]          rounds (each: one ladder per server, order rotating)
 #   STEP [4]            seconds of each perfdhcp run
 #   RATES ["100 300 1000 2000 4000 6000 8000 10000 12000 14000 16000 18000 20000 24000 32000"]
 #   CLIENTS [3000]      perfdhcp -R: distinct simulated clients (MACs), below the pool size
@@ -408,7 +408,8 @@ fi
 
 # --- results ---------------------------------------------------------------------------------
 # Per round and server: the highest passing step and the next (failing) one. "Common rate":
-# the highest rate both servers passed in the round, to compare latency and CPU at one load.
+# the highest rate every server (with PEER=kea: every Kea configuration) passed in the round,
+# to compare latency and CPU at one load.
 # Ratios use the medians over the rounds.
 RESULT=$W/result.md
 awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DROP" \
@@ -646,7 +647,7 @@ perfdhcp runs full 4-way exchanges (\`perfdhcp -4 -l IFACE -r RATE -R $CLIENTS -
 $CLIENTS distinct clients, below the pool size so it never runs out). For each server a fresh
 process with an empty lease table climbs a rate ladder ($RATES exchanges/s, $STEP s each, a
 failing step retried once) until more than $MAX_DROP% of the exchanges (DISCOVERs without an
-ACK) are lost or perfdhcp cannot send 95% of the offered rate; $ROUNDS rounds, the order alternating.
+ACK) are lost or perfdhcp cannot send 95% of the offered rate; $ROUNDS rounds, the order rotating.
 *Max rate* is the highest step passed; *completed exchanges/s* counts ACKs over the step.
 Latencies are perfdhcp's average and maximum DISCOVER→OFFER and REQUEST→ACK delays at that step.
 *Server CPU* is the server's utime+stime (whole process, all threads, from /proc) as a share of

@@ -33,7 +33,7 @@
 #      the balancer should have sent to the live backend; the others were in flight on it).
 #
 # Environment knobs (defaults in brackets):
-#   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
+#   ROUNDS [3] (each: okd-appliance and every HAProxy configuration, order rotating; the table has the medians)
 #   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  LAT_SECS [4]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
 #   HAPROXY_MATRIX ["splice-auto=on nbthread=1" and "splice-auto=off nbthread=1", one a line]
