@@ -29,11 +29,19 @@
 # Topology (names carry this script's PID, so parallel runs never collide):
 #   dcli<PID> (perfdhcp, 10.97.0.200, CPU 1) --veth dc<PID> / ds<PID)-- dsrv<PID> (server,
 #   10.97.0.1, CPU 0). perfdhcp acts as a relay (giaddr 10.97.0.200) and sends to 10.97.0.1.
-# One server runs at a time (both bind port 67), each ladder on a fresh server with an empty
-# lease table; rounds alternate the order so drift in the machine hits both alike.
+# One server runs at a time (all bind port 67), each ladder on a fresh server with an empty
+# lease table; rounds rotate the order so drift in the machine hits all alike.
+#
+# With PEER=kea, Kea runs in every configuration of its matrix (KEA_MATRIX): multi-threading off
+# and on (`thread-pool-size` 1, so one packet thread besides the receiver, pinned to CPU 0 like
+# the others); okd-appliance is compared with Kea's best configuration per figure and the whole
+# matrix is printed. The script fails when Kea's best and worst configurations differ by more
+# than 2x in a figure and no option that tells them apart has a note in WHY. The rate figure is
+# a lower bound when perfdhcp's core is the limit (the first table's last column); CPU per
+# exchange at the common rate is the figure that holds then.
 #
 # Environment knobs (defaults in brackets):
-#   ROUNDS [2]          rounds (each: one ladder per server, order alternating)
+#   ROUNDS [2]          rounds (each: one ladder per server, order rotating)
 #   STEP [4]            seconds of each perfdhcp run
 #   RATES ["100 300 1000 2000 4000 6000 8000 10000 12000 14000 16000 18000 20000 24000 32000"]
 #   CLIENTS [3000]      perfdhcp -R: distinct simulated clients (MACs), below the pool size
@@ -45,6 +53,9 @@
 #   KEEP=1              keep the work directory (configs, logs, perfdhcp outputs)
 #   LIKE_KEA=1          okd-appliance's state directory on tmpfs (durable like Kea's memfile);
 #                       needs PEER=kea
+#   KEA_MATRIX          Kea's configurations, one a line ["multi-threading=off" and
+#                       "multi-threading=on thread-pool-size=1"]
+#   BIN                 the okd-appliance binary to run (default: built unless SKIP_BUILD=1)
 #   PROFILE=1           after the ladders, one more okd-appliance run under `perf record`
 #                       (cpu-clock samples) at PROFILE_RATE [4000] exchanges/s for STEP seconds;
 #                       the shares by binary, system call and function go into the section
@@ -79,7 +90,20 @@ PEER=${PEER:-dnsmasq}
 [[ $PEER == dnsmasq || $PEER == kea ]] || die "PEER is dnsmasq or kea"
 LIKE_KEA=${LIKE_KEA:-0}
 [[ $LIKE_KEA == 0 || $PEER == kea ]] || die "LIKE_KEA=1 compares with Kea: set PEER=kea"
-SERVERS=(okd-appliance "$PEER")
+declare -A KEA_CONF
+if [[ $PEER == kea ]]; then
+  KEA_MATRIX=${KEA_MATRIX:-"multi-threading=off
+multi-threading=on thread-pool-size=1"}
+  SERVERS=(okd-appliance)
+  matrix_configs kea "$KEA_MATRIX" SERVERS KEA_CONF
+else
+  SERVERS=(okd-appliance "$PEER")
+fi
+# Why each option can move Kea's figures (what it does; the matrix shows by how much).
+declare -A WHY=(
+  [multi-threading]="on: a receiver thread queues packets for a pool of packet threads, and leases are locked per address; off: one thread receives, decides and answers each packet. On one core the threads share it, so the hand-off is a cost rather than parallelism."
+  [thread-pool-size]="packet threads with multi-threading on; 1, as okd-appliance runs one worker."
+)
 
 [[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/dhcp.sh"
 (($(nproc) >= 2)) || die "needs at least 2 CPUs (server on CPU $SRV_CPU, load on CPU $LOAD_CPU)"
@@ -204,11 +228,18 @@ start_okd() {
 # fsync it), one subnet with the pool and the same 5 reservations, the same lease time, UDP
 # sockets (perfdhcp relays), no per-packet logging.
 start_kea() {
-  local d=$1
+  local d=$1 conf=${KEA_CONF[$2]:-} mt threads
   rm -f "$d/leases.csv"
+  mt=$(matrix_opt multi-threading "$conf")
+  threads=$(matrix_opt thread-pool-size "$conf")
   kea_config "$d/leases.csv" "$SRV_IF" "10.97.0.0/$PREFIX" "$POOL_START" "$POOL_END" "$CLI_IP" \
     "$SRV_IP" 52:54:00:00:00:07=10.97.0.7 52:54:00:00:00:02=10.97.0.2 52:54:00:00:00:03=10.97.0.3 \
-    52:54:00:00:00:04=10.97.0.4 52:54:00:00:00:05=10.97.0.5 >"$d/kea.json"
+    52:54:00:00:00:04=10.97.0.4 52:54:00:00:00:05=10.97.0.5 |
+    if [[ $mt == on ]]; then
+      sed -e 's/^  "valid-lifetime"/  "multi-threading": { "enable-multi-threading": true, "thread-pool-size": '"${threads:-1}"', "packet-queue-size": 64 },\n  "valid-lifetime"/'
+    else
+      sed -e 's/^  "valid-lifetime"/  "multi-threading": { "enable-multi-threading": false },\n  "valid-lifetime"/'
+    fi >"$d/kea.json"
   spawn "$d" env KEA_LOCKFILE_DIR="$d" KEA_PIDFILE_DIR="$d" kea-dhcp4 -c "$d/kea.json"
 }
 
@@ -239,7 +270,7 @@ start() {
   case $name in
     okd-appliance) start_okd "$d" ;;
     dnsmasq) start_dnsmasq "$d" ;;
-    kea) start_kea "$d" ;;
+    kea*) start_kea "$d" "$name" ;;
   esac
   if ! wait_until 15 port67_bound || ! wait_until 15 exchange_ok; then
     log "error: $name did not answer DHCP within 15 s; the end of its log:"
@@ -343,11 +374,8 @@ ladder() {
 : >"$W/steps.tsv"
 : >"$W/notes"
 for ((round = 1; round <= ROUNDS; round++)); do
-  if ((round % 2)); then
-    order=("${SERVERS[@]}")
-  else
-    order=("${SERVERS[1]}" "${SERVERS[0]}")
-  fi
+  order=()
+  for ((k = 0; k < ${#SERVERS[@]}; k++)); do order+=("${SERVERS[$(((k + round - 1) % ${#SERVERS[@]}))]}"); done
   for name in "${order[@]}"; do
     ladder "$round" "$name"
   done
@@ -380,11 +408,12 @@ fi
 
 # --- results ---------------------------------------------------------------------------------
 # Per round and server: the highest passing step and the next (failing) one. "Common rate":
-# the highest rate both servers passed in the round, to compare latency and CPU at one load.
+# the highest rate every server (with PEER=kea: every Kea configuration) passed in the round,
+# to compare latency and CPU at one load.
 # Ratios use the medians over the rounds.
 RESULT=$W/result.md
 awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DROP" \
-  -v a="${SERVERS[0]}" -v b="${SERVERS[1]}" '
+  -v list="${SERVERS[*]}" -v perround="$W/perround.tsv" '
   function med(arr, n,   i, j, t, x) {
     for (i = 1; i <= n; i++) x[i] = arr[i]
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
@@ -401,11 +430,11 @@ awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DR
     } else if (!(key in fail)) fail[key] = $0
   }
   END {
-    srv[1] = a; srv[2] = b
+    ns = split(list, srv, " "); a = srv[1]
     printf "Highest offered rate with at most %s%% of the exchanges lost, per round:\n\n", maxdrop
     print "| server | round | max rate /s | completed exchanges/s | lost | DISCOVER-OFFER avg / max ms | REQUEST-ACK avg / max ms | server CPU | CPU µs/exchange | of which user | next step: lost, UDP rcvbuf drops server / client, perfdhcp CPU |"
     print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    for (i = 1; i <= 2; i++) {
+    for (i = 1; i <= ns; i++) {
       s = srv[i]
       for (r = 1; r <= rounds; r++) {
         key = r SUBSEP s
@@ -417,28 +446,31 @@ awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DR
         }
         split(best[key], f, "\t")
         nmax[s]++; maxrate[s, nmax[s]] = f[8]
+        printf "%s\t%d\tmax\t%s\n", s, r, f[8] > perround
         printf "| %s | %d | %d | %.0f | %.2f%% | %s | %s | %.0f%% | %.1f | %.1f | %s |\n", s, r, f[3], f[8], f[9],
           ms(f[10], f[11]), ms(f[12], f[13]), f[14] / hz / step * 100, us(f[14], f[8]), us(f[17], f[8]), nxt
       }
     }
-    printf "\nAt the common rate (the highest rate both servers passed in the round):\n\n"
+    printf "\nAt the common rate (the highest rate every server passed in the round):\n\n"
     print "| server | round | rate /s | DISCOVER-OFFER avg / max ms | REQUEST-ACK avg / max ms | server CPU | CPU µs/exchange | of which user |"
     print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    for (i = 1; i <= 2; i++) {
+    for (i = 1; i <= ns; i++) {
       s = srv[i]
       for (r = 1; r <= rounds; r++) {
-        if (!((r SUBSEP a) in best) || !((r SUBSEP b) in best)) continue
-        c = bestrate[r, a] < bestrate[r, b] ? bestrate[r, a] : bestrate[r, b]
+        c = ""
+        for (j = 1; j <= ns; j++) {
+          if (!((r SUBSEP srv[j]) in best)) { c = -1; break }
+          if (c == "" || bestrate[r, srv[j]] < c) c = bestrate[r, srv[j]]
+        }
+        if (c < 0) continue
         split(pass[r, s, c], h, "\t")
         nc[s]++; ccpu[s, nc[s]] = us(h[14], h[8]); cdo[s, nc[s]] = h[10]; cra[s, nc[s]] = h[12]
+        printf "%s\t%d\tcpu\t%.1f\n", s, r, us(h[14], h[8]) > perround
         printf "| %s | %d | %d | %s | %s | %.0f%% | %.1f | %.1f |\n", s, r, c, ms(h[10], h[11]), ms(h[12], h[13]),
           h[14] / hz / step * 100, us(h[14], h[8]), us(h[17], h[8])
       }
     }
-    printf "\nRatios %s / %s (medians over the rounds):\n\n", a, b
-    print "| figure | ratio | better for " a " when |"
-    print "| --- | ---: | --- |"
-    for (i = 1; i <= 2; i++) {
+    for (i = 1; i <= ns; i++) {
       s = srv[i]
       for (k = 1; k <= nmax[s]; k++) tmp[k] = maxrate[s, k]
       mmax[s] = nmax[s] ? med(tmp, nmax[s]) : 0
@@ -449,12 +481,47 @@ awk -F'\t' -v hz="$TICK" -v step="$STEP" -v rounds="$ROUNDS" -v maxdrop="$MAX_DR
       for (k = 1; k <= nc[s]; k++) tmp[k] = cra[s, k]
       mra[s] = nc[s] ? med(tmp, nc[s]) : 0
     }
-    if (mmax[b] > 0) printf "| completed exchanges/s at the highest rate with <= %s%% lost | **%.2f** | higher |\n", maxdrop, mmax[a] / mmax[b]
-    else printf "| completed exchanges/s at the highest rate with <= %s%% lost | n/a (%s passed no step) | higher |\n", maxdrop, b
-    if (mcpu[a] > 0) printf "| capacity at the common rate (%s CPU per exchange / %s CPU per exchange) | %.2f | higher |\n", b, a, mcpu[b] / mcpu[a]
-    if (mdo[b] > 0) printf "| DISCOVER-OFFER average latency at the common rate | %.2f | lower |\n", mdo[a] / mdo[b]
-    if (mra[b] > 0) printf "| REQUEST-ACK average latency at the common rate | %.2f | lower |\n", mra[a] / mra[b]
+    for (j = 2; j <= ns; j++) {
+      b = srv[j]
+      printf "\nRatios %s / %s (medians over the rounds):\n\n", a, b
+      print "| figure | ratio | better for " a " when |"
+      print "| --- | ---: | --- |"
+      if (mmax[b] > 0) printf "| completed exchanges/s at the highest rate with <= %s%% lost | **%.2f** | higher |\n", maxdrop, mmax[a] / mmax[b]
+      else printf "| completed exchanges/s at the highest rate with <= %s%% lost | n/a (%s passed no step) | higher |\n", maxdrop, b
+      if (mcpu[a] > 0) printf "| capacity at the common rate (%s CPU per exchange / %s CPU per exchange) | %.2f | higher |\n", b, a, mcpu[b] / mcpu[a]
+      if (mdo[b] > 0) printf "| DISCOVER-OFFER average latency at the common rate | %.2f | lower |\n", mdo[a] / mdo[b]
+      if (mra[b] > 0) printf "| REQUEST-ACK average latency at the common rate | %.2f | lower |\n", mra[a] / mra[b]
+    }
   }' "$W/steps.tsv" >"$RESULT"
+
+# Kea's matrix: each configuration's figures per round, its best per figure, and the check.
+if [[ $PEER == kea ]]; then
+  MATRIX=$W/matrix.tsv
+  WHYFILE=$W/why.tsv
+  : >"$MATRIX"
+  while IFS=$'\t' read -r name _ what value; do
+    [[ -n ${KEA_CONF[$name]:-} ]] || continue
+    case $what in
+      max) matrix_add "$MATRIX" kea "${KEA_CONF[$name]}" "completed exchanges/s+" "$value" ;;
+      cpu) matrix_add "$MATRIX" kea "${KEA_CONF[$name]}" "CPU us/exchange at the common rate-" "$value" ;;
+    esac
+  done <"$W/perround.tsv"
+  matrix_why "$WHYFILE"
+  # okd-appliance's medians, against Kea's best configuration per figure.
+  okd_med() { awk -F'\t' -v w="$1" '$1 == "okd-appliance" && $3 == w {print $4}' "$W/perround.tsv" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+  OKD_MAX=$(okd_med max)
+  OKD_CPU=$(okd_med cpu)
+  read -r KEA_BEST_MAX KEA_BEST_MAX_CONF < <(matrix_best "$MATRIX" kea "completed exchanges/s+") || true
+  read -r KEA_BEST_CPU KEA_BEST_CPU_CONF < <(matrix_best "$MATRIX" kea "CPU us/exchange at the common rate-") || true
+  {
+    echo
+    echo "Against Kea at its best per figure (medians over the rounds): completed exchanges/s $(awk -v a="$OKD_MAX" -v b="${KEA_BEST_MAX:-0}" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "n/a"}') (best: ${KEA_BEST_MAX_CONF:-none}; a lower bound where perfdhcp's core is the limit), capacity (Kea's CPU per exchange / okd-appliance's) **$(awk -v a="${OKD_CPU:-0}" -v b="${KEA_BEST_CPU:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", b / a; else print "n/a"}')** (best: ${KEA_BEST_CPU_CONF:-none})."
+    echo
+    echo "Kea's configurations in the tables above: $(for k in "${!KEA_CONF[@]}"; do echo "$k: ${KEA_CONF[$k]}"; done | sort | paste -sd';' | sed 's/;/; /g')."
+    echo
+    matrix_md "$MATRIX" "$WHYFILE"
+  } >>"$RESULT"
+fi
 
 {
   echo
@@ -470,6 +537,9 @@ cat "$RESULT"
 cat "$W/steps.md"
 echo
 log "done in ${ELAPSED} s"
+if [[ -n ${MATRIX:-} ]] && ! matrix_check "$MATRIX" "$WHYFILE" >"$W/unexplained" 2>&1; then
+  die "Kea's configurations differ by more than 2x without a note in WHY: $(cat "$W/unexplained")"
+fi
 
 # --- docs/performance.md -----------------------------------------------------------------------
 if [[ ${NO_DOC:-0} != 1 ]]; then
@@ -524,8 +594,9 @@ EOF
       echo
       cat "$RESULT"
       echo
-      # The performance issue's target, judged on the leases/s ratio of the table above.
-      ratio=$(awk -F'|' '/completed exchanges\/s at the highest rate/ {gsub(/[* ]/, "", $3); print $3}' "$RESULT")
+      # The performance issue's target, judged on the capacity against Kea at its best (CPU per
+      # exchange): the rate ratio measures perfdhcp once its core is full.
+      ratio=$(awk -v a="${OKD_CPU:-0}" -v b="${KEA_BEST_CPU:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2f", b / a}')
       if [[ -z $ratio ]]; then
         verdict="**not measured**"
       elif awk -v r="$ratio" 'BEGIN {exit !(r + 0 >= 1.5)}'; then
@@ -533,7 +604,7 @@ EOF
       else
         verdict="**not met**"
       fi
-      echo "Target (performance issue): $target: measured ${ratio:-n/a}×: $verdict."
+      echo "Target (performance issue): $target, judged on capacity (CPU per exchange) against Kea's best configuration, since the rate is perfdhcp's once its core is full: measured ${ratio:-n/a}×: $verdict."
       if [[ -s $PROFILE_MD ]]; then
         echo
         cat "$PROFILE_MD"
@@ -576,7 +647,7 @@ perfdhcp runs full 4-way exchanges (\`perfdhcp -4 -l IFACE -r RATE -R $CLIENTS -
 $CLIENTS distinct clients, below the pool size so it never runs out). For each server a fresh
 process with an empty lease table climbs a rate ladder ($RATES exchanges/s, $STEP s each, a
 failing step retried once) until more than $MAX_DROP% of the exchanges (DISCOVERs without an
-ACK) are lost or perfdhcp cannot send 95% of the offered rate; $ROUNDS rounds, the order alternating.
+ACK) are lost or perfdhcp cannot send 95% of the offered rate; $ROUNDS rounds, the order rotating.
 *Max rate* is the highest step passed; *completed exchanges/s* counts ACKs over the step.
 Latencies are perfdhcp's average and maximum DISCOVER→OFFER and REQUEST→ACK delays at that step.
 *Server CPU* is the server's utime+stime (whole process, all threads, from /proc) as a share of

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# HTTP boot-server benchmark: okd-appliance against nginx (`sendfile on`, one worker) when it is
-# installed, and busybox httpd (always here, a floor rather than a target), in one run.
+# HTTP boot-server benchmark: okd-appliance against nginx (one worker, in every configuration of
+# the matrix below) when it is installed, and busybox httpd (always here, a floor rather than a
+# target), in one run.
 #
 #   sudo bash bench/http.sh
 #
@@ -15,11 +16,24 @@
 #   3. small: wrk (one thread on CPU 1, CONNS keep-alive connections, SMALL_SECS seconds) on a
 #      4 KiB file, ROUNDS times per server with the servers' order rotating each round; the
 #      median requests/s. Without wrk (apt-get install wrk), CLIENTS curl processes fetching it
-#      REQS times each over one keep-alive connection, a lower bound for fast servers.
+#      REQS times each over one keep-alive connection, a lower bound for fast servers. Beside
+#      each rate, the server's CPU time (utime+stime of its process tree, /proc) per request:
+#      the figure that holds when other work shares the machine.
+#
+# nginx runs in every configuration its expert users choose between for static files (the
+# matrix, NGINX_MATRIX): `sendfile` on/off, `tcp_nopush` on/off (nginx applies it only with
+# sendfile, so 6 configurations, not 8) and `open_file_cache` on/off, each one worker pinned like
+# okd-appliance. Every configuration is measured in every step and round; okd-appliance is
+# compared with nginx's BEST configuration per figure (big MiB/s, small req/s, small CPU per
+# request), and the whole matrix is printed. The script fails when nginx's best and worst
+# configurations differ by more than 2x in a figure and no option that tells them apart has a
+# note in WHY (printed with the matrix).
 #
 # Environment knobs (defaults in brackets):
 #   BIG_MB [1024]  PARALLEL [20]  RANGE_MB [128]  MANY [50]  CONNS [32]  SMALL_SECS [5]
 #   ROUNDS [3]  CLIENTS [4]  REQS [2000]  SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
+#   BIN [target/release/okd-appliance, built unless SKIP_BUILD=1]  NGINX_MATRIX (the
+#   configurations, one per line, as "option=value ..."; default: all six)
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples) during the small-file load; the shares by binary, system call and
 #              function go into the report (needs perf: apt-get install linux-perf)
@@ -55,9 +69,23 @@ export PATH="$PATH:/usr/sbin:/sbin"
 for tool in curl taskset busybox; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing"
 done
+# nginx's matrix: configurations as "option=value ..."; tcp_nopush only exists with sendfile on.
+NGINX_MATRIX=${NGINX_MATRIX:-"sendfile=off open_file_cache=off
+sendfile=off open_file_cache=on
+sendfile=on tcp_nopush=off open_file_cache=off
+sendfile=on tcp_nopush=off open_file_cache=on
+sendfile=on tcp_nopush=on open_file_cache=off
+sendfile=on tcp_nopush=on open_file_cache=on"}
+# Why each option can move nginx's figures (what it does; the matrix shows by how much).
+declare -A WHY=(
+  [sendfile]="on: the file's pages go from the page cache to the socket (no copy through user space), the response head and the body in two calls (writev, sendfile); off: nginx reads the file into its output buffer and sends head and body with one writev. The copy is what off costs on big files, the second call and its second packet what on costs on small ones."
+  [tcp_nopush]="with sendfile, TCP_CORK on the socket: partial frames are held until nginx lifts the cork (tcp(7)), so head and file leave in full packets. Meant for big files; a small keep-alive response's only, partial packet waits for the uncork, which is why it can hold the small-file rate far down (15-19k against 96-120k req/s with it off in the re-run of issue #28)."
+  [open_file_cache]="keeps open descriptors and their stat results between requests: no open, fstat and close per request, which matters only when the body itself is cheap (small files)."
+)
+declare -A NGINX_CONF
 SERVERS=(okd-appliance)
 if command -v nginx >/dev/null 2>&1; then
-  SERVERS+=(nginx)
+  matrix_configs nginx "$NGINX_MATRIX" SERVERS NGINX_CONF
 else
   log "note: nginx is not installed (apt-get install nginx-light): the nginx peer is skipped"
 fi
@@ -108,27 +136,38 @@ install: { ignition_dir: ./install_dir, artifacts_dir: ./www/artifacts, base_url
 state_dir: ./state
 listen: { dns: [], dhcp: [], tftp: [], http: ["$SRV_IP:$PORT"], api: [], machine_config: [], ingress_https: [], ingress_http: [] }
 EOF
-cat >"$W/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $W/nginx.pid;
-error_log $W/nginx-error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_requests 1000000;
-  types { application/octet-stream img bin; }
-  server { listen $SRV_IP:$PORT; root $DOCROOT; }
-}
-EOF
+# One config per configuration of the matrix.
+for s in "${!NGINX_CONF[@]}"; do
+  conf=${NGINX_CONF[$s]}
+  sf=$(matrix_opt sendfile "$conf")
+  np=$(matrix_opt tcp_nopush "$conf")
+  ofc=$(matrix_opt open_file_cache "$conf")
+  {
+    echo "worker_processes 1;"
+    echo "daemon off;"
+    echo "pid $W/$s.pid;"
+    echo "error_log $W/$s-error.log;"
+    echo "events { worker_connections 4096; }"
+    echo "http {"
+    echo "  access_log off;"
+    echo "  sendfile ${sf:-off};"
+    echo "  tcp_nopush ${np:-off};"
+    if [[ $ofc == on ]]; then
+      echo "  open_file_cache max=1000 inactive=60s;"
+      echo "  open_file_cache_valid 60s;"
+    fi
+    echo "  keepalive_requests 1000000;"
+    echo "  types { application/octet-stream img bin; }"
+    echo "  server { listen $SRV_IP:$PORT; root $DOCROOT; }"
+    echo "}"
+  } >"$W/$s.conf"
+done
 
 start_server() {
   local cmd
   case $1 in
     okd-appliance) cmd=("$BIN" serve "$W/cluster.yml") ;;
-    nginx) cmd=(nginx -c "$W/nginx.conf") ;;
+    nginx*) cmd=(nginx -c "$W/$1.conf") ;;
     busybox-httpd) cmd=(busybox httpd -f -p "$SRV_IP:$PORT" -h "$DOCROOT") ;;
   esac
   (cd "$W" && exec ip netns exec "$SRV_NS" taskset -c $SRV_CPU "${cmd[@]}") >"$W/$1.log" 2>&1 &
@@ -214,6 +253,10 @@ for s in "${SERVERS[@]}"; do
   if [[ $s == busybox-httpd ]]; then
     # busybox httpd forks a process per connection: its memory grows with them by design.
     MANYPEAK[$s]=-
+  elif [[ $s == nginx* && $s != nginx1 ]]; then
+    # Memory with many downloads is the same for every configuration (one worker, buffers
+    # of fixed size): the first configuration stands for all.
+    MANYPEAK[$s]=-
   else
     read -r _ MANYPEAK[$s] < <(downloads "$MANY" "$RANGE_BYTES" -r "0-$((RANGE_BYTES - 1))" "$URL")
   fi
@@ -223,7 +266,8 @@ done
 
 # Small files: ROUNDS rounds, the servers' order rotating, the median of each.
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-declare -A SMALL
+declare -A SMALL SMALLCPU CPUREQ
+TCK=$(getconf CLK_TCK)
 for ((r = 0; r < ROUNDS; r++)); do
   n=${#SERVERS[@]}
   for ((k = 0; k < n; k++)); do
@@ -231,16 +275,42 @@ for ((r = 0; r < ROUNDS; r++)); do
     CURRENT=$s
     start_server "$s"
     sleep 0.3
+    t0=$(proc_tree_ticks "$SERVER_PID")
     v=$(small_rps)
+    t1=$(proc_tree_ticks "$SERVER_PID")
+    # The server's CPU time per request, in microseconds (one decimal).
+    c=$(awk -v t=$((t1 - t0)) -v hz="$TCK" -v r="$v" -v secs="$SMALL_SECS" 'BEGIN {printf "%.1f", (r > 0 ? t / hz * 1e6 / (r * secs) : 0)}')
     SMALL[$s]="${SMALL[$s]:-} $v"
-    log "round $((r + 1)): $s small file $v req/s"
+    SMALLCPU[$s]="${SMALLCPU[$s]:-} $c"
+    log "round $((r + 1)): $s${NGINX_CONF[$s]:+ (${NGINX_CONF[$s]})} small file $v req/s, $c us CPU per request"
     stop_pid "$SERVER_PID" 5 || true
   done
 done
+medianf() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+MATRIX=$W/matrix.tsv
+: >"$MATRIX"
 for s in "${SERVERS[@]}"; do
   # shellcheck disable=SC2086
   RPS[$s]=$(median ${SMALL[$s]})
+  # shellcheck disable=SC2086
+  CPUREQ[$s]=$(medianf ${SMALLCPU[$s]})
+  if [[ -n ${NGINX_CONF[$s]:-} ]]; then
+    matrix_add "$MATRIX" nginx "${NGINX_CONF[$s]}" "big MiB/s+" "${TPUT[$s]}"
+    for v in ${SMALL[$s]}; do matrix_add "$MATRIX" nginx "${NGINX_CONF[$s]}" "small req/s+" "$v"; done
+    for v in ${SMALLCPU[$s]}; do matrix_add "$MATRIX" nginx "${NGINX_CONF[$s]}" "small CPU us/req-" "$v"; done
+  fi
 done
+WHYFILE=$W/why.tsv
+matrix_why "$WHYFILE"
+# nginx at its best per figure: "value configuration".
+NGINX_BEST_BIG=""
+NGINX_BEST_SMALL=""
+NGINX_BEST_CPU=""
+if ((${#NGINX_CONF[@]})); then
+  NGINX_BEST_BIG=$(matrix_best "$MATRIX" nginx "big MiB/s+")
+  NGINX_BEST_SMALL=$(matrix_best "$MATRIX" nginx "small req/s+")
+  NGINX_BEST_CPU=$(matrix_best "$MATRIX" nginx "small CPU us/req-")
+fi
 
 # --- profile ---------------------------------------------------------------------------------
 # Where okd-appliance's CPU goes serving the small file (the closest ratio to nginx).
@@ -278,27 +348,34 @@ REPORT=$W/http.md
     echo "Small: $CLIENTS curl clients x $REQS keep-alive requests for a 4 KiB file (wrk is not installed: curl is the load generator, a lower bound)."
   fi
   echo
-  echo "| server | big MiB/s | peak RSS MiB (idle) | RSS 1 / $MANY downloads MiB | small req/s |"
-  echo "| --- | ---: | ---: | ---: | ---: |"
+  echo "| server | configuration | big MiB/s | peak RSS MiB (idle) | RSS 1 / $MANY downloads MiB | small req/s | small CPU us/req |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${TPUT[$s]} | $(mib "${PEAK[$s]}") ($(mib "${IDLE[$s]}")) | $(mib "${ONE[$s]}") / $(mib "${MANYPEAK[$s]}") | ${RPS[$s]} |"
+    echo "| ${s%%[0-9]*} | ${NGINX_CONF[$s]:--} | ${TPUT[$s]} | $(mib "${PEAK[$s]}") ($(mib "${IDLE[$s]}")) | $(mib "${ONE[$s]}") / $(mib "${MANYPEAK[$s]}") | ${RPS[$s]} | ${CPUREQ[$s]} |"
   done
   for s in "${SERVERS[@]}"; do
     [[ -f $W/socket-errors.$s ]] && echo "wrk socket errors against $s: $(paste -sd';' "$W/socket-errors.$s")."
   done
   echo
-  for s in "${SERVERS[@]:1}"; do
-    echo "okd-appliance vs $s: big throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[$s]}"), small req/s $(ratio "${RPS[okd-appliance]}" "${RPS[$s]}")."
-  done
+  if [[ -n $NGINX_BEST_SMALL ]]; then
+    echo "okd-appliance vs nginx at its best per figure: big throughput $(ratio "${TPUT[okd-appliance]}" "${NGINX_BEST_BIG%% *}") (best: ${NGINX_BEST_BIG#* }), small req/s $(ratio "${RPS[okd-appliance]}" "${NGINX_BEST_SMALL%% *}") (best: ${NGINX_BEST_SMALL#* }), small CPU per request $(ratio "${CPUREQ[okd-appliance]}" "${NGINX_BEST_CPU%% *}") (lower is better; best: ${NGINX_BEST_CPU#* })."
+    echo
+    matrix_md "$MATRIX" "$WHYFILE"
+  fi
+  echo "okd-appliance vs busybox-httpd: big throughput $(ratio "${TPUT[okd-appliance]}" "${TPUT[busybox-httpd]}"), small req/s $(ratio "${RPS[okd-appliance]}" "${RPS[busybox-httpd]}")."
+
   command -v nginx >/dev/null 2>&1 || echo "nginx is not installed (apt-get install nginx-light): the busybox httpd figures are a floor, not the target."
   echo
-  echo "Reading the figures: all three servers send file bodies with sendfile(2) (okd-appliance through hyper, see docs/architecture.md), so file pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; busybox httpd forks a process per connection instead. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs. Small files: hyper keeps connections alive, busybox httpd closes each one."
+  echo "Reading the figures: okd-appliance sends file bodies over 16 KiB with sendfile(2) (through hyper, see docs/architecture.md) and reads smaller ones to send them with the response head in one writev, as nginx does with \`sendfile off\`; big files' pages go to the socket without passing through user space and a download holds no buffer: okd-appliance's memory does not grow with the number of downloads; nginx does the same with \`sendfile on\`; busybox httpd forks a process per connection instead. When other work shares the machine (the log warns), rates are not comparable between runs and the CPU per request is the figure to compare. Big-file throughput is bound by the kernel's copy to the veth on this machine and varies by about 20% from run to run: compare ratios over several runs. Small files: hyper keeps connections alive, busybox httpd closes each one."
   if [[ -s $PROFILE_MD ]]; then
     echo
     cat "$PROFILE_MD"
   fi
 } >"$REPORT"
 cat "$REPORT"
+if [[ -s ${MATRIX:-} ]] && ! matrix_check "$MATRIX" "$WHYFILE" >"$W/unexplained" 2>&1; then
+  die "nginx's configurations differ by more than 2x without a note in WHY: $(cat "$W/unexplained")"
+fi
 if [[ ${NO_DOC:-0} != 1 ]]; then
   replace_doc_section "${DOC:-$ROOT/docs/performance.md}" "HTTP boot server" "$REPORT"
   log "updated ${DOC:-docs/performance.md}"

@@ -10,6 +10,11 @@
 # pair: with two cores the load tool and the backends share one. The ingress-http frontend
 # (port 80) is measured; both balancers use TCP checks (inter 1s fall 2 rise 2); HAProxy's config
 # is the rendered one, which has `option splice-auto` and `option redispatch`.
+# HAProxy runs in every configuration of its matrix (HAPROXY_MATRIX): `option splice-auto` on
+# (as rendered) and off, each with `nbthread 1`; okd-appliance is compared with HAProxy's best
+# configuration per figure and the whole matrix is printed. The script fails when HAProxy's best
+# and worst configurations differ by more than 2x in a figure and no option that tells them
+# apart has a note in WHY (printed with the matrix).
 #   1. req/s: wrk (one thread, CONNS connections, SECS s) on a 4 KiB file, keep-alive: requests
 #      over long-lived connections through the balancer; and conn/s: the same with
 #      `Connection: close`, a new TCP connection through the balancer per request. Beside each,
@@ -28,9 +33,10 @@
 #      the balancer should have sent to the live backend; the others were in flight on it).
 #
 # Environment knobs (defaults in brackets):
-#   ROUNDS [3] (each: both balancers, order alternating; the table has the medians)
+#   ROUNDS [3] (each: okd-appliance and every HAProxy configuration, order rotating; the table has the medians)
 #   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  LAT_SECS [4]
-#   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1
+#   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
+#   HAPROXY_MATRIX ["splice-auto=on nbthread=1" and "splice-auto=off nbthread=1", one a line]
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
 #              the top functions go into the report (needs perf: apt-get install linux-perf)
@@ -56,7 +62,16 @@ BACKENDS=(10.95.0.21 10.95.0.22)
 CLI_IP=10.95.0.99
 SRV_CPU=0
 LOAD_CPU=1
-SERVERS=(okd-appliance haproxy)
+HAPROXY_MATRIX=${HAPROXY_MATRIX:-"splice-auto=on nbthread=1
+splice-auto=off nbthread=1"}
+# Why each option can move HAProxy's figures (what it does; the matrix shows by how much).
+declare -A WHY=(
+  [splice-auto]="on: HAProxy moves a connection's data from socket to socket with splice(2) through a kernel pipe once it judges the transfer big enough, instead of copying it through its buffers: fewer copies on bulk streams (iperf3, downloads), pipes and extra calls that small exchanges don't need."
+  [nbthread]="threads of the one process; held at 1 (okd-appliance runs on one CPU with one worker too)."
+)
+declare -A HAPROXY_CONF
+SERVERS=(okd-appliance)
+matrix_configs haproxy "$HAPROXY_MATRIX" SERVERS HAPROXY_CONF
 
 [[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/lb.sh"
 (($(nproc) >= 2)) || die "needs at least 2 CPUs"
@@ -134,12 +149,24 @@ sed -e 's/^global$/global\n    nbthread 1\n    log stderr format raw local0/' \
   -e 's/^defaults$/defaults\n    log global/' \
   -e 's/maxconn 20000/maxconn 6000/' "$W/haproxy.cfg.in" >"$W/haproxy.cfg"
 haproxy -c -f "$W/haproxy.cfg" >/dev/null || die "haproxy -c rejected the rendered config"
+grep -q 'option splice-auto' "$W/haproxy.cfg" || die "the rendered HAProxy config has no splice-auto any more: fix HAPROXY_MATRIX's configs"
+# One config per configuration of the matrix.
+for s in "${!HAPROXY_CONF[@]}"; do
+  conf=${HAPROXY_CONF[$s]}
+  nbt=$(matrix_opt nbthread "$conf")
+  if [[ $(matrix_opt splice-auto "$conf") == off ]]; then
+    sed -e '/option splice-auto/d' "$W/haproxy.cfg"
+  else
+    cat "$W/haproxy.cfg"
+  fi | sed -e "s/^    nbthread 1$/    nbthread ${nbt:-1}/" >"$W/$s.cfg"
+  haproxy -c -f "$W/$s.cfg" >/dev/null || die "haproxy -c rejected $s.cfg ($conf)"
+done
 
 start_lb() {
   local cmd
   case $1 in
     okd-appliance) cmd=("$BIN" serve "$W/cluster.yml") ;;
-    haproxy) cmd=(haproxy -db -f "$W/haproxy.cfg") ;;
+    haproxy*) cmd=(haproxy -db -f "$W/$1.cfg") ;;
   esac
   (cd "$W" && exec ip netns exec "$SRV_NS" taskset -c $SRV_CPU "${cmd[@]}") >"$W/$1.log" 2>&1 &
   LB_PID=$!
@@ -218,7 +245,7 @@ failover() {
   local lb=$1 pattern t0 t1 gone loop victim=${BACKENDS[1]}
   case $lb in
     okd-appliance) pattern="worker-1: ingress-http backend $victim:80 is down" ;;
-    haproxy) pattern="ingress-http/worker-1 is DOWN" ;;
+    haproxy*) pattern="ingress-http/worker-1 is DOWN" ;;
   esac
   # One line per request: when it started (s.us) and its HTTP status (000: no answer).
   ip netns exec "$CLI_NS" taskset -c $LOAD_CPU bash -c "
@@ -257,12 +284,13 @@ declare -A FAILED_ROUNDS
 sum() { printf '%s\n' "$@" | awk '{s += $1} END {print s + 0}'; }
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
+: >"$W/matrix.tsv"
 DIRECT_IPERF=$(iperf_rate "${BACKENDS[0]}")
 log "direct: iperf3 $DIRECT_IPERF MiB/s"
 for ((round = 1; round <= ROUNDS; round++)); do
-  # Alternate the order, so drift in the machine hits both balancers alike.
-  order=("${SERVERS[@]}")
-  ((round % 2)) || order=("${SERVERS[1]}" "${SERVERS[0]}")
+  # Rotate the order, so drift in the machine hits every balancer alike.
+  order=()
+  for ((k = 0; k < ${#SERVERS[@]}; k++)); do order+=("${SERVERS[$(((k + round - 1) % ${#SERVERS[@]}))]}"); done
   for s in "${order[@]}"; do
     log "round $round, $s: starting"
     start_lb "$s"
@@ -281,7 +309,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
     read -r d50 d99 < <(latency "http://${BACKENDS[0]}/small.bin")
     read -r p50 p99 < <(latency "http://$LB_IP/small.bin")
     failover "$s"
-    log "round $round, $s: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - d50)) us p99 $((p99 - d99)) us (direct $d50 / $d99 us), down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
+    if [[ -n ${HAPROXY_CONF[$s]:-} ]]; then
+      for f in "req/s keep-alive+=$k" "CPU us per req-=$kc" "conn/s+=$r" "CPU us per conn-=$c" "iperf3 MiB/s+=$ip" "curl MiB/s+=$t"; do
+        matrix_add "$W/matrix.tsv" haproxy "${HAPROXY_CONF[$s]}" "${f%=*}" "${f##*=}"
+      done
+    fi
+    log "round $round, $s${HAPROXY_CONF[$s]:+ (${HAPROXY_CONF[$s]})}: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - d50)) us p99 $((p99 - d99)) us (direct $d50 / $d99 us), down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
     ALL[$s,rate]+=" $r"
     ALL[$s,cpu]+=" $c"
     ALL[$s,keep]+=" $k"
@@ -317,6 +350,12 @@ for s in "${SERVERS[@]}"; do
   }
 done
 
+WHYFILE=$W/why.tsv
+matrix_why "$WHYFILE"
+# HAProxy at its best per figure: the value (matrix_best prints "value configuration").
+hbest() { matrix_best "$W/matrix.tsv" haproxy "$1" | cut -d' ' -f1; }
+hbestconf() { matrix_best "$W/matrix.tsv" haproxy "$1" | cut -d' ' -f2-; }
+
 # shellcheck disable=SC2086
 DIRECT50=$(median ${ALL[direct,p50]})
 # shellcheck disable=SC2086
@@ -348,18 +387,21 @@ REPORT=$W/lb.md
 {
   echo "## Load balancer"
   echo
-  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') with \`nbthread 1\` from \`render --format haproxy\` (splice-auto, redispatch))."
+  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') from \`render --format haproxy\` (redispatch; splice-auto on and off, \`nbthread 1\`: the matrix below))."
+  echo "When other work shares the machine (the script warns), rates are not comparable between runs: compare the CPU per request and per connection."
   echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: iperf3 with $PARALLEL streams for ${SECS} s through port 443 to one iperf3 server (straight to it: $DIRECT_IPERF MiB/s; iperf3's client and server share CPU $LOAD_CPU), and $PARALLEL parallel curl downloads of ${BIG_MB} MiB from nginx through port 80. Added latency: wrk with one connection, \`Connection: close\`, ${LAT_SECS} s (each request a new connection): p50/p99 through the balancer minus straight to a backend, measured just before in the same round (direct, medians: p50 $DIRECT50 us, p99 $DIRECT99 us)."
   echo
-  echo "Medians of $ROUNDS rounds (order alternating); every round's figures are in the log lines the script prints."
+  echo "Medians of $ROUNDS rounds (order rotating); every round's figures are in the log lines the script prints."
   echo
-  echo "| balancer | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | iperf3 MiB/s | curl MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests, all rounds (rounds with any) | of them started after the backend was gone |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| balancer | configuration | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | iperf3 MiB/s | curl MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests, all rounds (rounds with any) | of them started after the backend was gone |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| $s | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${IPERF[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} (${FAILED_ROUNDS[$s]} of $ROUNDS) | ${FAILED_NEW[$s]} |"
+    echo "| ${s%%[0-9]*} | ${HAPROXY_CONF[$s]:--} | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${IPERF[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} (${FAILED_ROUNDS[$s]} of $ROUNDS) | ${FAILED_NEW[$s]} |"
   done
   echo
-  echo "okd-appliance vs HAProxy: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "${KEEP[haproxy]}"), CPU per request $(ratio "${KCPU[okd-appliance]}" "${KCPU[haproxy]}") (lower is better), conn/s $(ratio "${RATE[okd-appliance]}" "${RATE[haproxy]}"), CPU per connection $(ratio "${CPU[okd-appliance]}" "${CPU[haproxy]}"), throughput with iperf3 $(ratio "${IPERF[okd-appliance]}" "${IPERF[haproxy]}"), with curl $(ratio "${TPUT[okd-appliance]}" "${TPUT[haproxy]}")."
+  echo "okd-appliance vs HAProxy at its best per figure: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "$(hbest "req/s keep-alive+")") ($(hbestconf "req/s keep-alive+")), CPU per request $(ratio "${KCPU[okd-appliance]}" "$(hbest "CPU us per req-")") (lower is better; $(hbestconf "CPU us per req-")), conn/s $(ratio "${RATE[okd-appliance]}" "$(hbest "conn/s+")") ($(hbestconf "conn/s+")), CPU per connection $(ratio "${CPU[okd-appliance]}" "$(hbest "CPU us per conn-")") ($(hbestconf "CPU us per conn-")), throughput with iperf3 $(ratio "${IPERF[okd-appliance]}" "$(hbest "iperf3 MiB/s+")") ($(hbestconf "iperf3 MiB/s+")), with curl $(ratio "${TPUT[okd-appliance]}" "$(hbest "curl MiB/s+")") ($(hbestconf "curl MiB/s+"))."
+  echo
+  matrix_md "$W/matrix.tsv" "$WHYFILE"
   echo
   echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch). A request that started before the backend was gone may have been in flight on it, where neither balancer can save it (its bytes were already relayed); one that started after it should never fail."
   if [[ -s $PROFILE_MD ]]; then
@@ -368,6 +410,9 @@ REPORT=$W/lb.md
   fi
 } >"$REPORT"
 cat "$REPORT"
+if ! matrix_check "$W/matrix.tsv" "$WHYFILE" >"$W/unexplained" 2>&1; then
+  die "HAProxy's configurations differ by more than 2x without a note in WHY: $(cat "$W/unexplained")"
+fi
 if [[ ${NO_DOC:-0} != 1 ]]; then
   replace_doc_section "${DOC:-$ROOT/docs/performance.md}" "Load balancer" "$REPORT"
   log "updated ${DOC:-docs/performance.md}"

@@ -200,9 +200,14 @@ replace_doc_section() {
   rm -f "$tmp"
 }
 
-# Builds the release binary (unless SKIP_BUILD=1) and sets BIN to it. Works under sudo, where
-# cargo lives in the invoking user's home.
+# Builds the release binary (unless SKIP_BUILD=1) and sets BIN to it; with BIN already set (an
+# A/B of two builds), checks it and builds nothing. Works under sudo, where cargo lives in the
+# invoking user's home.
 build_appliance() {
+  if [[ -n ${BIN:-} ]]; then
+    [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
+    return 0
+  fi
   BIN=$ROOT/target/release/okd-appliance
   if [[ ${SKIP_BUILD:-0} != 1 ]]; then
     local cargo
@@ -317,4 +322,157 @@ http {
   server { listen $2; root $3; }
 }
 NGINX
+}
+
+# --- peer matrix: every peer at its best configuration -----------------------------------------
+# A peer runs in every configuration its expert users choose between (nginx sendfile,
+# tcp_nopush, open_file_cache; HAProxy splice-auto; Kea multi-threading), in the same run as
+# okd-appliance, and okd-appliance is compared with the best of them per figure. A script
+# records each figure with matrix_add, keeps a note per option (why it can matter) in a WHY
+# file, and prints the matrix with matrix_md; matrix_check fails when a peer's best and worst
+# configurations differ by more than 2x and no option that tells them apart has a note.
+#
+# Figures: lines "peer<TAB>configuration<TAB>figure<TAB>value" in a file. A configuration is
+# "option=value option=value ...". A figure name ends in "+" when higher is better, "-" when
+# lower is better (e.g. "small req/s+", "CPU us/req-").
+
+# The median of a space-separated list of numbers, for the awk programs below.
+MATRIX_MED='
+    function med(list,   n, x, i, j, t) {
+      n = split(list, x, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t }
+      return x[int((n + 1) / 2)]
+    }'
+
+# matrix_configs PREFIX CONFIGS ARRAY MAP: for each line of CONFIGS (a configuration), a server
+# named PREFIX1, PREFIX2, ... appended to the array named ARRAY, its configuration in the
+# associative array named MAP.
+matrix_configs() {
+  local -n servers_=$3 map_=$4
+  local conf i=0
+  while read -r conf; do
+    [[ -n $conf ]] || continue
+    i=$((i + 1))
+    servers_+=("$1$i")
+    map_[$1$i]=$conf
+  done <<<"$2"
+}
+
+# matrix_opt OPTION CONFIG: OPTION's value in CONFIG ("option=value ..."), empty when absent.
+matrix_opt() { awk -v k="$1" '{for (i = 1; i <= NF; i++) {split($i, kv, "="); if (kv[1] == k) print kv[2]}}' <<<"$2"; }
+
+# matrix_why FILE: the associative array WHY (option -> note) of the calling script, as the
+# WHY file the functions below read.
+matrix_why() {
+  local o
+  for o in "${!WHY[@]}"; do printf '%s\t%s\n' "$o" "${WHY[$o]}"; done | sort >"$1"
+}
+
+# matrix_add FILE PEER CONFIG FIGURE VALUE
+matrix_add() { printf '%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" >>"$1"; }
+
+# matrix_best FILE PEER FIGURE: "value configuration" of PEER's best configuration for FIGURE
+# (the median over the figure's values of that configuration: rounds repeat figures).
+matrix_best() {
+  awk -F'\t' -v peer="$2" -v fig="$3" "$MATRIX_MED"'
+    $1 == peer && $3 == fig && $4 ~ /^[0-9.]+$/ { v[$2] = v[$2] " " $4 }
+    END {
+      hi = fig ~ /\+$/
+      for (c in v) {
+        m = med(v[c]) + 0
+        if (best == "" || (hi ? m > bv : m < bv)) { best = c; bv = m }
+      }
+      if (best != "") print bv, best
+    }' "$1"
+}
+
+# matrix_md FILE WHY: the matrix as markdown tables (one per peer: a row per configuration, the
+# median of each figure, the best in bold, the spread best/worst under it), then the notes of
+# the WHY file (lines "option<TAB>note"). Sets nothing; see matrix_check.
+matrix_md() {
+  awk -F'\t' -v whyfile="$2" "$MATRIX_MED"'
+    $4 ~ /^[0-9.]+$/ {
+      if (!($1 in seenp)) { seenp[$1] = 1; peers[++np] = $1 }
+      if (!(($1, $2) in seenc)) { seenc[$1, $2] = 1; confs[$1, ++nc[$1]] = $2 }
+      if (!(($1, $3) in seenf)) { seenf[$1, $3] = 1; figs[$1, ++nf[$1]] = $3 }
+      v[$1, $2, $3] = v[$1, $2, $3] " " $4
+    }
+    END {
+      for (p = 1; p <= np; p++) {
+        P = peers[p]
+        printf "%s, every configuration (medians over the rounds; the best per figure in bold):\n\n", P
+        line = "| configuration |"; sep = "| --- |"
+        for (f = 1; f <= nf[P]; f++) { name = figs[P, f]; sub(/[+-]$/, "", name); line = line " " name " |"; sep = sep " ---: |" }
+        print line; print sep
+        for (f = 1; f <= nf[P]; f++) {
+          F = figs[P, f]; hi = F ~ /\+$/; b[f] = ""; w[f] = ""
+          for (c = 1; c <= nc[P]; c++) {
+            if (v[P, confs[P, c], F] == "") continue
+            m = med(v[P, confs[P, c], F]) + 0
+            if (b[f] == "" || (hi ? m > b[f] : m < b[f])) b[f] = m
+            if (w[f] == "" || (hi ? m < w[f] : m > w[f])) w[f] = m
+          }
+        }
+        for (c = 1; c <= nc[P]; c++) {
+          C = confs[P, c]; line = "| " C " |"
+          for (f = 1; f <= nf[P]; f++) {
+            F = figs[P, f]
+            if (v[P, C, F] == "") { line = line " - |"; continue }
+            m = med(v[P, C, F])
+            line = line ((m + 0 == b[f]) ? " **" m "** |" : " " m " |")
+          }
+          print line
+        }
+        line = "| best / worst |"
+        for (f = 1; f <= nf[P]; f++) {
+          hi = figs[P, f] ~ /\+$/
+          if (b[f] > 0 && w[f] > 0) line = line sprintf(" %.2fx |", hi ? b[f] / w[f] : w[f] / b[f])
+          else line = line " - |"
+        }
+        print line
+        print ""
+      }
+      n = 0
+      while ((getline l < whyfile) > 0) {
+        split(l, x, "\t")
+        if (!n++) print "Why an option can matter (the script refuses a spread above 2x that no note explains):\n"
+        printf "- `%s`: %s\n", x[1], x[2]
+      }
+      if (n) print ""
+    }' "$1"
+}
+
+# matrix_check FILE WHY: for every peer and figure whose best and worst configurations differ
+# by more than 2x, at least one option that differs between the two must have a note in WHY;
+# otherwise prints what is unexplained and returns 1.
+matrix_check() {
+  awk -F'\t' -v whyfile="$2" "$MATRIX_MED"'
+    BEGIN { while ((getline l < whyfile) > 0) { split(l, x, "\t"); why[x[1]] = 1 } }
+    $4 ~ /^[0-9.]+$/ { v[$1 SUBSEP $3 SUBSEP $2] = v[$1 SUBSEP $3 SUBSEP $2] " " $4; pf[$1 SUBSEP $3] = 1 }
+    END {
+      bad = 0
+      for (k in pf) {
+        split(k, pk, SUBSEP); hi = pk[2] ~ /\+$/; bc = ""; wc = ""
+        for (kk in v) {
+          split(kk, q, SUBSEP)
+          if (q[1] != pk[1] || q[2] != pk[2]) continue
+          m = med(v[kk]) + 0
+          if (bc == "" || (hi ? m > bv : m < bv)) { bc = q[3]; bv = m }
+          if (wc == "" || (hi ? m < wv : m > wv)) { wc = q[3]; wv = m }
+        }
+        if (bv <= 0 || wv <= 0) continue
+        spread = hi ? bv / wv : wv / bv
+        if (spread <= 2) continue
+        nb = split(bc, bo, " "); explained = 0; differ = ""
+        for (i = 1; i <= nb; i++) {
+          split(bo[i], kv, "=")
+          if (!index(" " wc " ", " " bo[i] " ")) { differ = differ " " kv[1]; if (kv[1] in why) explained = 1 }
+        }
+        if (!explained) {
+          printf "%s, %s: best (%s: %s) and worst (%s: %s) differ %.2fx and no note says why (options that differ:%s)\n", pk[1], pk[2], bc, bv, wc, wv, spread, differ
+          bad = 1
+        }
+      }
+      exit bad
+    }' "$1"
 }

@@ -197,6 +197,21 @@ fn resolve_relative(root: &Path, relative: &Path) -> Option<PathBuf> {
 /// An opened file and its metadata.
 pub type Opened = io::Result<(File, Metadata)>;
 
+/// Bodies up to this size are read into memory ([`read_range`]) and go out with the response
+/// head in one `writev`, as nginx sends small files when it is fastest (`sendfile off`); larger
+/// ones go with sendfile(2). A sendfile body is a second write, so a second packet per response
+/// with all of the kernel's TCP/IP and veth work: docs/performance.md (`## HTTP boot server:
+/// small files`) has the measurement.
+pub const SMALL_BODY: u64 = 16 * 1024;
+
+/// `len` bytes of `file` from `start`, with one `pread` (for bodies up to [`SMALL_BODY`]); an
+/// error if the file is shorter now than its metadata said.
+pub fn read_range(file: &File, start: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0; usize::try_from(len).map_err(io::Error::other)?];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, start)?;
+    Ok(buf)
+}
+
 /// The file under `root` that URL path `rest` (already stripped of its route prefix) names,
 /// opened: the path (for the log) and the opened file, or `None` for a 404 (the reason does
 /// not leak). A symlink that leads out of `root` is refused. On the fast path a single `openat2(RESOLVE_BENEATH)` lets the

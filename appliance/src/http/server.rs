@@ -720,8 +720,9 @@ fn open_file(path: &Path) -> files::Opened {
     Ok((f, m))
 }
 
-/// A file from disk (`opened` by [`open_file`]; `path` names it in the log), sent with
-/// sendfile(2) (never read into memory), honouring conditional and range requests.
+/// A file from disk (`opened` by [`open_file`]; `path` names it in the log), honouring
+/// conditional and range requests: up to [`files::SMALL_BODY`] bytes read into memory, larger
+/// bodies sent with sendfile(2) (never read into memory).
 fn file(
     req: &Request<Incoming>,
     opened: files::Opened,
@@ -744,10 +745,7 @@ fn file(
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return text(StatusCode::NOT_FOUND, "not found\n");
         }
-        Err(e) => {
-            tracing::error!("http: {}: {e}", path.display());
-            return text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n");
-        }
+        Err(e) => return file_error(path, &e),
     };
     let header = |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
     let conditions = files::Conditions {
@@ -765,6 +763,11 @@ fn file(
     };
     let body = if req.method() == Method::HEAD || len == 0 {
         empty()
+    } else if len <= files::SMALL_BODY {
+        match files::read_range(&f, start, len) {
+            Ok(buf) => full(buf),
+            Err(e) => return file_error(path, &e),
+        }
     } else {
         segments.body(f, start, len).boxed()
     };
@@ -804,6 +807,11 @@ fn file(
         }
     }
     r
+}
+
+fn file_error(path: &Path, e: &io::Error) -> Response<Body> {
+    tracing::error!("http: {}: {e}", path.display());
+    text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n")
 }
 
 #[cfg(test)]
