@@ -31,7 +31,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::files::{self, Decision};
-use super::response::{Body, empty, text};
+use super::response::{self, Body, empty, text};
 use super::sendfile::{FileBody, Segments};
 use crate::journal::{EventKind, Journal};
 use crate::liveiso::{BaseIso, FileIdentity, KargsTooLong, NodeImage, Piece};
@@ -319,21 +319,10 @@ pub async fn respond(
         }
         None => return text(StatusCode::NOT_FOUND, "no such node\n"),
     };
-    let header = |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let conditions = files::Conditions {
-        if_none_match: header(header::IF_NONE_MATCH),
-        if_modified_since: header(header::IF_MODIFIED_SINCE),
-        range: header(header::RANGE),
-        if_range: header(header::IF_RANGE),
-    };
     // No Last-Modified: the image changes with the plan as well as with the file.
+    let conditions = response::conditions(req.headers());
     let decision = files::decide_for(&conditions, &image.etag, None, image.len);
-    let (status, start, len) = match decision {
-        Decision::NotModified => (StatusCode::NOT_MODIFIED, 0, 0),
-        Decision::RangeNotSatisfiable => (StatusCode::RANGE_NOT_SATISFIABLE, 0, 0),
-        Decision::Full => (StatusCode::OK, 0, image.len),
-        Decision::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
-    };
+    let (status, start, len) = response::sending(decision, image.len);
     let get = req.method() == Method::GET;
     if get && len > 0 && cache.journal_due(name, peer.ip(), Instant::now()) {
         journal.publish(
@@ -352,30 +341,12 @@ pub async fn respond(
     if let Ok(v) = HeaderValue::from_str(&image.etag) {
         h.insert(header::ETAG, v);
     }
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    match decision {
-        Decision::NotModified => {}
-        Decision::RangeNotSatisfiable => {
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{}", image.len)) {
-                h.insert(header::CONTENT_RANGE, v);
-            }
-        }
-        Decision::Full | Decision::Partial { .. } => {
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/x-iso9660-image"),
-            );
-            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-            if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.iso\"")) {
-                h.insert(header::CONTENT_DISPOSITION, v);
-            }
-            if let Decision::Partial { start, end } = decision
-                && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{end}/{}", image.len))
-            {
-                h.insert(header::CONTENT_RANGE, v);
-            }
-        }
+    response::range_headers(h, decision, image.len, len, "application/x-iso9660-image");
+    if matches!(decision, Decision::Full | Decision::Partial { .. })
+        && let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.iso\""))
+    {
+        h.insert(header::CONTENT_DISPOSITION, v);
     }
     r
 }

@@ -25,9 +25,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::files::{self, Decision, FileMeta};
+use super::files::{self, FileMeta};
 use super::iso::{self, IsoCache};
-use super::response::{Body, empty, full, text};
+use super::response::{self, Body, empty, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
@@ -747,20 +747,8 @@ fn file(
         }
         Err(e) => return file_error(path, &e),
     };
-    let header = |name: header::HeaderName| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let conditions = files::Conditions {
-        if_none_match: header(header::IF_NONE_MATCH),
-        if_modified_since: header(header::IF_MODIFIED_SINCE),
-        range: header(header::RANGE),
-        if_range: header(header::IF_RANGE),
-    };
-    let decision = files::decide(&conditions, meta);
-    let (status, start, len) = match decision {
-        Decision::NotModified => (StatusCode::NOT_MODIFIED, 0, 0),
-        Decision::RangeNotSatisfiable => (StatusCode::RANGE_NOT_SATISFIABLE, 0, 0),
-        Decision::Full => (StatusCode::OK, 0, meta.len),
-        Decision::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
-    };
+    let decision = files::decide(&response::conditions(req.headers()), meta);
+    let (status, start, len) = response::sending(decision, meta.len);
     let body = if req.method() == Method::HEAD || len == 0 {
         empty()
     } else if len <= files::SMALL_BODY {
@@ -780,7 +768,6 @@ fn file(
     if let Ok(v) = HeaderValue::from_str(&meta.last_modified()) {
         h.insert(header::LAST_MODIFIED, v);
     }
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static(if cacheable {
@@ -789,23 +776,7 @@ fn file(
             "no-store"
         }),
     );
-    match decision {
-        Decision::NotModified => {}
-        Decision::RangeNotSatisfiable => {
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{}", meta.len)) {
-                h.insert(header::CONTENT_RANGE, v);
-            }
-        }
-        Decision::Full | Decision::Partial { .. } => {
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-            if let Decision::Partial { start, end } = decision
-                && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{end}/{}", meta.len))
-            {
-                h.insert(header::CONTENT_RANGE, v);
-            }
-        }
-    }
+    response::range_headers(h, decision, meta.len, len, content_type);
     r
 }
 
