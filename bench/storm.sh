@@ -319,7 +319,7 @@ storm() {
     { if (!($1 in done)) ndone++; done[$1] = 1; d = ($3 - t0) / 1e9; if (d > last) last = d; b = ($3 - $2) / 1e9
       if (first == "" || b < first) first = b; if (b > slow) slow = b; failed += $6; bytes += $5 }
     END { failed += n - ndone
-          printf "%s %.2f %.2f %d %d %.0f %.0f\n", side, last, (first > 0 ? slow / first : 0), failed,
+          printf "%s %.2f %.2f %d %.0f %.0f %.0f\n", side, last, (first > 0 ? slow / first : 0), failed,
                  bytes, (last > 0 ? bytes / 1048576 / last : 0), peak / 1024 }' "$d"/nodes/*.done 2>/dev/null ||
     echo "$side 0 0 $NODES 0 0 0"
 }
