@@ -34,9 +34,9 @@ pub struct RawConfig {
     /// How the cluster's machines are created and powered (`none` when absent).
     #[serde(default)]
     pub control: Option<Spanned<RawControl>>,
-    /// How `okd-appliance cluster up` drives an install.
+    /// How `okd-appliance cluster up` drives an install (`None`: no section, the defaults).
     #[serde(default)]
-    pub orchestration: RawOrchestration,
+    pub orchestration: Option<RawOrchestration>,
     /// Two appliances sharing `network.appliance_ip` as a virtual address (keepalived).
     #[serde(default)]
     pub ha: Option<Spanned<RawHa>>,

@@ -104,15 +104,17 @@ impl Validator<'_> {
         if !driven(raw, config) {
             return;
         }
-        if raw.orchestration.kubeconfig.is_none()
-            && files.age(&config.install.ignition_dir).is_err()
-        {
+        let kubeconfig = raw
+            .orchestration
+            .as_ref()
+            .and_then(|o| o.kubeconfig.as_ref());
+        if kubeconfig.is_none() && files.age(&config.install.ignition_dir).is_err() {
             return; // The missing directory is reported, with the command that makes it.
         }
         let Err(e) = files.kubeconfig(&config.orchestration.kubeconfig) else {
             return;
         };
-        let (at, label) = match &raw.orchestration.kubeconfig {
+        let (at, label) = match kubeconfig {
             Some(k) => (k.referenced, "orchestration.kubeconfig"),
             None => (
                 raw.install.value.ignition_dir.referenced,
@@ -136,13 +138,7 @@ impl Validator<'_> {
 /// Whether `cluster up` drives the install: the appliance makes the machines (a provider), or
 /// the config has an `orchestration` section.
 fn driven(raw: &RawConfig, config: &Config) -> bool {
-    let o = &raw.orchestration;
-    let written = o.kubeconfig.is_some()
-        || o.api_url.is_some()
-        || o.bootstrap_after_complete.is_some()
-        || o.poll.is_some()
-        || o.settle.is_some();
-    written || !matches!(config.control.provider, crate::config::Provider::None)
+    raw.orchestration.is_some() || !matches!(config.control.provider, crate::config::Provider::None)
 }
 
 struct Compare<'a> {

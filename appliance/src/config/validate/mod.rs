@@ -260,7 +260,12 @@ impl Validator<'_> {
         }
         let lb = self.lb(&raw.lb, dir);
         let control = control::control(raw, &nodes, dir, files.credentials(), self.p);
-        let orchestration = self.orchestration(&raw.orchestration, dir, &raw.install.value);
+        let no_section = RawOrchestration::default();
+        let orchestration = self.orchestration(
+            raw.orchestration.as_ref().unwrap_or(&no_section),
+            dir,
+            &raw.install.value,
+        );
         let api = match &raw.api {
             None => Some(None),
             Some(a) => self.api(a, dir, files.credentials()).map(Some),
