@@ -844,6 +844,20 @@ fn acknowledged_leases_survive_kill_9_under_load() {
     let sock = Arc::new(client_socket(&client_node, "eth0"));
 
     let mut load = perfdhcp(&load_node, &site, 300, 100_000, 20);
+    // The load is on before the clients start: perfdhcp has been served at least once. A
+    // perfdhcp slow to start (a busy machine, a cold page cache) would otherwise still be
+    // starting when the 200th client is acknowledged and the appliance is killed.
+    let perfdhcp_served = wait_until(Duration::from_secs(15), || {
+        !load.is_running() || app.stderr().contains(" to 00:0c:01:")
+    });
+    load.assert_running()
+        .expect("perfdhcp is loading the server");
+    assert!(
+        perfdhcp_served,
+        "perfdhcp was not served within 15 s\n{}\n{}",
+        load.log_tails(),
+        app.log_tails()
+    );
     let macs = Rng::seeded().macs(0x4b, 3000);
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
