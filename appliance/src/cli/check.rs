@@ -12,7 +12,7 @@ use okd_appliance::config::{self, InstallCheck};
 use okd_appliance::http::iso::IsoCheck;
 use okd_appliance::plan::Plan;
 
-use super::{load, load_listing_warnings, real_files};
+use super::{load, real_files, style};
 
 /// `check --secret-files`: the config's secret files, absolute. Their modes are not looked at
 /// (this is how a too-open file gets fixed).
@@ -40,11 +40,46 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
-    let loaded = match load_listing_warnings(file, mode) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    let c = &loaded.config;
+    match config::load_any(file, mode) {
+        Ok(config::Target::Cluster(loaded)) => {
+            if !loaded.warnings.is_empty() {
+                eprint!("{}", loaded.warnings.render(style()));
+            }
+            check_cluster(file, &loaded.config, install)
+        }
+        Ok(config::Target::Host(host)) => check_host(file, &host, install),
+        Err(e) => {
+            eprint!("{}", e.render(style()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `check HOST_FILE`: every cluster file passed alone and against the others; then what each
+/// cluster's boots and install need, cluster by cluster.
+fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
+    if host.warnings.count(config::Severity::Warning) > 0 {
+        eprint!("{}", host.warnings.render(style()));
+    }
+    let mut failed = false;
+    for member in &host.clusters {
+        println!("cluster {} ({}):", member.id, member.path.display());
+        failed |= check_cluster(&member.path, &member.config, install) != ExitCode::SUCCESS;
+    }
+    if failed {
+        return ExitCode::from(1);
+    }
+    let n = host.clusters.len();
+    println!(
+        "{}: ok: {n} cluster{} on one host, no conflict between them",
+        file.display(),
+        if n == 1 { "" } else { "s" }
+    );
+    ExitCode::SUCCESS
+}
+
+/// What one cluster's boots and install need, beyond its file's own rules.
+fn check_cluster(file: &Path, c: &config::Config, install: bool) -> ExitCode {
     // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
     // optional). Like the ignition files, an unusable ISO never stops a running cluster's
     // services: a warning, an error only with --install.

@@ -42,7 +42,7 @@ pub struct Cli {
 pub enum Command {
     /// Validate a cluster config and list every problem with its line and column.
     Check {
-        /// The cluster config (YAML).
+        /// The cluster config (YAML), or a host file that lists several clusters' configs.
         file: PathBuf,
         /// Also require what installing nodes needs: the ignition files of every role present,
         /// a bootstrap.ign younger than 24 hours while a bootstrap node is listed, every
@@ -204,15 +204,6 @@ fn real_files() -> RealFiles {
 fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
     let loaded = load_quietly(file, files)?;
     eprint!("{}", loaded.warnings.warnings_line());
-    Ok(loaded)
-}
-
-/// [`load`] for `check`: every warning in full.
-fn load_listing_warnings(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
-    let loaded = load_quietly(file, files)?;
-    if !loaded.warnings.is_empty() {
-        eprint!("{}", loaded.warnings.render(style()));
-    }
     Ok(loaded)
 }
 

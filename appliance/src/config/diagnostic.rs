@@ -30,9 +30,56 @@ pub struct Problem {
     labels: Vec<LabeledSpan>,
     hint: Option<String>,
     src: Source,
+    /// The same problem's other places in other files (the first use of a MAC another cluster's
+    /// file repeats, say), each drawn against its own file.
+    related: Vec<Problem>,
 }
 
 impl Problem {
+    /// A problem at `at` in `src`, for a file other than the one a [`Problems`] covers (see
+    /// [`Problem::related_at`]).
+    pub fn new(
+        src: &Source,
+        severity: Severity,
+        code: &'static str,
+        at: Location,
+        message: impl Into<String>,
+        label: impl Into<String>,
+    ) -> Self {
+        Problem {
+            severity,
+            message: message.into(),
+            code,
+            labels: vec![LabeledSpan::new_primary_with_span(
+                Some(label.into()),
+                span_of(at),
+            )],
+            hint: None,
+            src: Arc::clone(src),
+            related: Vec::new(),
+        }
+    }
+
+    /// Points at a place in another file that explains this problem; miette draws it under
+    /// this one, at its own file, line and column.
+    pub fn related_at(
+        &mut self,
+        src: &Source,
+        at: Location,
+        message: impl Into<String>,
+        label: impl Into<String>,
+    ) -> &mut Self {
+        let mut other = Problem::new(src, Severity::Error, self.code, at, message, label);
+        other.severity = self.severity;
+        self.related.push(other);
+        self
+    }
+
+    /// The file this problem is in.
+    pub fn file_name(&self) -> &str {
+        self.src.name()
+    }
+
     pub fn severity(&self) -> Severity {
         self.severity
     }
@@ -92,6 +139,13 @@ impl Diagnostic for Problem {
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         Some(Box::new(self.labels.iter().cloned()))
     }
+
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn Diagnostic> + 'a>> {
+        if self.related.is_empty() {
+            return None;
+        }
+        Some(Box::new(self.related.iter().map(|p| p as &dyn Diagnostic)))
+    }
 }
 
 /// Converts a parser location to a miette span: the byte range of the YAML node.
@@ -149,18 +203,19 @@ impl Problems {
         message: impl Into<String>,
         label: impl Into<String>,
     ) -> &mut Problem {
-        self.items.push(Problem {
-            severity,
-            message: message.into(),
-            code,
-            labels: vec![LabeledSpan::new_primary_with_span(
-                Some(label.into()),
-                span_of(at),
-            )],
-            hint: None,
-            src: Arc::clone(&self.src),
-        });
+        self.items
+            .push(Problem::new(&self.src, severity, code, at, message, label));
         self.items.last_mut().expect("just pushed")
+    }
+
+    /// Adds a problem made with [`Problem::new`] (against this file's source or another's).
+    pub fn push(&mut self, problem: Problem) {
+        self.items.push(problem);
+    }
+
+    /// The source these problems are drawn against.
+    pub fn source(&self) -> &Source {
+        &self.src
     }
 
     pub fn has_errors(&self) -> bool {

@@ -5,6 +5,7 @@
 
 mod control;
 pub mod diagnostic;
+pub mod host;
 mod model;
 pub mod raw;
 mod unknown_keys;
@@ -17,6 +18,7 @@ use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
 pub use control::*;
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
+pub use host::{Host, HostProblems, Member};
 pub use model::*;
 pub use validate::{
     IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles, secret_files,
@@ -43,6 +45,16 @@ pub enum LoadError {
     Syntax(SyntaxError),
     #[error("{}", .0.summary())]
     Invalid(Problems),
+    /// A host file, or a cluster file it lists, is invalid, or two of its clusters conflict.
+    #[error("{}", .0.summary())]
+    Host(HostProblems),
+    /// A command that takes one cluster's file was given a host file.
+    #[error(
+        "{} is a host file (it lists clusters): `okd-appliance check` reads it; this command takes \
+         one cluster's file (serving several clusters is being built, issue 26)",
+        path.display()
+    )]
+    HostFile { path: PathBuf },
 }
 
 impl LoadError {
@@ -52,6 +64,28 @@ impl LoadError {
             LoadError::Read { source, .. } => format!("{self}: {source}"),
             LoadError::Syntax(e) => e.to_string(),
             LoadError::Invalid(problems) => problems.summary(),
+            LoadError::Host(problems) => problems.summary(),
+            LoadError::HostFile { .. } => self.to_string(),
+        }
+    }
+
+    /// How many errors the operator is shown.
+    pub fn error_count(&self) -> usize {
+        match self {
+            LoadError::Read { .. } | LoadError::HostFile { .. } => 1,
+            LoadError::Syntax(e) => e.before.count(Severity::Error) + 1,
+            LoadError::Invalid(problems) => problems.count(Severity::Error),
+            LoadError::Host(problems) => problems.count(Severity::Error),
+        }
+    }
+
+    /// How many warnings the operator is shown with the errors.
+    pub fn warning_count(&self) -> usize {
+        match self {
+            LoadError::Read { .. } | LoadError::HostFile { .. } => 0,
+            LoadError::Syntax(e) => e.before.count(Severity::Warning),
+            LoadError::Invalid(problems) => problems.count(Severity::Warning),
+            LoadError::Host(problems) => problems.count(Severity::Warning),
         }
     }
 
@@ -61,6 +95,8 @@ impl LoadError {
             LoadError::Read { source, .. } => format!("error: {self}: {source}\n"),
             LoadError::Syntax(e) => e.render(style),
             LoadError::Invalid(problems) => problems.render(style),
+            LoadError::Host(problems) => problems.render(style),
+            LoadError::HostFile { .. } => format!("error: {self}\n"),
         }
     }
 }
@@ -85,6 +121,20 @@ impl std::fmt::Display for SyntaxError {
 }
 
 impl SyntaxError {
+    /// serde's error `e` in `text` (from `name`), after the problems found `before` it.
+    fn new(e: &serde_saphyr::Error, text: &str, name: &str, before: Problems) -> Self {
+        SyntaxError {
+            report: serde_saphyr::miette::to_miette_report_with_options(
+                e,
+                text,
+                name,
+                serde_saphyr::render_options! { source_name: Some(name) },
+            ),
+            file: name.to_owned(),
+            before,
+        }
+    }
+
     fn render(&self, style: RenderStyle) -> String {
         let theme = match style {
             RenderStyle::Color => GraphicalTheme::unicode(),
@@ -105,8 +155,27 @@ impl SyntaxError {
     }
 }
 
-/// Reads and validates the config at `path`; relative paths inside it are relative to its folder.
+/// Reads and validates the cluster config at `path`; relative paths inside it are relative to
+/// its folder. A host file is refused ([`LoadError::HostFile`]): see [`load_any`].
 pub fn load(path: &Path, files: InstallCheck<'_>) -> Result<Loaded, LoadError> {
+    match load_any(path, files)? {
+        Target::Cluster(loaded) => Ok(loaded),
+        Target::Host(_) => Err(LoadError::HostFile {
+            path: path.to_owned(),
+        }),
+    }
+}
+
+/// What a config file turned out to be.
+#[derive(Debug)]
+pub enum Target {
+    Cluster(Loaded),
+    Host(Host),
+}
+
+/// Reads and validates a cluster file or a host file (one with `clusters:`) and the cluster
+/// files it lists.
+pub fn load_any(path: &Path, files: InstallCheck<'_>) -> Result<Target, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
@@ -117,7 +186,21 @@ pub fn load(path: &Path, files: InstallCheck<'_>) -> Result<Loaded, LoadError> {
     } else {
         dir
     };
-    parse(&text, &path.display().to_string(), dir, files)
+    parse_any(&text, &path.display().to_string(), dir, files)
+}
+
+/// [`load_any`] for text that came from `name`, resolving relative paths against `dir` (a host
+/// file's cluster files are named after `name`'s folder, read from `dir`).
+pub fn parse_any(
+    text: &str,
+    name: &str,
+    dir: &Path,
+    files: InstallCheck<'_>,
+) -> Result<Target, LoadError> {
+    if host::is_host_file(text) {
+        return host::parse(text, name, dir, files).map(Target::Host);
+    }
+    parse(text, name, dir, files).map(Target::Cluster)
 }
 
 /// Validates config text that came from `name`, resolving relative paths against `dir`.
@@ -127,6 +210,17 @@ pub fn parse(
     dir: &Path,
     files: InstallCheck<'_>,
 ) -> Result<Loaded, LoadError> {
+    parse_cluster(text, name, dir, files).map(|(loaded, _)| loaded)
+}
+
+/// [`parse`], also returning the YAML as written, whose locations a host file's comparison of
+/// its clusters points at.
+fn parse_cluster(
+    text: &str,
+    name: &str,
+    dir: &Path,
+    files: InstallCheck<'_>,
+) -> Result<(Loaded, raw::RawConfig), LoadError> {
     let options = serde_saphyr::options! { strict_booleans: true };
     // Every unknown key is stepped over and listed, rather than the first ending the parse.
     let mut unknown = Vec::new();
@@ -137,23 +231,16 @@ pub fn parse(
     for key in &unknown {
         unknown_keys::report(&mut problems, key);
     }
-    let raw = raw.map_err(|e| {
-        LoadError::Syntax(SyntaxError {
-            report: serde_saphyr::miette::to_miette_report_with_options(
-                &e,
-                text,
-                name,
-                serde_saphyr::render_options! { source_name: Some(name) },
-            ),
-            file: name.to_owned(),
-            before: problems.clone(),
-        })
-    })?;
+    let raw =
+        raw.map_err(|e| LoadError::Syntax(SyntaxError::new(&e, text, name, problems.clone())))?;
     match validate::validate(&raw, dir, files, &mut problems) {
-        Some(config) => Ok(Loaded {
-            config,
-            warnings: problems,
-        }),
+        Some(config) => Ok((
+            Loaded {
+                config,
+                warnings: problems,
+            },
+            raw,
+        )),
         None => Err(LoadError::Invalid(problems)),
     }
 }

@@ -32,6 +32,7 @@ mod defaults;
 mod dns;
 mod exposure;
 mod ha;
+pub(super) mod host;
 mod ignition;
 mod install;
 mod install_config;

@@ -1,0 +1,310 @@
+//! A host file: the clusters one services host serves (issue 26, docs/design/several-clusters.md).
+//!
+//! ```yaml
+//! version: 1
+//! clusters:
+//!   - okd.yml                          # id: the cluster's name
+//!   - { file: test/okd.yml, id: test } # an explicit id
+//! ```
+//!
+//! A file with a top-level `clusters:` key is a host file; any other file is a cluster file, in
+//! today's schema. Each cluster file is validated alone, by the rules and with the output it has
+//! alone. Then the clusters are compared with each other (`validate::host`): every conflict is
+//! reported once, in the later file, with the earlier file's line drawn under it.
+//!
+//! So far `check` reads host files; serving several clusters from one process is the next step
+//! of the design (its build order, step 3 on).
+//!
+//! Architecture invariant: as for a cluster file, nothing past this module sees YAML.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use miette::NamedSource;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_saphyr::Spanned;
+
+use super::diagnostic::{Problems, RenderStyle, Severity, Source};
+use super::raw::{RawConfig, Text};
+use super::{Config, InstallCheck, LoadError};
+use crate::records::is_host_label;
+
+/// A host file that loaded: every cluster file valid, no conflict between them.
+#[derive(Debug)]
+pub struct Host {
+    pub clusters: Vec<Member>,
+    /// Warnings, file by file (the host file first).
+    pub warnings: HostProblems,
+}
+
+/// One cluster of a host.
+#[derive(Debug)]
+pub struct Member {
+    /// What `--cluster` will name it by: the entry's `id`, or the cluster's name.
+    pub id: String,
+    pub path: PathBuf,
+    pub config: Config,
+}
+
+/// What was found in a host file and the cluster files it lists, file by file, the host file
+/// first.
+#[derive(Debug)]
+pub struct HostProblems {
+    host: Problems,
+    clusters: Vec<Found>,
+}
+
+/// A listed cluster file: loaded (with what the comparison found in it), or not.
+#[derive(Debug)]
+enum Found {
+    Loaded(Problems),
+    Failed(LoadError),
+}
+
+impl HostProblems {
+    pub fn count(&self, severity: Severity) -> usize {
+        let failed = |e: &LoadError| match severity {
+            Severity::Error => e.error_count(),
+            Severity::Warning => e.warning_count(),
+        };
+        self.host.count(severity)
+            + self
+                .clusters
+                .iter()
+                .map(|f| match f {
+                    Found::Loaded(p) => p.count(severity),
+                    Found::Failed(e) => failed(e),
+                })
+                .sum::<usize>()
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.count(Severity::Error) > 0
+    }
+
+    /// Every file's problems as miette draws them, each file with its summary line, then one
+    /// line for the whole host.
+    pub fn render(&self, style: RenderStyle) -> String {
+        let mut out = String::new();
+        // The host file's own problems without a summary line: the last line is the host's.
+        out.push_str(&self.host.render_each(style));
+        for found in &self.clusters {
+            match found {
+                Found::Loaded(p) if p.is_empty() => {}
+                Found::Loaded(p) => out.push_str(&p.render(style)),
+                Found::Failed(e) => out.push_str(&e.render(style)),
+            }
+        }
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+
+    /// `host.yml: 2 cluster files, 3 errors, 1 warning`.
+    pub fn summary(&self) -> String {
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        format!(
+            "{}: {}, {}, {}",
+            self.host.file_name(),
+            plural(self.clusters.len(), "cluster file"),
+            plural(self.count(Severity::Error), "error"),
+            plural(self.count(Severity::Warning), "warning")
+        )
+    }
+}
+
+impl fmt::Display for HostProblems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+/// The top of a host file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    version: Spanned<u32>,
+    clusters: Spanned<Vec<Spanned<Entry>>>,
+}
+
+/// One entry of `clusters:`: a path, or `{ file, id }`.
+#[derive(Debug)]
+enum Entry {
+    Path(String),
+    Explicit { file: Text, id: Option<Text> },
+}
+
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = Entry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a cluster file's path, or { file: PATH, id: ID }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Entry, E> {
+                Ok(Entry::Path(v.to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry, A::Error> {
+                let (mut file, mut id) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "file" if file.is_none() => file = Some(map.next_value::<Text>()?),
+                        "id" if id.is_none() => id = Some(map.next_value::<Text>()?),
+                        "file" | "id" => return Err(de::Error::duplicate_field("file or id")),
+                        other => return Err(de::Error::unknown_field(other, &["file", "id"])),
+                    }
+                }
+                let file = file.ok_or_else(|| de::Error::missing_field("file"))?;
+                Ok(Entry::Explicit { file, id })
+            }
+        }
+        d.deserialize_any(EntryVisitor)
+    }
+}
+
+/// Whether `text` is a host file: a mapping with a `clusters` key. Anything else (a cluster
+/// file, or no YAML mapping at all) is left to the cluster file's parser and its errors.
+pub fn is_host_file(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        clusters: Option<de::IgnoredAny>,
+    }
+    serde_saphyr::from_str::<Probe>(text).is_ok_and(|p| p.clusters.is_some())
+}
+
+/// Loads the host file `text` (read from `name`, in `dir`) and every cluster file it lists.
+pub(super) fn parse(
+    text: &str,
+    name: &str,
+    dir: &Path,
+    files: InstallCheck<'_>,
+) -> Result<Host, LoadError> {
+    let host_src: Source = Arc::new(NamedSource::new(name, text.to_owned()));
+    let mut host = Problems::new(Arc::clone(&host_src));
+    let raw: RawHost = serde_saphyr::from_str(text)
+        .map_err(|e| LoadError::Syntax(super::SyntaxError::new(&e, text, name, host.clone())))?;
+    if raw.version.value != 1 {
+        host.error(
+            "host::version",
+            raw.version.referenced,
+            format!("unsupported host file version {}", raw.version.value),
+            "only version 1 exists",
+        );
+    }
+    if raw.clusters.value.is_empty() {
+        host.error(
+            "host::no-clusters",
+            raw.clusters.referenced,
+            "a host file lists at least one cluster file",
+            "empty",
+        );
+    }
+    let mut members = Vec::new();
+    let mut clusters = Vec::new();
+    for entry in &raw.clusters.value {
+        let (file, id) = match &entry.value {
+            Entry::Path(p) => (
+                Spanned::new(p.clone(), entry.referenced, entry.defined),
+                None,
+            ),
+            Entry::Explicit { file, id } => (file.clone(), id.clone()),
+        };
+        let path = dir.join(&file.value);
+        // Named as the host file is: next to it.
+        let shown = Path::new(name)
+            .parent()
+            .map_or_else(|| PathBuf::from(&file.value), |p| p.join(&file.value));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                host.error(
+                    "host::cluster-file",
+                    file.referenced,
+                    format!("can't read {}: {e}", shown.display()),
+                    "this cluster file",
+                );
+                continue;
+            }
+        };
+        if is_host_file(&text) {
+            host.error(
+                "host::cluster-file",
+                file.referenced,
+                format!("{} is a host file, not a cluster file", shown.display()),
+                "lists clusters itself",
+            )
+            .hint("a host file lists cluster files; list that host file's clusters here");
+            continue;
+        }
+        let cluster_dir = path.parent().unwrap_or(dir);
+        match super::parse_cluster(&text, &shown.display().to_string(), cluster_dir, files) {
+            Ok((loaded, located)) => {
+                let entry_id = id;
+                let id = match &entry_id {
+                    Some(id) if !is_host_label(&id.value) => {
+                        host.error(
+                            "host::id",
+                            id.referenced,
+                            format!("cluster id {:?} is not a host label", id.value),
+                            "letters, digits and '-', at most 63",
+                        );
+                        id.value.clone()
+                    }
+                    Some(id) => id.value.to_ascii_lowercase(),
+                    None => loaded.config.cluster.name.clone(),
+                };
+                members.push(Listed {
+                    id,
+                    at: entry_id.as_ref().map_or(file.referenced, |i| i.referenced),
+                    slot: clusters.len(),
+                    src: Arc::clone(loaded.warnings.source()),
+                    path,
+                    raw: located,
+                    config: loaded.config,
+                });
+                clusters.push(Found::Loaded(loaded.warnings));
+            }
+            Err(e) => clusters.push(Found::Failed(e)),
+        }
+    }
+    for (member, problem) in super::validate::host::conflicts(&host_src, &members) {
+        match member.map(|m| &mut clusters[members[m].slot]) {
+            Some(Found::Loaded(problems)) => problems.push(problem),
+            _ => host.push(problem),
+        }
+    }
+    let problems = HostProblems { host, clusters };
+    if problems.has_errors() {
+        return Err(LoadError::Host(problems));
+    }
+    Ok(Host {
+        clusters: members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id,
+                path: m.path,
+                config: m.config,
+            })
+            .collect(),
+        warnings: problems,
+    })
+}
+
+/// A cluster file that loaded, with what the comparison needs: its source and the YAML's
+/// locations.
+#[derive(Debug)]
+pub(super) struct Listed {
+    pub id: String,
+    /// The entry's place in the host file (its id, or its file).
+    pub at: serde_saphyr::Location,
+    /// Its place in [`HostProblems`]'s cluster files.
+    slot: usize,
+    pub src: Source,
+    pub path: PathBuf,
+    pub raw: RawConfig,
+    pub config: Config,
+}

@@ -1,0 +1,426 @@
+//! The clusters of a host file against each other: what one services host can't serve twice.
+//! Each cluster file passed its own rules first; a conflict is reported once, in the later
+//! file, with the earlier file's place drawn under it (docs/design/several-clusters.md, 1.2).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+use serde_saphyr::Location;
+
+use super::super::diagnostic::{Problem, Severity, Source};
+use super::super::host::Listed;
+use crate::vocabulary::MacAddr;
+
+/// Every conflict between `members`, each with the member whose file it is reported in (`None`:
+/// the host file).
+pub(in crate::config) fn conflicts(
+    host_src: &Source,
+    members: &[Listed],
+) -> Vec<(Option<usize>, Problem)> {
+    let mut out = Vec::new();
+    ids(host_src, members, &mut out);
+    domains(members, &mut out);
+    macs(members, &mut out);
+    addresses(members, &mut out);
+    subnets(members, &mut out);
+    pools(members, &mut out);
+    ignition_dirs(members, &mut out);
+    out
+}
+
+fn error(m: &Listed, code: &'static str, at: Location, message: String, label: &str) -> Problem {
+    Problem::new(&m.src, Severity::Error, code, at, message, label)
+}
+
+fn ids(host_src: &Source, members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        if let Some(&first) = seen.get(m.id.as_str()) {
+            let mut p = Problem::new(
+                host_src,
+                Severity::Error,
+                "host::duplicate-id",
+                m.at,
+                format!("two clusters have the id {:?}", m.id),
+                "second use",
+            );
+            p.also(members[first].at, "first use").hint(
+                "`--cluster` names a cluster by its id: give one entry `{ file: ..., id: ... }`",
+            );
+            out.push((None, p));
+        } else {
+            seen.insert(&m.id, i);
+        }
+    }
+}
+
+fn domains(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    for (i, m) in members.iter().enumerate() {
+        let domain = m.config.cluster.domain();
+        let at = m.raw.cluster.name.referenced;
+        for other in &members[..i] {
+            let theirs = other.config.cluster.domain();
+            let other_at = other.raw.cluster.name.referenced;
+            let (code, message, hint) = if theirs == domain {
+                (
+                    "host::duplicate-domain",
+                    format!("cluster domain {domain} is also {}'s", other.id),
+                    "one DNS server can hold one zone of a name: give this cluster another name or base_domain",
+                )
+            } else if domain.ends_with(&format!(".{theirs}"))
+                || theirs.ends_with(&format!(".{domain}"))
+            {
+                (
+                    "host::nested-domain",
+                    format!(
+                        "cluster domain {domain} and {}'s {theirs} are nested",
+                        other.id
+                    ),
+                    "one cluster's zone would have to delegate to the other's: choose domains side by side",
+                )
+            } else {
+                continue;
+            };
+            let mut p = error(m, code, at, message, "this cluster");
+            p.related_at(
+                &other.src,
+                other_at,
+                format!("cluster {}", other.id),
+                "that cluster",
+            )
+            .hint(hint);
+            out.push((Some(i), p));
+        }
+    }
+}
+
+fn macs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let mut seen: HashMap<MacAddr, (usize, Location)> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        for n in &m.config.nodes {
+            let at = node_field(m, &n.name, |r| r.mac.referenced);
+            match seen.get(&n.mac) {
+                Some(&(j, first)) if j != i => {
+                    let other = &members[j];
+                    let mut p = error(
+                        m,
+                        "host::duplicate-mac",
+                        at,
+                        format!(
+                            "MAC address {} is also a node's in cluster {}",
+                            n.mac, other.id
+                        ),
+                        "second use",
+                    );
+                    p.related_at(&other.src, first, format!("first used in cluster {}", other.id), "first use")
+                        .hint("a MAC belongs to one cluster: DHCP could not tell which reservation answers it");
+                    out.push((Some(i), p));
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(n.mac, (i, at));
+                }
+            }
+        }
+    }
+}
+
+/// What an address is in a cluster: a node's, the appliance's (the cluster's api, api-int and
+/// `*.apps` resolve there and its frontends listen there) or the gateway's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Node,
+    Appliance,
+    Gateway,
+}
+
+impl Use {
+    fn noun(self) -> &'static str {
+        match self {
+            Use::Node => "a node's address",
+            Use::Appliance => "the appliance address",
+            Use::Gateway => "the gateway",
+        }
+    }
+}
+
+fn addresses(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let mut seen: HashMap<IpAddr, (usize, Use, Location)> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        for (ip, what, at) in uses(m) {
+            let Some(&(j, theirs, first)) = seen.get(&ip) else {
+                seen.insert(ip, (i, what, at));
+                continue;
+            };
+            // One gateway for clusters on one subnet is the usual case, and one cluster's own
+            // uses were checked by its file's rules.
+            if j == i || (what == Use::Gateway && theirs == Use::Gateway) {
+                continue;
+            }
+            let other = &members[j];
+            let (code, hint) = if what == Use::Appliance && theirs == Use::Appliance {
+                (
+                    "host::frontend-collision",
+                    "each cluster needs its own address on this host: its api, api-int and *.apps resolve there and its load-balancer frontends listen there",
+                )
+            } else {
+                (
+                    "host::duplicate-address",
+                    "an address belongs to one machine of one cluster",
+                )
+            };
+            let mut p = error(
+                m,
+                code,
+                at,
+                if what == theirs {
+                    format!(
+                        "{ip} is {} here and in cluster {} too",
+                        what.noun(),
+                        other.id
+                    )
+                } else {
+                    format!(
+                        "{ip} is {} here and {} in cluster {}",
+                        what.noun(),
+                        theirs.noun(),
+                        other.id
+                    )
+                },
+                "second use",
+            );
+            p.related_at(
+                &other.src,
+                first,
+                format!("first used in cluster {}", other.id),
+                "first use",
+            )
+            .hint(hint);
+            out.push((Some(i), p));
+        }
+    }
+}
+
+/// Every address `m` gives a meaning to, with where its file says so.
+fn uses(m: &Listed) -> Vec<(IpAddr, Use, Location)> {
+    let net = &m.config.network;
+    let raw = &m.raw.network;
+    let mut v = vec![(
+        IpAddr::V4(net.v4.appliance),
+        Use::Appliance,
+        raw.appliance_ip.referenced,
+    )];
+    if let (Some(gw), Some(at)) = (net.v4.gateway, &raw.gateway) {
+        v.push((IpAddr::V4(gw), Use::Gateway, at.referenced));
+    }
+    if let (Some(v6), Some(raw6)) = (&net.v6, &raw.ipv6) {
+        v.push((
+            IpAddr::V6(v6.appliance),
+            Use::Appliance,
+            raw6.appliance_ip.referenced,
+        ));
+        if let (Some(gw), Some(at)) = (v6.gateway, &raw6.gateway) {
+            v.push((IpAddr::V6(gw), Use::Gateway, at.referenced));
+        }
+    }
+    for n in &m.config.nodes {
+        v.push((
+            IpAddr::V4(n.ipv4),
+            Use::Node,
+            node_field(m, &n.name, |r| r.ip.referenced),
+        ));
+        if let Some(ip6) = n.ipv6 {
+            let at = node_field(m, &n.name, |r| {
+                r.ipv6.as_ref().map_or(r.ip.referenced, |t| t.referenced)
+            });
+            v.push((IpAddr::V6(ip6), Use::Node, at));
+        }
+    }
+    v
+}
+
+/// One subnet is one segment: on one interface, and never overlapping another unequal one.
+fn subnets(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    for (i, m) in members.iter().enumerate() {
+        for other in &members[..i] {
+            for ((net, at), (theirs, their_at)) in subnet_pairs(m, other) {
+                let message = if net == theirs {
+                    match (&m.config.network.interface, &other.config.network.interface) {
+                        (Some(a), Some(b)) if a != b => format!(
+                            "subnet {net} is on interface {a} here and on {b} in cluster {}",
+                            other.id
+                        ),
+                        _ => continue,
+                    }
+                } else if net.contains(&theirs.network()) || theirs.contains(&net.network()) {
+                    format!("subnet {net} overlaps cluster {}'s {theirs}", other.id)
+                } else {
+                    continue;
+                };
+                let mut p = error(m, "host::segment-mismatch", at, message, "this subnet");
+                p.related_at(&other.src, their_at, format!("cluster {}", other.id), "that subnet")
+                    .hint("clusters share a segment with the same subnet on the same interface, or use subnets apart");
+                out.push((Some(i), p));
+            }
+        }
+    }
+}
+
+fn subnet_pairs(a: &Listed, b: &Listed) -> Vec<((IpNet, Location), (IpNet, Location))> {
+    let v4 = |m: &Listed| {
+        (
+            IpNet::V4(m.config.network.v4.subnet),
+            m.raw.network.subnet.referenced,
+        )
+    };
+    let v6 = |m: &Listed| match (&m.config.network.v6, &m.raw.network.ipv6) {
+        (Some(v6), Some(raw)) => Some((IpNet::V6(v6.subnet), raw.subnet.referenced)),
+        _ => None,
+    };
+    let mut pairs = vec![(v4(a), v4(b))];
+    if let (Some(x), Some(y)) = (v6(a), v6(b)) {
+        pairs.push((x, y));
+    }
+    pairs
+}
+
+/// A dynamic pool hands its addresses to unknown machines: it may not overlap another
+/// cluster's pool or hold another cluster's reserved address. Reported in the later file.
+fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    for (i, m) in members.iter().enumerate() {
+        for other in &members[..i] {
+            let mine = pool_of(m);
+            let theirs = pool_of(other);
+            if let (Some((pool, at)), Some((their_pool, their_at))) = (mine, theirs)
+                && pool.start <= their_pool.end
+                && their_pool.start <= pool.end
+            {
+                let mut p = error(
+                    m,
+                    "host::pool-overlap",
+                    at,
+                    format!(
+                        "dynamic pool {}-{} overlaps cluster {}'s {}-{}",
+                        pool.start, pool.end, other.id, their_pool.start, their_pool.end
+                    ),
+                    "this pool",
+                );
+                p.related_at(
+                    &other.src,
+                    their_at,
+                    format!("cluster {}", other.id),
+                    "that pool",
+                )
+                .hint(
+                    "clusters on one segment share one pool: state it once, in one cluster's file",
+                );
+                out.push((Some(i), p));
+            }
+            // This cluster's pool holds the other's nodes, or the other's pool holds this one's.
+            if let Some((pool, at)) = mine {
+                for n in other.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
+                    let mut p = error(
+                        m,
+                        "host::pool-overlap",
+                        at,
+                        format!(
+                            "dynamic pool {}-{} holds {}, node {} of cluster {}",
+                            pool.start, pool.end, n.ipv4, n.name, other.id
+                        ),
+                        "this pool",
+                    );
+                    let node_at = node_field(other, &n.name, |r| r.ip.referenced);
+                    p.related_at(
+                        &other.src,
+                        node_at,
+                        format!("cluster {}", other.id),
+                        "reserved here",
+                    )
+                    .hint(POOL_HINT);
+                    out.push((Some(i), p));
+                }
+            }
+            if let Some((pool, pool_at)) = theirs {
+                for n in m.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
+                    let mut p = error(
+                        m,
+                        "host::pool-overlap",
+                        node_field(m, &n.name, |r| r.ip.referenced),
+                        format!(
+                            "{} (node {}) is in cluster {}'s dynamic pool {}-{}",
+                            n.ipv4, n.name, other.id, pool.start, pool.end
+                        ),
+                        "reserved here",
+                    );
+                    p.related_at(
+                        &other.src,
+                        pool_at,
+                        format!("cluster {}", other.id),
+                        "that pool",
+                    )
+                    .hint(POOL_HINT);
+                    out.push((Some(i), p));
+                }
+            }
+        }
+    }
+}
+
+const POOL_HINT: &str = "an unknown machine could be given the node's address: keep every pool clear of every cluster's nodes";
+
+fn pool_of(m: &Listed) -> Option<(crate::config::Pool, Location)> {
+    match (&m.config.network.dhcp_pool, &m.raw.network.dhcp_pool) {
+        (Some(pool), Some(raw)) => Some((*pool, raw.start.referenced)),
+        _ => None,
+    }
+}
+
+/// Each cluster's ignition files are its own: one directory for two would serve one cluster's
+/// certificates to the other's nodes.
+fn ignition_dirs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let mut seen: HashMap<PathBuf, usize> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        let dir = &m.config.install.ignition_dir;
+        let key = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        match seen.get(&key) {
+            Some(&j) => {
+                let other = &members[j];
+                let mut p = error(
+                    m,
+                    "host::shared-ignition-dir",
+                    m.raw.install.value.ignition_dir.referenced,
+                    format!(
+                        "ignition_dir {} is also cluster {}'s",
+                        dir.display(),
+                        other.id
+                    ),
+                    "second use",
+                );
+                p.related_at(
+                    &other.src,
+                    other.raw.install.value.ignition_dir.referenced,
+                    format!("first used in cluster {}", other.id),
+                    "first use",
+                )
+                .hint("openshift-install writes one cluster's ignition files per directory: give each cluster its own");
+                out.push((Some(i), p));
+            }
+            None => {
+                seen.insert(key, i);
+            }
+        }
+    }
+}
+
+/// A field of the node named `name` in `m`'s YAML (the node list's place if the name is not
+/// found, which validation makes impossible).
+fn node_field(m: &Listed, name: &str, field: impl Fn(&super::RawNode) -> Location) -> Location {
+    m.raw
+        .nodes
+        .value
+        .iter()
+        .find(|r| r.name.value.eq_ignore_ascii_case(name))
+        .map_or(m.raw.nodes.referenced, field)
+}
