@@ -32,16 +32,13 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Loads a fixture under the name it has relative to the repository, so goldens are portable.
+/// Loads a cluster file fixture under the name it has relative to the repository, so goldens
+/// are portable.
 fn load(path: &Path) -> Result<config::Loaded, LoadError> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let name = path.strip_prefix(repo()).unwrap().display().to_string();
-    config::parse(
-        &text,
-        &name,
-        path.parent().unwrap(),
-        config::InstallCheck::Skip,
-    )
+    match load_any(path)? {
+        config::Target::Cluster(loaded) => Ok(loaded),
+        config::Target::Host(_) => panic!("{} is a host file", path.display()),
+    }
 }
 
 #[test]
@@ -121,14 +118,19 @@ fn bad_configs_fail_with_the_golden_diagnostics() {
         files.len()
     );
     for path in files {
-        let Err(err) = load(&path) else {
-            panic!("{} validated but is in config/bad", path.display())
-        };
-        check_golden(
-            &path.with_extension("stderr"),
-            &err.render(RenderStyle::Plain),
-        );
+        fails_with_the_golden_diagnostics(&path, load(&path));
     }
+}
+
+/// `loaded` (from `path`) failed, with exactly the diagnostics of the `.stderr` beside it.
+fn fails_with_the_golden_diagnostics<T>(path: &Path, loaded: Result<T, LoadError>) {
+    let Err(err) = loaded else {
+        panic!("{} loaded but is a bad fixture", path.display())
+    };
+    check_golden(
+        &path.with_extension("stderr"),
+        &err.render(RenderStyle::Plain),
+    );
 }
 
 #[test]
@@ -145,4 +147,66 @@ fn warning_configs_pass_with_the_golden_warnings() {
             &loaded.warnings.render(RenderStyle::Plain),
         );
     }
+}
+
+/// Loads a cluster or host file fixture under its name relative to the repository.
+fn load_any(path: &Path) -> Result<config::Target, LoadError> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let name = path.strip_prefix(repo()).unwrap().display().to_string();
+    config::parse_any(
+        &text,
+        &name,
+        path.parent().unwrap(),
+        config::InstallCheck::Skip,
+    )
+}
+
+fn host_files(dir: &Path) -> Vec<PathBuf> {
+    yaml_files(dir)
+        .into_iter()
+        .filter(|p| config::host::is_host_file(&std::fs::read_to_string(p).unwrap()))
+        .collect()
+}
+
+/// Host files (issue 26): the shipped ones load with every cluster they list, and their cluster
+/// files are servable alone; those in `config/hosts/bad/` fail with exactly the golden
+/// diagnostics, each conflict drawn in both files.
+#[test]
+fn host_files_load_or_fail_with_the_golden_diagnostics() {
+    let shipped = host_files(&repo().join("config/hosts"));
+    assert!(!shipped.is_empty(), "no host file in config/hosts");
+    for path in shipped {
+        let target = load_any(&path).unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+        let config::Target::Host(host) = target else {
+            panic!("{} is not a host file", path.display())
+        };
+        assert!(host.clusters.len() >= 2, "{}", path.display());
+        for member in &host.clusters {
+            let alone = load_any(&member.path)
+                .unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+            assert!(
+                matches!(alone, config::Target::Cluster(ref l) if l.config == member.config),
+                "{} reads differently alone",
+                member.path.display()
+            );
+        }
+    }
+    let bad = host_files(&repo().join("config/hosts/bad"));
+    assert!(!bad.is_empty(), "no host file in config/hosts/bad");
+    for path in bad {
+        fails_with_the_golden_diagnostics(&path, load_any(&path));
+    }
+}
+
+/// A command that takes one cluster's file says so when it is given a host file.
+#[test]
+fn a_host_file_is_not_a_cluster_file() {
+    let path = repo().join("config/hosts/two-labs.yml");
+    let err = config::load(&path, config::InstallCheck::Skip).unwrap_err();
+    assert!(
+        matches!(err, LoadError::HostFile { .. }),
+        "{}",
+        err.render(RenderStyle::Plain)
+    );
+    assert!(err.to_string().contains("is a host file"), "{err}");
 }
