@@ -397,3 +397,41 @@ listen: { tftp: [] }
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+/// A host file (issue 26): `check` validates every cluster file and the clusters against each
+/// other; a conflict exits 1 drawn in both files; a command that takes one cluster's file says
+/// it was given a host file.
+#[test]
+fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
+    let out = run(&["check", &fixture("config/hosts/two-labs.yml")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("cluster okd ("), "{stdout}");
+    assert!(stdout.contains("cluster test ("), "{stdout}");
+    assert!(
+        stdout.contains("two-labs.yml: ok: 2 clusters on one host, no conflict between them"),
+        "{stdout}"
+    );
+
+    let out = run(&["check", &fixture("config/hosts/bad/conflicts.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The MAC b.yml repeats: at b.yml's line, with a.yml's line drawn under it.
+    assert!(stderr.contains("host::duplicate-mac"), "{stderr}");
+    assert!(stderr.contains("b.yml:10:42"), "{stderr}");
+    assert!(stderr.contains("a.yml:10:42"), "{stderr}");
+    assert!(
+        stderr.contains("conflicts.yml: 3 cluster files, 10 errors"),
+        "{stderr}"
+    );
+
+    let out = run(&["render", &fixture("config/hosts/two-labs.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("two-labs.yml is a host file"), "{stderr}");
+}
