@@ -27,6 +27,7 @@ pub(in crate::config) fn conflicts(
     subnets(members, &mut out);
     pools(members, &mut out);
     ignition_dirs(members, &mut out);
+    machines(members, &mut out);
     out
 }
 
@@ -423,4 +424,75 @@ fn node_field(m: &Listed, name: &str, field: impl Fn(&super::RawNode) -> Locatio
         .iter()
         .find(|r| r.name.value.eq_ignore_ascii_case(name))
         .map_or(m.raw.nodes.referenced, field)
+}
+
+/// One machine is driven by one cluster: an explicit Proxmox VM ID in two clusters on one
+/// Proxmox (its API URL), or one BMC URL in two clusters. Machine names can't collide: a VM
+/// is named `<node>.<cluster domain>`, and domains are unique on a host.
+fn machines(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let mut seen: HashMap<String, (usize, Location)> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        for s in &m.config.control.machines {
+            let raw = m
+                .raw
+                .nodes
+                .value
+                .iter()
+                .find(|r| r.name.value.eq_ignore_ascii_case(&s.node))
+                .and_then(|r| r.machine.as_ref());
+            let mut keys = Vec::new();
+            if let (crate::config::Provider::Proxmox(px), Some(id)) =
+                (&m.config.control.provider, s.vmid)
+            {
+                let at = raw
+                    .and_then(|r| r.value.vmid.as_ref())
+                    .map(|v| v.referenced);
+                keys.push((
+                    format!("Proxmox VM {id} at {}", normalized_url(&px.url)),
+                    at,
+                ));
+            }
+            if let Some(bmc) = &s.bmc {
+                let at = raw
+                    .and_then(|r| r.value.bmc.as_ref())
+                    .map(|b| b.value.url.as_ref().map_or(b.referenced, |u| u.referenced));
+                keys.push((format!("the BMC at {}", normalized_url(&bmc.url)), at));
+            }
+            for (key, at) in keys {
+                let at = at.unwrap_or_else(|| node_field(m, &s.node, |r| r.name.referenced));
+                match seen.get(&key) {
+                    Some(&(j, first)) if j != i => {
+                        let other = &members[j];
+                        let mut p = error(
+                            m,
+                            "host::machine-collision",
+                            at,
+                            format!(
+                                "{key} is node {}'s here and a node's in cluster {}",
+                                s.node, other.id
+                            ),
+                            "second use",
+                        );
+                        p.related_at(
+                            &other.src,
+                            first,
+                            format!("first used in cluster {}", other.id),
+                            "first use",
+                        )
+                        .hint("two clusters would create, power and reinstall the same machine");
+                        out.push((Some(i), p));
+                    }
+                    Some(_) => {}
+                    None => {
+                        seen.insert(key, (i, at));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A URL as compared between clusters: lowercase, without a trailing `/`.
+fn normalized_url(url: &str) -> String {
+    url.trim_end_matches('/').to_ascii_lowercase()
 }
