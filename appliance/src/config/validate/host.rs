@@ -35,6 +35,67 @@ fn error(m: &Listed, code: &'static str, at: Location, message: String, label: &
     Problem::new(&m.src, Severity::Error, code, at, message, label)
 }
 
+/// A value `m` uses at `at` that cluster `other` used first, at `first`.
+fn second_use(
+    m: &Listed,
+    other: &Listed,
+    code: &'static str,
+    (at, first): (Location, Location),
+    message: String,
+    hint: &str,
+) -> Problem {
+    let mut p = error(m, code, at, message, "second use");
+    p.related_at(
+        &other.src,
+        first,
+        format!("first used in cluster {}", other.id),
+        "first use",
+    )
+    .hint(hint);
+    p
+}
+
+/// Who used each key first: a cluster and where.
+struct FirstUse<K>(HashMap<K, (usize, Location)>);
+
+impl<K: std::hash::Hash + Eq> FirstUse<K> {
+    fn new() -> Self {
+        FirstUse(HashMap::new())
+    }
+
+    /// Records member `i`'s use of `key` at `at`; the first use if another cluster's.
+    fn claim(&mut self, key: K, i: usize, at: Location) -> Option<(usize, Location)> {
+        match self.0.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let &(j, first) = e.get();
+                (j != i).then_some((j, first))
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert((i, at));
+                None
+            }
+        }
+    }
+
+    /// [`FirstUse::claim`], reporting a second use by another cluster as `code`, with the
+    /// message `message(first user)`.
+    fn check(
+        &mut self,
+        (key, at): (K, Location),
+        (i, members): (usize, &[Listed]),
+        code: &'static str,
+        message: impl FnOnce(&Listed) -> String,
+        hint: &str,
+        out: &mut Vec<(Option<usize>, Problem)>,
+    ) {
+        if let Some((j, first)) = self.claim(key, i, at) {
+            let (m, other) = (&members[i], &members[j]);
+            let p = second_use(m, other, code, (at, first), message(other), hint);
+            out.push((Some(i), p));
+        }
+    }
+}
+
 fn ids(host_src: &Source, members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, m) in members.iter().enumerate() {
@@ -98,32 +159,23 @@ fn domains(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
 }
 
 fn macs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    let mut seen: HashMap<MacAddr, (usize, Location)> = HashMap::new();
+    let mut seen = FirstUse::<MacAddr>::new();
     for (i, m) in members.iter().enumerate() {
         for n in &m.config.nodes {
             let at = node_field(m, &n.name, |r| r.mac.referenced);
-            match seen.get(&n.mac) {
-                Some(&(j, first)) if j != i => {
-                    let other = &members[j];
-                    let mut p = error(
-                        m,
-                        "host::duplicate-mac",
-                        at,
-                        format!(
-                            "MAC address {} is also a node's in cluster {}",
-                            n.mac, other.id
-                        ),
-                        "second use",
-                    );
-                    p.related_at(&other.src, first, format!("first used in cluster {}", other.id), "first use")
-                        .hint("a MAC belongs to one cluster: DHCP could not tell which reservation answers it");
-                    out.push((Some(i), p));
-                }
-                Some(_) => {}
-                None => {
-                    seen.insert(n.mac, (i, at));
-                }
-            }
+            seen.check(
+                (n.mac, at),
+                (i, members),
+                "host::duplicate-mac",
+                |other| {
+                    format!(
+                        "MAC address {} is also a node's in cluster {}",
+                        n.mac, other.id
+                    )
+                },
+                "a MAC belongs to one cluster: DHCP could not tell which reservation answers it",
+                out,
+            );
         }
     }
 }
@@ -172,34 +224,24 @@ fn addresses(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
                     "an address belongs to one machine of one cluster",
                 )
             };
-            let mut p = error(
-                m,
-                code,
-                at,
-                if what == theirs {
-                    format!(
-                        "{ip} is {} here and in cluster {} too",
-                        what.noun(),
-                        other.id
-                    )
-                } else {
-                    format!(
-                        "{ip} is {} here and {} in cluster {}",
-                        what.noun(),
-                        theirs.noun(),
-                        other.id
-                    )
-                },
-                "second use",
-            );
-            p.related_at(
-                &other.src,
-                first,
-                format!("first used in cluster {}", other.id),
-                "first use",
-            )
-            .hint(hint);
-            out.push((Some(i), p));
+            let message = if what == theirs {
+                format!(
+                    "{ip} is {} here and in cluster {} too",
+                    what.noun(),
+                    other.id
+                )
+            } else {
+                format!(
+                    "{ip} is {} here and {} in cluster {}",
+                    what.noun(),
+                    theirs.noun(),
+                    other.id
+                )
+            };
+            out.push((
+                Some(i),
+                second_use(m, other, code, (at, first), message, hint),
+            ));
         }
     }
 }
@@ -381,37 +423,19 @@ fn pool_of(m: &Listed) -> Option<(crate::config::Pool, Location)> {
 /// Each cluster's ignition files are its own: one directory for two would serve one cluster's
 /// certificates to the other's nodes.
 fn ignition_dirs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    let mut seen: HashMap<PathBuf, usize> = HashMap::new();
+    let mut seen = FirstUse::<PathBuf>::new();
     for (i, m) in members.iter().enumerate() {
         let dir = &m.config.install.ignition_dir;
         let key = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-        match seen.get(&key) {
-            Some(&j) => {
-                let other = &members[j];
-                let mut p = error(
-                    m,
-                    "host::shared-ignition-dir",
-                    m.raw.install.value.ignition_dir.referenced,
-                    format!(
-                        "ignition_dir {} is also cluster {}'s",
-                        dir.display(),
-                        other.id
-                    ),
-                    "second use",
-                );
-                p.related_at(
-                    &other.src,
-                    other.raw.install.value.ignition_dir.referenced,
-                    format!("first used in cluster {}", other.id),
-                    "first use",
-                )
-                .hint("openshift-install writes one cluster's ignition files per directory: give each cluster its own");
-                out.push((Some(i), p));
-            }
-            None => {
-                seen.insert(key, i);
-            }
-        }
+        let at = m.raw.install.value.ignition_dir.referenced;
+        seen.check(
+            (key, at),
+            (i, members),
+            "host::shared-ignition-dir",
+            |other| format!("ignition_dir {} is also cluster {}'s", dir.display(), other.id),
+            "openshift-install writes one cluster's ignition files per directory: give each cluster its own",
+            out,
+        );
     }
 }
 
@@ -430,7 +454,7 @@ fn node_field(m: &Listed, name: &str, field: impl Fn(&super::RawNode) -> Locatio
 /// Proxmox (its API URL), or one BMC URL in two clusters. Machine names can't collide: a VM
 /// is named `<node>.<cluster domain>`, and domains are unique on a host.
 fn machines(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    let mut seen: HashMap<String, (usize, Location)> = HashMap::new();
+    let mut seen = FirstUse::<String>::new();
     for (i, m) in members.iter().enumerate() {
         for s in &m.config.control.machines {
             let raw = m
@@ -460,33 +484,15 @@ fn machines(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
             }
             for (key, at) in keys {
                 let at = at.unwrap_or_else(|| node_field(m, &s.node, |r| r.name.referenced));
-                match seen.get(&key) {
-                    Some(&(j, first)) if j != i => {
-                        let other = &members[j];
-                        let mut p = error(
-                            m,
-                            "host::machine-collision",
-                            at,
-                            format!(
-                                "{key} is node {}'s here and a node's in cluster {}",
-                                s.node, other.id
-                            ),
-                            "second use",
-                        );
-                        p.related_at(
-                            &other.src,
-                            first,
-                            format!("first used in cluster {}", other.id),
-                            "first use",
-                        )
-                        .hint("two clusters would create, power and reinstall the same machine");
-                        out.push((Some(i), p));
-                    }
-                    Some(_) => {}
-                    None => {
-                        seen.insert(key, (i, at));
-                    }
-                }
+                let message = format!("{key} is node {}'s here", s.node);
+                seen.check(
+                    (key, at),
+                    (i, members),
+                    "host::machine-collision",
+                    |other| format!("{message} and a node's in cluster {}", other.id),
+                    "two clusters would create, power and reinstall the same machine",
+                    out,
+                );
             }
         }
     }
