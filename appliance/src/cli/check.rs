@@ -69,6 +69,19 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
     if failed {
         return ExitCode::from(1);
     }
+    // The indexes the services will look clusters up in: one key, one cluster.
+    let members = host
+        .clusters
+        .iter()
+        .map(|m| okd_appliance::plan::host::Member {
+            id: m.id.clone(),
+            plan: std::sync::Arc::new(Plan::derive(&m.config, 0)),
+        })
+        .collect();
+    if let Err(e) = okd_appliance::plan::host::HostPlan::assemble(members) {
+        eprintln!("error: {e}, which the host file's rules should have refused: please report it");
+        return ExitCode::from(1);
+    }
     let n = host.clusters.len();
     println!(
         "{}: ok: {n} cluster{} on one host, no conflict between them",

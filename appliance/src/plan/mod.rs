@@ -8,6 +8,7 @@ pub mod boot;
 pub mod dhcp;
 pub mod documents;
 pub mod ha;
+pub mod host;
 pub mod lb;
 pub mod machines;
 pub mod orchestration;
