@@ -379,13 +379,14 @@ out='{out}'
 why="${{reason:-$1}}"
 n=$(ls "$out" | wc -l)
 {{ echo "ARG1=$1"; env; }} > "$out/.tmp"
-mv "$out/.tmp" "$out/$(printf %03d "$n")-$why.env"
 case "$why" in
   BOUND|RENEW|REBIND|REBOOT)
     ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface" 2>/dev/null ;;
   bound|renew)
     ip addr replace "$ip/$subnet" dev "$interface" 2>/dev/null ;;
 esac
+# Last: a call the test sees has had its effect (the address is on the interface).
+mv "$out/.tmp" "$out/$(printf %03d "$n")-$why.env"
 exit 0
 "#,
             out = out.display()

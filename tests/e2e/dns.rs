@@ -439,12 +439,14 @@ fn refuses_outsiders_transfers_to_allowed_and_rate_limits() {
                 let q = query_message(id, &fqdn("master-1"), RecordType::A, Some(1232));
                 socket.send_to(&q.to_vec().unwrap(), server).unwrap();
             }
+            // Generous: a reply late by a busy machine's stall must still count; the wait
+            // after the last reply is paid once.
             socket
-                .set_read_timeout(Some(Duration::from_millis(300)))
+                .set_read_timeout(Some(Duration::from_secs(2)))
                 .unwrap();
             let (mut full, mut slipped) = (0, 0);
             let mut buf = [0u8; 4096];
-            // Bounded: 30 replies at most, each within 300 ms of the previous one.
+            // Bounded: 30 replies at most, each within 2 s of the previous one.
             for _ in 0..30 {
                 let Ok((n, _)) = socket.recv_from(&mut buf) else {
                     break;
@@ -615,7 +617,6 @@ fn forwards_for_allowed_clients_with_a_cache_and_bounded_failure() {
     assert_eq!(run.last().rdata("A"), ["192.0.2.10"], "{}", run.stdout);
 
     // A name never asked before: SERVFAIL within 3.5 s, while the cluster zone answers at once.
-    let started = Instant::now();
     let mut pending = Process::spawn(
         "dig-new-name",
         dig_command(
@@ -628,6 +629,9 @@ fn forwards_for_allowed_clients_with_a_cache_and_bounded_failure() {
     )
     .unwrap();
     let server = SocketAddr::new(SERVER4, 53);
+    // The forward lasts 3 s; dig has sent its query well within the first half second even on
+    // a busy machine (and if not, the quick query below is only less of a test).
+    std::thread::sleep(Duration::from_millis(500));
     let quick = n1
         .run(move || {
             let socket = client_socket(server);
@@ -649,7 +653,6 @@ fn forwards_for_allowed_clients_with_a_cache_and_bounded_failure() {
         .wait_timeout(Duration::from_secs(8))
         .unwrap()
         .expect("dig finished");
-    let elapsed = started.elapsed();
     assert!(status.success(), "{}", pending.log_tails());
     let printed = crate::dns_support::parse_dig(&pending.stdout());
     assert_eq!(
@@ -658,9 +661,14 @@ fn forwards_for_allowed_clients_with_a_cache_and_bounded_failure() {
         "{}",
         pending.stdout()
     );
-    assert!(
-        elapsed < Duration::from_millis(3500),
-        "SERVFAIL took {elapsed:?}"
-    );
+    // dig's own measure, from its query to the reply: process start and this test's polling
+    // of dig's exit are not the forwarder's time.
+    let stdout = pending.stdout();
+    let msec: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(";; Query time: ")?.strip_suffix(" msec"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no query time printed:\n{stdout}"));
+    assert!(msec < 3500, "SERVFAIL took {msec} ms");
     app.assert_running().unwrap();
 }

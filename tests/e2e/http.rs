@@ -259,10 +259,15 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
         1.0,
         "one connection: {lines}"
     );
-    let total: f64 = runs.iter().map(|r| r[2]).sum();
+    // The delayed-ACK stall would be in every response (~40 ms each); a busy machine's stall
+    // is in a few. So: the median is fast, and at most two take as long as the stall would.
+    let mut times: Vec<f64> = runs.iter().map(|r| r[2]).collect();
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let slow = times.iter().filter(|&&t| t >= 0.035).count();
     assert!(
-        total < 0.4,
-        "20 small responses took {total:.3} s:\n{lines}"
+        median < 0.02 && slow <= 2,
+        "small responses: median {median:.3} s, {slow} of 20 took 35 ms or more:\n{lines}"
     );
 
     // Traversal, encoded or not, and a symlink out of the directory: all 404.

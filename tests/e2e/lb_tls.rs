@@ -137,8 +137,8 @@ nodes:
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
 lb:
   # mst9 accepts connections and never answers: its probes wait out the whole timeout, which
-  # must not slow the verdict on the others (the 2 s limits below).
-  health: {{ interval: 300ms, timeout: 1s, rise: 2, fall: 2{ca} }}
+  # must not slow the verdict on the others (the limits below, well under its timeout).
+  health: {{ interval: 300ms, timeout: 3s, rise: 2, fall: 2{ca} }}
 listen:
   dns: []
   dhcp: []
@@ -252,10 +252,11 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
         "{}",
         app.log_tails()
     );
-    // fall (2) x interval (300 ms) and a little: a checker that waited for mst9's 1 s timeout
-    // between rounds would take at least 1.3 s.
+    // fall (2) x interval (300 ms) and a little (two HTTPS checks, this test's polling, a busy
+    // machine): a checker that waited for mst9's 3 s timeout between rounds would take at
+    // least 3.3 s.
     let took = changed.elapsed();
-    assert!(took < Duration::from_millis(1200), "down after {took:?}");
+    assert!(took < Duration::from_millis(2500), "down after {took:?}");
     for _ in 0..6 {
         assert_eq!(whoami(&client).as_deref(), Some("mst0"));
     }
@@ -264,9 +265,10 @@ fn readyz_500_takes_an_api_server_out_and_a_ca_is_enforced() {
     assert!(
         wait_until(Duration::from_secs(3), || app
             .stderr()
-            .matches("mst1: api backend 10.99.0.12:6443 is up")
-            .count()
-            == 2),
+            .rsplit_once("mst1: api backend 10.99.0.12:6443 is down")
+            .is_some_and(
+                |(_, after)| after.contains("mst1: api backend 10.99.0.12:6443 is up")
+            )),
         "{}",
         app.log_tails()
     );

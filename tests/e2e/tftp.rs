@@ -194,7 +194,9 @@ fn a_read_request_flood_does_not_keep_real_tftp_clients_out() {
         (report, results)
     });
     appliance.assert_running().unwrap();
-    assert!(report.requests > 10_000, "not much of a flood: {report:?}");
+    // A count, not a rate: the flood's rounds (320 requests each) slow down on a busy machine;
+    // `engaged` above already proves it held every transfer slot.
+    assert!(report.requests > 2_000, "not much of a flood: {report:?}");
     let summary = format!(
         "TFTP flood: {} requests from {} ports on {} addresses, {} replies ({} busy), {} \
          transfers seen\n{}",
