@@ -78,7 +78,7 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
             plan: std::sync::Arc::new(Plan::derive(&m.config, 0)),
         })
         .collect();
-    if let Err(e) = okd_appliance::plan::host::HostPlan::assemble(members) {
+    if let Err(e) = okd_appliance::plan::host::HostPlan::assemble(members, 0, None) {
         eprintln!("error: {e}, which the host file's rules should have refused: please report it");
         return ExitCode::from(1);
     }

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::Plan;
+use super::zones::{self, Zone};
 use crate::vocabulary::MacAddr;
 
 /// One cluster of a host: its id (what `--cluster` names) and its plan, derived from its file
@@ -30,6 +31,8 @@ pub struct HostPlan {
     by_address: HashMap<IpAddr, usize>,
     by_frontend: HashMap<IpAddr, usize>,
     by_domain: HashMap<String, usize>,
+    /// Every zone of every cluster, reverse zones shared by clusters on one subnet as one.
+    zones: Vec<Zone>,
 }
 
 /// Two clusters claim one key of an index: a host `check` would have refused.
@@ -73,14 +76,21 @@ impl Clash<'_> {
 }
 
 impl HostPlan {
-    /// Builds the indexes over `members`.
-    pub fn assemble(members: Vec<Member>) -> Result<HostPlan, Ambiguous> {
+    /// Builds the indexes and the zones over `members`. A zone whose records differ from
+    /// `previous`'s (or that is new) takes `serial`; an unchanged one keeps its serial, so a
+    /// secondary transfers only what changed (a zone's serial moves only with its records).
+    pub fn assemble(
+        members: Vec<Member>,
+        serial: u32,
+        previous: Option<&HostPlan>,
+    ) -> Result<HostPlan, Ambiguous> {
         let mut host = HostPlan {
             members: Vec::new(),
             by_mac: HashMap::new(),
             by_address: HashMap::new(),
             by_frontend: HashMap::new(),
             by_domain: HashMap::new(),
+            zones: Vec::new(),
         };
         for (i, m) in members.iter().enumerate() {
             let plan = &m.plan;
@@ -108,8 +118,15 @@ impl HostPlan {
                     .map_err(|at| at.ambiguous(format!("the frontend address {ip}")))?;
             }
         }
+        host.zones = host_zones(&members, serial, previous);
         host.members = members;
         Ok(host)
+    }
+
+    /// Every zone the host's DNS answers: each cluster's forward zone, then the reverse zones,
+    /// those of clusters sharing a subnet merged into one.
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
     }
 
     /// The clusters, in the host file's order.
@@ -155,6 +172,46 @@ impl HostPlan {
     }
 }
 
+/// The host's zones: forward zones as their clusters derived them, reverse zones of one
+/// origin merged ([`zones::union`]); then each serial as [`HostPlan::assemble`] says.
+fn host_zones(members: &[Member], serial: u32, previous: Option<&HostPlan>) -> Vec<Zone> {
+    let all = members.iter().flat_map(|m| &m.plan.zones);
+    let mut out: Vec<Zone> = all
+        .clone()
+        .filter(|z| z.network.is_none())
+        .cloned()
+        .collect();
+    let mut origins: Vec<&str> = Vec::new();
+    for z in all.clone().filter(|z| z.network.is_some()) {
+        if !origins.contains(&z.origin.as_str()) {
+            origins.push(&z.origin);
+        }
+    }
+    for origin in origins {
+        let same: Vec<&Zone> = all.clone().filter(|z| z.origin == origin).collect();
+        let zone = match same.as_slice() {
+            [one] => (*one).clone(),
+            many => {
+                // Before any previous plan: the newest of the clusters' serials.
+                let newest = many.iter().map(|z| z.soa().serial).max().unwrap_or(serial);
+                zones::union(many).with_serial(newest)
+            }
+        };
+        out.push(zone);
+    }
+    let Some(previous) = previous else {
+        return out;
+    };
+    out.into_iter()
+        .map(
+            |zone| match previous.zones.iter().find(|p| p.origin == zone.origin) {
+                Some(p) if p.same_records(&zone) => zone.with_serial(p.soa().serial),
+                _ => zone.with_serial(serial),
+            },
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,7 +231,7 @@ mod tests {
                 plan: Arc::new(Plan::derive(&m.config, 1)),
             })
             .collect();
-        HostPlan::assemble(members).expect("a checked host assembles")
+        HostPlan::assemble(members, 1, None).expect("a checked host assembles")
     }
 
     #[test]
@@ -233,16 +290,20 @@ mod tests {
         let host = two_labs();
         let plan = |i: usize| Arc::clone(&host.members()[i].plan);
         // The same cluster twice under two ids: its domain comes first.
-        let err = HostPlan::assemble(vec![
-            Member {
-                id: "a".into(),
-                plan: plan(0),
-            },
-            Member {
-                id: "b".into(),
-                plan: plan(0),
-            },
-        ])
+        let err = HostPlan::assemble(
+            vec![
+                Member {
+                    id: "a".into(),
+                    plan: plan(0),
+                },
+                Member {
+                    id: "b".into(),
+                    plan: plan(0),
+                },
+            ],
+            1,
+            None,
+        )
         .unwrap_err();
         assert_eq!(
             err,
@@ -255,18 +316,142 @@ mod tests {
         // Another cluster's MAC in a plan of its own.
         let mut stolen = (*plan(1)).clone();
         stolen.dhcp.reservations[0].mac = plan(0).dhcp.reservations[0].mac;
-        let err = HostPlan::assemble(vec![
-            Member {
-                id: "okd".into(),
-                plan: plan(0),
-            },
-            Member {
-                id: "test".into(),
-                plan: Arc::new(stolen),
-            },
-        ])
+        let err = HostPlan::assemble(
+            vec![
+                Member {
+                    id: "okd".into(),
+                    plan: plan(0),
+                },
+                Member {
+                    id: "test".into(),
+                    plan: Arc::new(stolen),
+                },
+            ],
+            1,
+            None,
+        )
         .unwrap_err();
         assert!(err.what.starts_with("MAC "), "{err}");
         assert_eq!((err.first.as_str(), err.second.as_str()), ("okd", "test"));
+    }
+
+    /// A cluster on 10.0.0.0/24 (ens19) with the appliance at `.appliance` and masters at
+    /// `.first`, `.first+1`, `.first+2`.
+    fn on_one_subnet(name: &str, appliance: u8, first: u8, serial: u32) -> Arc<Plan> {
+        let mut text = format!(
+            "version: 1\ncluster: {{ name: {name}, base_domain: lab.example.com }}\n\
+             network: {{ interface: ens19, subnet: 10.0.0.0/24, appliance_ip: 10.0.0.{appliance} }}\n\
+             install: {{ ignition_dir: ./{name}-install, artifacts_dir: ./artifacts }}\nnodes:\n"
+        );
+        for i in 0..3u8 {
+            text.push_str(&format!(
+                "  - {{ name: master-{i}, role: master, mac: \"52:54:00:00:{first:02x}:{i:02x}\", ip: 10.0.0.{} }}\n",
+                first + i
+            ));
+        }
+        let loaded =
+            crate::config::parse(&text, name, std::path::Path::new("."), InstallCheck::Skip)
+                .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
+        Arc::new(Plan::derive(&loaded.config, serial))
+    }
+
+    fn ptrs(zone: &Zone) -> Vec<String> {
+        zone.records
+            .iter()
+            .filter_map(|r| match &r.data {
+                crate::records::RecordData::Ptr(host) => Some(format!("{} {host}", r.name)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn clusters_on_one_subnet_share_one_reverse_zone_with_both_clusters_ptrs() {
+        let members = vec![
+            Member {
+                id: "okd".into(),
+                plan: on_one_subnet("okd", 1, 2, 5),
+            },
+            Member {
+                id: "test".into(),
+                plan: on_one_subnet("test", 11, 12, 7),
+            },
+        ];
+        let host = HostPlan::assemble(members, 7, None).unwrap();
+        let origins: Vec<&str> = host.zones().iter().map(|z| z.origin.as_str()).collect();
+        assert_eq!(
+            origins,
+            [
+                "okd.lab.example.com.",
+                "test.lab.example.com.",
+                "0.0.10.in-addr.arpa."
+            ]
+        );
+        let shared = &host.zones()[2];
+        // The first cluster's apex; the newest serial of the two.
+        assert_eq!(shared.soa().mname, "ns1.okd.lab.example.com.");
+        assert_eq!(shared.soa().serial, 7);
+        assert_eq!(
+            ptrs(shared),
+            [
+                "1.0.0.10.in-addr.arpa. api-int.okd.lab.example.com.",
+                "1.0.0.10.in-addr.arpa. api.okd.lab.example.com.",
+                "2.0.0.10.in-addr.arpa. master-0.okd.lab.example.com.",
+                "3.0.0.10.in-addr.arpa. master-1.okd.lab.example.com.",
+                "4.0.0.10.in-addr.arpa. master-2.okd.lab.example.com.",
+                "11.0.0.10.in-addr.arpa. api-int.test.lab.example.com.",
+                "11.0.0.10.in-addr.arpa. api.test.lab.example.com.",
+                "12.0.0.10.in-addr.arpa. master-0.test.lab.example.com.",
+                "13.0.0.10.in-addr.arpa. master-1.test.lab.example.com.",
+                "14.0.0.10.in-addr.arpa. master-2.test.lab.example.com.",
+            ]
+        );
+        let apex_records = shared
+            .records
+            .iter()
+            .filter(|r| r.name == shared.origin)
+            .count();
+        assert_eq!(apex_records, 2, "one SOA and one NS: {:?}", shared.records);
+    }
+
+    #[test]
+    fn a_zone_serial_moves_only_with_its_records() {
+        let okd = on_one_subnet("okd", 1, 2, 5);
+        let test = on_one_subnet("test", 11, 12, 5);
+        let member = |id: &str, plan: &Arc<Plan>| Member {
+            id: id.into(),
+            plan: Arc::clone(plan),
+        };
+        let first =
+            HostPlan::assemble(vec![member("okd", &okd), member("test", &test)], 5, None).unwrap();
+        // A reload that changes nothing: every serial stays.
+        let again = HostPlan::assemble(
+            vec![member("okd", &okd), member("test", &test)],
+            6,
+            Some(&first),
+        )
+        .unwrap();
+        let serials = |h: &HostPlan| h.zones().iter().map(|z| z.soa().serial).collect::<Vec<_>>();
+        assert_eq!(serials(&again), [5, 5, 5]);
+        // test loses a node (re-derived at serial 7): its forward zone and the shared reverse
+        // zone move, okd's forward zone does not.
+        let smaller = {
+            let mut plan = (*on_one_subnet("test", 11, 12, 7)).clone();
+            for z in &mut plan.zones {
+                z.records
+                    .retain(|r| !r.name.starts_with("master-2.") && !r.name.starts_with("14."));
+            }
+            Arc::new(plan)
+        };
+        let changed = HostPlan::assemble(
+            vec![member("okd", &okd), member("test", &smaller)],
+            7,
+            Some(&again),
+        )
+        .unwrap();
+        assert_eq!(serials(&changed), [5, 7, 7]);
+        // Removing test moves the shared zone again, never back to an older serial.
+        let alone = HostPlan::assemble(vec![member("okd", &okd)], 8, Some(&changed)).unwrap();
+        assert_eq!(serials(&alone), [5, 8]);
     }
 }

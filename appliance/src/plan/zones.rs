@@ -211,6 +211,45 @@ fn reverse_zone(config: &Config, serial: u32, network: IpNet) -> Zone {
     }
 }
 
+/// A reverse zone several clusters of a host share (their nodes on one subnet): the first
+/// zone's apex (SOA and NS) and every zone's other records, in zone order, each once. The
+/// union is well defined because an address belongs to one cluster on a host.
+pub fn union(zones: &[&Zone]) -> Zone {
+    let first = zones[0];
+    let mut records = first.records.clone();
+    for z in &zones[1..] {
+        let apex = |r: &&Record| {
+            r.name == z.origin && matches!(r.data, RecordData::Soa(_) | RecordData::Ns(_))
+        };
+        records.extend(z.records.iter().filter(|r| !apex(r)).cloned());
+    }
+    sort(&mut records);
+    records.dedup();
+    Zone {
+        origin: first.origin.clone(),
+        network: first.network,
+        records,
+    }
+}
+
+impl Zone {
+    /// The zone with its SOA serial set to `serial`.
+    pub fn with_serial(mut self, serial: u32) -> Zone {
+        for r in &mut self.records {
+            if let RecordData::Soa(soa) = &mut r.data {
+                soa.serial = serial;
+            }
+        }
+        self
+    }
+
+    /// Whether the two zones hold the same records, whatever their serials.
+    pub fn same_records(&self, other: &Zone) -> bool {
+        let serial = self.soa().serial;
+        self.origin == other.origin && *self == other.clone().with_serial(serial)
+    }
+}
+
 /// Zone-file order: the apex SOA first, then by owner name with labels compared right to left (as
 /// RFC 4034 section 6.1 does, but numeric labels by value so 10.0.0.2 sorts before 10.0.0.10),
 /// then type and data.
