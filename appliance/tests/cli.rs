@@ -399,8 +399,8 @@ listen: { tftp: [] }
 }
 
 /// A host file (issue 26): `check` validates every cluster file and the clusters against each
-/// other; a conflict exits 1 drawn in both files; a command that takes one cluster's file says
-/// it was given a host file.
+/// other; a conflict exits 1 drawn in both files; `render` shows every cluster and the host's
+/// zones; a command that takes one cluster's file says it was given a host file.
 #[test]
 fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
     let out = run(&["check", &fixture("config/hosts/two-labs.yml")]);
@@ -430,8 +430,39 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
         "{stderr}"
     );
 
-    let out = run(&["render", &fixture("config/hosts/two-labs.yml")]);
+    let out = run(&[
+        "node",
+        "kargs",
+        "master-0",
+        &fixture("config/hosts/two-labs.yml"),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("two-labs.yml is a host file"), "{stderr}");
+
+    // render: every cluster's plan and the host's zones; one cluster's formats per cluster.
+    let out = run(&[
+        "render",
+        &fixture("config/hosts/two-labs.yml"),
+        "--serial",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "# cluster okd (",
+        "# cluster test (",
+        "20.0.10.in-addr.arpa. serial 5, 8 records",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in\n{stdout}");
+    }
+    let out = run(&[
+        "render",
+        &fixture("config/hosts/two-labs.yml"),
+        "--format",
+        "haproxy",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("render each cluster's file"), "{stderr}");
 }

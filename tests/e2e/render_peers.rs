@@ -15,46 +15,72 @@ fn zone_files_load_in_nsd_knot_and_bind() {
     for name in EXAMPLES {
         let dir = tempfile::tempdir().unwrap();
         let config = stage_config(name, dir.path());
-        let out_dir = dir.path().join("zones");
-        let out = appliance([
-            "render".as_ref(),
-            config.as_os_str(),
-            "--format".as_ref(),
-            "bind".as_ref(),
-            "--serial".as_ref(),
-            "2026010101".as_ref(),
-            "--output".as_ref(),
-            out_dir.as_os_str(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut zones = 0;
-        for entry in std::fs::read_dir(&out_dir).unwrap() {
-            let path = entry.unwrap().path();
-            let file = path.to_str().unwrap();
-            let origin = path
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .trim_end_matches("zone");
-            run_ok("nsd-checkzone", &[origin, file]);
-            run_ok("kzonecheck", &["-o", origin, file]);
-            run_ok(
-                "named-checkzone",
-                &["-k", "fail", "-n", "fail", origin, file],
-            );
-            zones += 1;
-        }
+        let zones = zone_files_load(&config, dir.path());
         // The forward zone plus at least one reverse zone per address family.
         assert!(zones >= 2, "{name}: only {zones} zone files");
         if name == "large" {
             assert_eq!(zones, 17, "a /20 splits into sixteen /24 reverse zones");
         }
     }
+    // Host files (several clusters): every cluster's forward zone, and one reverse zone for
+    // the clusters sharing a subnet, holding both clusters' PTRs.
+    let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/hosts");
+    for (name, expected) in [("two-labs", 4), ("one-subnet", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let zones = zone_files_load(&hosts.join(format!("{name}.yml")), dir.path());
+        assert_eq!(zones, expected, "{name}");
+        if name == "one-subnet" {
+            let shared =
+                std::fs::read_to_string(dir.path().join("zones/0.0.10.in-addr.arpa.zone")).unwrap();
+            for ptr in [
+                "master-0.okd.lab.example.com.",
+                "master-0.ci.lab.example.com.",
+            ] {
+                assert!(shared.contains(&format!("PTR   {ptr}")), "{shared}");
+            }
+        }
+    }
+}
+
+/// Renders `config`'s zones into `dir`/zones and loads each in NSD's, Knot's and BIND's
+/// checkers; how many zone files there were.
+fn zone_files_load(config: &std::path::Path, dir: &std::path::Path) -> usize {
+    let out_dir = dir.join("zones");
+    let out = appliance([
+        "render".as_ref(),
+        config.as_os_str(),
+        "--format".as_ref(),
+        "bind".as_ref(),
+        "--serial".as_ref(),
+        "2026010101".as_ref(),
+        "--output".as_ref(),
+        out_dir.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        config.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut zones = 0;
+    for entry in std::fs::read_dir(&out_dir).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.to_str().unwrap();
+        let origin = path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches("zone");
+        run_ok("nsd-checkzone", &[origin, file]);
+        run_ok("kzonecheck", &["-o", origin, file]);
+        run_ok(
+            "named-checkzone",
+            &["-k", "fail", "-n", "fail", origin, file],
+        );
+        zones += 1;
+    }
+    zones
 }
 
 /// Renders every example in `format` into `file` and runs `tool` with `args` (the file last).

@@ -14,8 +14,6 @@ use okd_appliance::config::{self, InstallCheck};
 use okd_appliance::plan::Plan;
 use okd_appliance::render::{self, Format};
 
-use super::load;
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum FormatArg {
     Human,
@@ -43,9 +41,21 @@ impl FormatArg {
 /// `render`: the files of `format`, printed or written into `output`.
 pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
     // Zones, pools and reservations have nothing to do with the ignition files.
-    let loaded = match load(file, InstallCheck::Skip) {
-        Ok(l) => l,
-        Err(code) => return code,
+    let loaded = match config::load_any(file, InstallCheck::Skip) {
+        Ok(config::Target::Cluster(loaded)) => {
+            eprint!("{}", loaded.warnings.warnings_line());
+            loaded
+        }
+        Ok(config::Target::Host(host)) => {
+            return match host_files(&host, format, serial_or_now(serial)) {
+                Ok(files) => write_out(&files, format, output),
+                Err(code) => code,
+            };
+        }
+        Err(e) => {
+            eprint!("{}", e.render(super::style()));
+            return ExitCode::from(1);
+        }
     };
     let files = if let FormatArg::InstallConfig = format {
         let rendered = okd_appliance::install_config::Inputs::read(&loaded.config)
@@ -69,13 +79,7 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             }
         }
     } else if let Some(format) = format.plan_format() {
-        let serial = serial.unwrap_or_else(|| {
-            let secs = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            u32::try_from(secs).unwrap_or(u32::MAX)
-        });
-        render::render(&Plan::derive(&loaded.config, serial), format)
+        render::render(&Plan::derive(&loaded.config, serial_or_now(serial)), format)
     } else {
         match okd_appliance::host_network::networkd(&loaded.config) {
             Ok(text) => vec![render::Rendered {
@@ -88,9 +92,78 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             }
         }
     };
+    write_out(&files, format, output)
+}
+
+/// The zones' serial: `--serial`, else the time in seconds (as the appliance numbers them).
+fn serial_or_now(serial: Option<u32>) -> u32 {
+    serial.unwrap_or_else(|| {
+        let secs = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    })
+}
+
+/// A host file's views: every cluster's plan (`human`), or the zone files of the host, the
+/// reverse zones of clusters on one subnet merged (`bind`). The other formats are one
+/// cluster's configs: each cluster's file gives them.
+fn host_files(
+    host: &config::Host,
+    format: FormatArg,
+    serial: u32,
+) -> Result<Vec<render::Rendered>, ExitCode> {
+    use okd_appliance::plan::host::{HostPlan, Member};
+    if !matches!(format, FormatArg::Human | FormatArg::Bind) {
+        eprintln!(
+            "error: a host file renders as human or bind (the host's zones); the other formats \
+             are one cluster's: render each cluster's file"
+        );
+        return Err(ExitCode::from(2));
+    }
+    let members = host
+        .clusters
+        .iter()
+        .map(|m| Member {
+            id: m.id.clone(),
+            plan: std::sync::Arc::new(Plan::derive(&m.config, serial)),
+        })
+        .collect();
+    let plan = HostPlan::assemble(members, serial, None).map_err(|e| {
+        eprintln!("error: {e}, which the host file's rules should have refused: please report it");
+        ExitCode::from(1)
+    })?;
+    if let FormatArg::Bind = format {
+        return Ok(render::bind::render(plan.zones()));
+    }
+    let mut text = String::new();
+    for (m, c) in plan.members().iter().zip(&host.clusters) {
+        text.push_str(&format!("# cluster {} ({})\n", m.id, c.path.display()));
+        for f in render::render(&m.plan, Format::Human) {
+            text.push_str(&f.text);
+        }
+        text.push('\n');
+    }
+    text.push_str("# the host's zones (reverse zones of clusters on one subnet merged)\n");
+    for z in plan.zones() {
+        text.push_str(&format!(
+            "{} serial {}, {} records\n",
+            z.origin,
+            z.soa().serial,
+            z.records.len()
+        ));
+    }
+    Ok(vec![render::Rendered {
+        file_name: "plan.txt".into(),
+        text,
+    }])
+}
+
+/// Prints `files`, or writes them into `output` (owner-only for the formats with secrets).
+fn write_out(files: &[render::Rendered], format: FormatArg, output: Option<&Path>) -> ExitCode {
     match output {
         None => {
-            for f in &files {
+            for f in files {
                 print!("{}", f.text);
             }
         }
@@ -106,7 +179,7 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             } else {
                 0o644
             };
-            for f in &files {
+            for f in files {
                 let path = dir.join(&f.file_name);
                 if let Err(e) = write_mode(&path, &f.text, mode) {
                     eprintln!("error: can't write {}: {e}", path.display());

@@ -3,11 +3,12 @@
 use std::fmt::Write as _;
 
 use super::Rendered;
-use crate::plan::Plan;
+use crate::plan::Zone;
 use crate::records::RecordData;
 
-pub(super) fn render(plan: &Plan) -> Vec<Rendered> {
-    plan.zones
+/// One master file per zone (a plan's zones, or a host's: `plan::host::HostPlan::zones`).
+pub fn render(zones: &[Zone]) -> Vec<Rendered> {
+    zones
         .iter()
         .map(|zone| {
             let mut out = String::new();

@@ -5,7 +5,7 @@
 //! Architecture invariant: renderers read the plan only; they never re-derive anything from the
 //! config, so what they print is exactly what the services serve.
 
-mod bind;
+pub mod bind;
 mod dnsmasq;
 mod haproxy;
 mod human;
@@ -34,7 +34,7 @@ pub fn render(plan: &Plan, format: Format) -> Vec<Rendered> {
             file_name: "plan.txt".into(),
             text: human::render(plan),
         }],
-        Format::Bind => bind::render(plan),
+        Format::Bind => bind::render(&plan.zones),
         Format::Dnsmasq => vec![Rendered {
             file_name: "dnsmasq.conf".into(),
             text: dnsmasq::render(plan),
