@@ -31,8 +31,24 @@ pub(in crate::config) fn conflicts(
     out
 }
 
-fn error(m: &Listed, code: &'static str, at: Location, message: String, label: &str) -> Problem {
-    Problem::new(&m.src, Severity::Error, code, at, message, label)
+/// A conflict between `m`, whose file it is reported in, and `other`, drawn under it: each
+/// file's place with its label.
+fn conflict(
+    (m, (at, label)): (&Listed, (Location, &str)),
+    (other, (their_at, their_label)): (&Listed, (Location, &str)),
+    code: &'static str,
+    message: String,
+    hint: &str,
+) -> Problem {
+    let mut p = Problem::new(&m.src, Severity::Error, code, at, message, label);
+    p.related_at(
+        &other.src,
+        their_at,
+        format!("cluster {}", other.id),
+        their_label,
+    )
+    .hint(hint);
+    p
 }
 
 /// A value `m` uses at `at` that cluster `other` used first, at `first`.
@@ -44,15 +60,13 @@ fn second_use(
     message: String,
     hint: &str,
 ) -> Problem {
-    let mut p = error(m, code, at, message, "second use");
-    p.related_at(
-        &other.src,
-        first,
-        format!("first used in cluster {}", other.id),
-        "first use",
+    conflict(
+        (m, (at, "second use")),
+        (other, (first, "first use")),
+        code,
+        message,
+        hint,
     )
-    .hint(hint);
-    p
 }
 
 /// Who used each key first: a cluster and where.
@@ -145,14 +159,13 @@ fn domains(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
             } else {
                 continue;
             };
-            let mut p = error(m, code, at, message, "this cluster");
-            p.related_at(
-                &other.src,
-                other_at,
-                format!("cluster {}", other.id),
-                "that cluster",
-            )
-            .hint(hint);
+            let p = conflict(
+                (m, (at, "this cluster")),
+                (other, (other_at, "that cluster")),
+                code,
+                message,
+                hint,
+            );
             out.push((Some(i), p));
         }
     }
@@ -302,9 +315,13 @@ fn subnets(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
                 } else {
                     continue;
                 };
-                let mut p = error(m, "host::segment-mismatch", at, message, "this subnet");
-                p.related_at(&other.src, their_at, format!("cluster {}", other.id), "that subnet")
-                    .hint("clusters share a segment with the same subnet on the same interface, or use subnets apart");
+                let p = conflict(
+                    (m, (at, "this subnet")),
+                    (other, (their_at, "that subnet")),
+                    "host::segment-mismatch",
+                    message,
+                    "clusters share a segment with the same subnet on the same interface, or use subnets apart",
+                );
                 out.push((Some(i), p));
             }
         }
@@ -340,23 +357,15 @@ fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
                 && pool.start <= their_pool.end
                 && their_pool.start <= pool.end
             {
-                let mut p = error(
-                    m,
-                    "host::pool-overlap",
-                    at,
-                    format!(
-                        "dynamic pool {}-{} overlaps cluster {}'s {}-{}",
-                        pool.start, pool.end, other.id, their_pool.start, their_pool.end
-                    ),
-                    "this pool",
+                let message = format!(
+                    "dynamic pool {}-{} overlaps cluster {}'s {}-{}",
+                    pool.start, pool.end, other.id, their_pool.start, their_pool.end
                 );
-                p.related_at(
-                    &other.src,
-                    their_at,
-                    format!("cluster {}", other.id),
-                    "that pool",
-                )
-                .hint(
+                let p = conflict(
+                    (m, (at, "this pool")),
+                    (other, (their_at, "that pool")),
+                    "host::pool-overlap",
+                    message,
                     "clusters on one segment share one pool: state it once, in one cluster's file",
                 );
                 out.push((Some(i), p));
@@ -364,46 +373,35 @@ fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
             // This cluster's pool holds the other's nodes, or the other's pool holds this one's.
             if let Some((pool, at)) = mine {
                 for n in other.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
-                    let mut p = error(
-                        m,
-                        "host::pool-overlap",
-                        at,
-                        format!(
-                            "dynamic pool {}-{} holds {}, node {} of cluster {}",
-                            pool.start, pool.end, n.ipv4, n.name, other.id
-                        ),
-                        "this pool",
+                    let message = format!(
+                        "dynamic pool {}-{} holds {}, node {} of cluster {}",
+                        pool.start, pool.end, n.ipv4, n.name, other.id
                     );
                     let node_at = node_field(other, &n.name, |r| r.ip.referenced);
-                    p.related_at(
-                        &other.src,
-                        node_at,
-                        format!("cluster {}", other.id),
-                        "reserved here",
-                    )
-                    .hint(POOL_HINT);
+                    let p = conflict(
+                        (m, (at, "this pool")),
+                        (other, (node_at, "reserved here")),
+                        "host::pool-overlap",
+                        message,
+                        POOL_HINT,
+                    );
                     out.push((Some(i), p));
                 }
             }
             if let Some((pool, pool_at)) = theirs {
                 for n in m.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
-                    let mut p = error(
-                        m,
-                        "host::pool-overlap",
-                        node_field(m, &n.name, |r| r.ip.referenced),
-                        format!(
-                            "{} (node {}) is in cluster {}'s dynamic pool {}-{}",
-                            n.ipv4, n.name, other.id, pool.start, pool.end
-                        ),
-                        "reserved here",
+                    let message = format!(
+                        "{} (node {}) is in cluster {}'s dynamic pool {}-{}",
+                        n.ipv4, n.name, other.id, pool.start, pool.end
                     );
-                    p.related_at(
-                        &other.src,
-                        pool_at,
-                        format!("cluster {}", other.id),
-                        "that pool",
-                    )
-                    .hint(POOL_HINT);
+                    let node_at = node_field(m, &n.name, |r| r.ip.referenced);
+                    let p = conflict(
+                        (m, (node_at, "reserved here")),
+                        (other, (pool_at, "that pool")),
+                        "host::pool-overlap",
+                        message,
+                        POOL_HINT,
+                    );
                     out.push((Some(i), p));
                 }
             }
