@@ -50,7 +50,7 @@ pub enum LoadError {
     Host(HostProblems),
     /// A command that takes one cluster's file was given a host file.
     #[error(
-        "{} is a host file (it lists clusters): `okd-appliance check` reads it; this command takes \
+        "{} is a host file (it lists clusters): `okd-appliance check` and `render` read it; this command takes \
          one cluster's file (serving several clusters is being built, issue 26)",
         path.display()
     )]
