@@ -460,7 +460,7 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
         "render",
         &fixture("config/hosts/two-labs.yml"),
         "--format",
-        "haproxy",
+        "dnsmasq",
     ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);

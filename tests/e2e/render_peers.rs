@@ -109,8 +109,30 @@ fn peer_accepts(format: &str, file: &str, tool: &str, args: &[&str]) {
 
 #[test]
 fn haproxy_accepts_the_rendered_config() {
-    if require_tools(&["haproxy"]) {
-        peer_accepts("haproxy", "haproxy.cfg", "haproxy", &["-c", "-f"]);
+    if !require_tools(&["haproxy"]) {
+        return;
+    }
+    peer_accepts("haproxy", "haproxy.cfg", "haproxy", &["-c", "-f"]);
+    // A host file's: every cluster's frontends in one HAProxy, names apart.
+    let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/hosts");
+    for name in ["two-labs", "one-subnet"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = appliance([
+            "render".as_ref(),
+            hosts.join(format!("{name}.yml")).as_os_str(),
+            "--format".as_ref(),
+            "haproxy".as_ref(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cfg = dir.path().join("haproxy.cfg");
+        std::fs::write(&cfg, &out.stdout).unwrap();
+        run_ok("haproxy", &["-c", "-f", cfg.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("frontend okd-api\n"), "{text}");
     }
 }
 

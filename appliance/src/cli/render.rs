@@ -105,19 +105,24 @@ fn serial_or_now(serial: Option<u32>) -> u32 {
     })
 }
 
-/// A host file's views: every cluster's plan (`human`), or the zone files of the host, the
-/// reverse zones of clusters on one subnet merged (`bind`). The other formats are one
-/// cluster's configs: each cluster's file gives them.
+/// A host file's views: every cluster's plan (`human`), the zone files of the host, the
+/// reverse zones of clusters on one subnet merged (`bind`), or one HAProxy for every cluster's
+/// frontends (`haproxy`). The other formats are one cluster's configs: each cluster's file
+/// gives them.
 fn host_files(
     host: &config::Host,
     format: FormatArg,
     serial: u32,
 ) -> Result<Vec<render::Rendered>, ExitCode> {
     use okd_appliance::plan::host::{HostPlan, Member};
-    if !matches!(format, FormatArg::Human | FormatArg::Bind) {
+    if !matches!(
+        format,
+        FormatArg::Human | FormatArg::Bind | FormatArg::Haproxy
+    ) {
         eprintln!(
-            "error: a host file renders as human or bind (the host's zones); the other formats \
-             are one cluster's: render each cluster's file"
+            "error: a host file renders as human, bind (the host's zones) or haproxy (every \
+             cluster's frontends); the other formats are one cluster's: render each cluster's \
+             file"
         );
         return Err(ExitCode::from(2));
     }
@@ -135,6 +140,17 @@ fn host_files(
     })?;
     if let FormatArg::Bind = format {
         return Ok(render::bind::render(plan.zones()));
+    }
+    if let FormatArg::Haproxy = format {
+        let clusters: Vec<(&str, &Plan)> = plan
+            .members()
+            .iter()
+            .map(|m| (m.id.as_str(), &*m.plan))
+            .collect();
+        return Ok(vec![render::Rendered {
+            file_name: "haproxy.cfg".into(),
+            text: render::haproxy::render_host(&clusters),
+        }]);
     }
     let mut text = String::new();
     for (m, c) in plan.members().iter().zip(&host.clusters) {

@@ -15,6 +15,32 @@ pub(super) fn render(plan: &Plan) -> String {
         "# HAProxy equivalent of the okd-appliance plan for {}",
         plan.cluster_domain
     );
+    defaults(&mut o, plan);
+    proxies(&mut o, plan, "");
+    o
+}
+
+/// One HAProxy for several clusters (a host file's): each cluster's frontends and backends,
+/// named `<id>-<frontend>`, on the cluster's own addresses (distinct on a checked host).
+pub fn render_host(clusters: &[(&str, &Plan)]) -> String {
+    let mut o = String::new();
+    let ids: Vec<&str> = clusters.iter().map(|(id, _)| *id).collect();
+    let _ = writeln!(
+        o,
+        "# HAProxy equivalent of the okd-appliance plans of clusters {}",
+        ids.join(", ")
+    );
+    if let Some((_, first)) = clusters.first() {
+        defaults(&mut o, first);
+    }
+    for (id, plan) in clusters {
+        let _ = writeln!(o, "\n# cluster {id}: {}", plan.cluster_domain);
+        proxies(&mut o, plan, &format!("{id}-"));
+    }
+    o
+}
+
+fn defaults(o: &mut String, plan: &Plan) {
     let timeout = plan
         .lb
         .frontends
@@ -24,6 +50,11 @@ pub(super) fn render(plan: &Plan) -> String {
         o,
         "global\n    maxconn 20000\n\ndefaults\n    mode tcp\n    # Kernel splicing between the sockets, and a refused connect retried on another\n    # server: how HAProxy's expert users run a TCP balancer (the appliance does both).\n    option splice-auto\n    option redispatch\n    retries 3\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n    timeout check {timeout}"
     );
+}
+
+/// `plan`'s frontends and backends, their names prefixed with `prefix`; each backend sets its
+/// own check timeout (one HAProxy may hold clusters with different ones).
+fn proxies(o: &mut String, plan: &Plan, prefix: &str) {
     let balance = match plan.lb.balance {
         Balance::RoundRobin => "roundrobin",
         Balance::LeastConnections => "leastconn",
@@ -32,13 +63,16 @@ pub(super) fn render(plan: &Plan) -> String {
         if f.listen.is_empty() {
             continue;
         }
-        let name = f.kind.name();
+        let name = format!("{prefix}{}", f.kind.name());
         let _ = writeln!(o, "\nfrontend {name}");
         for addr in &f.listen {
             let _ = writeln!(o, "    bind {}", bind_addr(*addr));
         }
         let _ = writeln!(o, "    default_backend {name}");
         let _ = writeln!(o, "\nbackend {name}\n    balance {balance}");
+        if !prefix.is_empty() {
+            let _ = writeln!(o, "    timeout check {}", short_duration(f.check.timeout));
+        }
         let c = &f.check;
         let timers = format!(
             "inter {} fall {} rise {}",
@@ -80,7 +114,6 @@ pub(super) fn render(plan: &Plan) -> String {
             let _ = writeln!(o, "    server {} {} {server_opts}", b.name, b.addr);
         }
     }
-    o
 }
 
 fn bind_addr(addr: SocketAddr) -> String {

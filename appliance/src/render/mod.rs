@@ -7,7 +7,7 @@
 
 pub mod bind;
 mod dnsmasq;
-mod haproxy;
+pub mod haproxy;
 mod human;
 pub mod keepalived;
 
