@@ -426,7 +426,7 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
     assert!(stderr.contains("b.yml:10:42"), "{stderr}");
     assert!(stderr.contains("a.yml:10:42"), "{stderr}");
     assert!(
-        stderr.contains("conflicts.yml: 3 cluster files, 10 errors"),
+        stderr.contains("conflicts.yml: 4 cluster files, 10 errors"),
         "{stderr}"
     );
 

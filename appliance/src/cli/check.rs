@@ -63,7 +63,7 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
     }
     let mut failed = false;
     for member in &host.clusters {
-        println!("cluster {} ({}):", member.id, member.path.display());
+        println!("cluster {} ({}):", member.id, member.name);
         failed |= check_cluster(&member.path, &member.config, install) != ExitCode::SUCCESS;
     }
     if failed {

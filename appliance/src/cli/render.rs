@@ -47,6 +47,7 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             loaded
         }
         Ok(config::Target::Host(host)) => {
+            eprint!("{}", host.warnings.warnings_line());
             return match host_files(&host, format, serial_or_now(serial)) {
                 Ok(files) => write_out(&files, format, output),
                 Err(code) => code,
@@ -154,7 +155,7 @@ fn host_files(
     }
     let mut text = String::new();
     for (m, c) in plan.members().iter().zip(&host.clusters) {
-        text.push_str(&format!("# cluster {} ({})\n", m.id, c.path.display()));
+        text.push_str(&format!("# cluster {} ({})\n", m.id, c.name));
         for f in render::render(&m.plan, Format::Human) {
             text.push_str(&f.text);
         }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use miette::NamedSource;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde_saphyr::Spanned;
+use serde_saphyr::{Location, Spanned};
 
 use super::diagnostic::{Problems, RenderStyle, Severity, Source};
 use super::raw::{RawConfig, Text};
@@ -44,7 +44,10 @@ pub struct Host {
 pub struct Member {
     /// What `--cluster` will name it by: the entry's `id`, or the cluster's name.
     pub id: String,
+    /// Where the file is read from.
     pub path: PathBuf,
+    /// The file as diagnostics name it: next to the host file's name.
+    pub name: String,
     pub config: Config,
 }
 
@@ -53,6 +56,8 @@ pub struct Member {
 #[derive(Debug)]
 pub struct HostProblems {
     host: Problems,
+    /// The host file's entries, read or not.
+    entries: usize,
     clusters: Vec<Found>,
 }
 
@@ -102,13 +107,26 @@ impl HostProblems {
         out
     }
 
+    /// One line for commands other than `check`, which lists them; empty without warnings.
+    pub fn warnings_line(&self) -> String {
+        match self.count(Severity::Warning) {
+            0 => String::new(),
+            n => format!(
+                "{}: {n} warning{} (`okd-appliance check {}` lists them)\n",
+                self.host.file_name(),
+                if n == 1 { "" } else { "s" },
+                self.host.file_name()
+            ),
+        }
+    }
+
     /// `host.yml: 2 cluster files, 3 errors, 1 warning`.
     pub fn summary(&self) -> String {
         let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
         format!(
             "{}: {}, {}, {}",
             self.host.file_name(),
-            plural(self.clusters.len(), "cluster file"),
+            plural(self.entries, "cluster file"),
             plural(self.count(Severity::Error), "error"),
             plural(self.count(Severity::Warning), "warning")
         )
@@ -126,7 +144,8 @@ impl fmt::Display for HostProblems {
 #[serde(deny_unknown_fields)]
 struct RawHost {
     version: Spanned<u32>,
-    clusters: Spanned<Vec<Spanned<Entry>>>,
+    /// `None`: `clusters:` with nothing after it.
+    clusters: Spanned<Option<Vec<Spanned<Entry>>>>,
 }
 
 /// One entry of `clusters:`: a path, or `{ file, id }`.
@@ -173,7 +192,12 @@ pub fn is_host_file(text: &str) -> bool {
         #[serde(default)]
         clusters: Option<de::IgnoredAny>,
     }
-    serde_saphyr::from_str::<Probe>(text).is_ok_and(|p| p.clusters.is_some())
+    // A top-level `clusters:` line decides even when the YAML is broken, so that the host
+    // file's parser reports its error, not the cluster file's ("unknown key clusters").
+    text.lines().any(|l| {
+        l.strip_prefix("clusters")
+            .is_some_and(|rest| rest.trim_start().starts_with(':'))
+    }) || serde_saphyr::from_str::<Probe>(text).is_ok_and(|p| p.clusters.is_some())
 }
 
 /// Loads the host file `text` (read from `name`, in `dir`) and every cluster file it lists.
@@ -195,7 +219,8 @@ pub(super) fn parse(
             "only version 1 exists",
         );
     }
-    if raw.clusters.value.is_empty() {
+    let entries = raw.clusters.value.as_deref().unwrap_or_default();
+    if entries.is_empty() {
         host.error(
             "host::no-clusters",
             raw.clusters.referenced,
@@ -205,7 +230,9 @@ pub(super) fn parse(
     }
     let mut members = Vec::new();
     let mut clusters = Vec::new();
-    for entry in &raw.clusters.value {
+    // Each file once: a file listed twice would clash with itself in every rule.
+    let mut listed: Vec<(PathBuf, Location)> = Vec::new();
+    for entry in entries {
         let (file, id) = match &entry.value {
             Entry::Path(p) => (
                 Spanned::new(p.clone(), entry.referenced, entry.defined),
@@ -213,6 +240,16 @@ pub(super) fn parse(
             ),
             Entry::Explicit { file, id } => (file.clone(), id.clone()),
         };
+        if let Some(id) = &id
+            && !is_host_label(&id.value)
+        {
+            host.error(
+                "host::id",
+                id.referenced,
+                format!("cluster id {:?} is not a host label", id.value),
+                "lowercase letters, digits and '-', at most 63",
+            );
+        }
         let path = dir.join(&file.value);
         // Named as the host file is: next to it.
         let shown = Path::new(name)
@@ -230,6 +267,18 @@ pub(super) fn parse(
                 continue;
             }
         };
+        let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if let Some((_, first)) = listed.iter().find(|(p, _)| *p == real) {
+            host.error(
+                "host::listed-twice",
+                file.referenced,
+                format!("{} is listed twice", shown.display()),
+                "second time",
+            )
+            .also(*first, "first time");
+            continue;
+        }
+        listed.push((real, file.referenced));
         if is_host_file(&text) {
             host.error(
                 "host::cluster-file",
@@ -245,20 +294,12 @@ pub(super) fn parse(
             Ok((loaded, located)) => {
                 let entry_id = id;
                 let id = match &entry_id {
-                    Some(id) if !is_host_label(&id.value) => {
-                        host.error(
-                            "host::id",
-                            id.referenced,
-                            format!("cluster id {:?} is not a host label", id.value),
-                            "letters, digits and '-', at most 63",
-                        );
-                        id.value.clone()
-                    }
-                    Some(id) => id.value.to_ascii_lowercase(),
+                    Some(id) => id.value.clone(),
                     None => loaded.config.cluster.name.clone(),
                 };
                 members.push(Listed {
                     id,
+                    name: shown.display().to_string(),
                     at: entry_id.as_ref().map_or(file.referenced, |i| i.referenced),
                     slot: clusters.len(),
                     src: Arc::clone(loaded.warnings.source()),
@@ -277,7 +318,11 @@ pub(super) fn parse(
             _ => host.push(problem),
         }
     }
-    let problems = HostProblems { host, clusters };
+    let problems = HostProblems {
+        host,
+        entries: entries.len(),
+        clusters,
+    };
     if problems.has_errors() {
         return Err(LoadError::Host(problems));
     }
@@ -287,6 +332,7 @@ pub(super) fn parse(
             .map(|m| Member {
                 id: m.id,
                 path: m.path,
+                name: m.name,
                 config: m.config,
             })
             .collect(),
@@ -302,9 +348,11 @@ pub(super) struct Listed {
     /// The entry's place in the host file (its id, or its file).
     pub at: serde_saphyr::Location,
     /// Its place in [`HostProblems`]'s cluster files.
-    slot: usize,
+    pub(super) slot: usize,
     pub src: Source,
     pub path: PathBuf,
+    /// The path as shown: next to the host file's name.
+    pub name: String,
     pub raw: RawConfig,
     pub config: Config,
 }

@@ -158,12 +158,29 @@ impl SyntaxError {
 /// Reads and validates the cluster config at `path`; relative paths inside it are relative to
 /// its folder. A host file is refused ([`LoadError::HostFile`]): see [`load_any`].
 pub fn load(path: &Path, files: InstallCheck<'_>) -> Result<Loaded, LoadError> {
-    match load_any(path, files)? {
-        Target::Cluster(loaded) => Ok(loaded),
-        Target::Host(_) => Err(LoadError::HostFile {
+    let (text, dir) = read(path)?;
+    // Said before anything in it is checked: a host file's own problems are `check`'s.
+    if host::is_host_file(&text) {
+        return Err(LoadError::HostFile {
             path: path.to_owned(),
-        }),
+        });
     }
+    parse(&text, &path.display().to_string(), dir, files)
+}
+
+/// The text of the file at `path` and the folder its relative paths are relative to.
+fn read(path: &Path) -> Result<(String, &Path), LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    Ok((text, dir))
 }
 
 /// What a config file turned out to be.
@@ -176,16 +193,7 @@ pub enum Target {
 /// Reads and validates a cluster file or a host file (one with `clusters:`) and the cluster
 /// files it lists.
 pub fn load_any(path: &Path, files: InstallCheck<'_>) -> Result<Target, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
+    let (text, dir) = read(path)?;
     parse_any(&text, &path.display().to_string(), dir, files)
 }
 

@@ -76,9 +76,12 @@ impl Clash<'_> {
 }
 
 impl HostPlan {
-    /// Builds the indexes and the zones over `members`. A zone whose records differ from
-    /// `previous`'s (or that is new) takes `serial`; an unchanged one keeps its serial, so a
-    /// secondary transfers only what changed (a zone's serial moves only with its records).
+    /// Builds the indexes and the zones over `members`. Without `previous` (the first plan),
+    /// each zone keeps the serial its cluster's plan gave it (a merged one the newest of
+    /// them). With it, a zone whose records are unchanged keeps its serial, so a secondary
+    /// transfers only what changed, and one that changed (or is new) takes `serial`, or one
+    /// more than the zone had if `serial` is not past it (RFC 1982): a serial never stands
+    /// still or goes back on a change, whatever `serial` the caller passes.
     pub fn assemble(
         members: Vec<Member>,
         serial: u32,
@@ -206,10 +209,21 @@ fn host_zones(members: &[Member], serial: u32, previous: Option<&HostPlan>) -> V
         .map(
             |zone| match previous.zones.iter().find(|p| p.origin == zone.origin) {
                 Some(p) if p.same_records(&zone) => zone.with_serial(p.soa().serial),
-                _ => zone.with_serial(serial),
+                Some(p) => zone.with_serial(after(p.soa().serial, serial)),
+                None => zone.with_serial(serial),
             },
         )
         .collect()
+}
+
+/// `serial` if it is past `old` in RFC 1982 serial arithmetic, else `old + 1`.
+fn after(old: u32, serial: u32) -> u32 {
+    let ahead = serial.wrapping_sub(old);
+    if ahead != 0 && ahead < 1 << 31 {
+        serial
+    } else {
+        old.wrapping_add(1)
+    }
 }
 
 #[cfg(test)]
@@ -450,8 +464,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(serials(&changed), [5, 7, 7]);
-        // Removing test moves the shared zone again, never back to an older serial.
-        let alone = HostPlan::assemble(vec![member("okd", &okd)], 8, Some(&changed)).unwrap();
+        // Removing test moves the shared zone again, never back to an older serial: here the
+        // caller's serial (6) is older than the zone's (7).
+        let alone = HostPlan::assemble(vec![member("okd", &okd)], 6, Some(&changed)).unwrap();
         assert_eq!(serials(&alone), [5, 8]);
+        // The same serial twice (two reloads in one second) still moves a changed zone.
+        let back = HostPlan::assemble(
+            vec![member("okd", &okd), member("test", &test)],
+            6,
+            Some(&alone),
+        )
+        .unwrap();
+        assert_eq!(serials(&back), [5, 6, 9]);
+        assert_eq!(after(u32::MAX, 0), 0, "serial arithmetic wraps");
+        assert_eq!(after(5, 5), 6);
     }
 }

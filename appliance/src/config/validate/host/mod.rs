@@ -6,12 +6,18 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use ipnet::IpNet;
 use serde_saphyr::Location;
 
 use super::super::diagnostic::{Problem, Severity, Source};
 use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
+use machines::machines;
+use network::{listeners, pools, subnets};
+
+mod machines;
+mod network;
+#[cfg(test)]
+mod tests;
 
 /// Every conflict between `members`, each with the member whose file it is reported in (`None`:
 /// the host file).
@@ -28,6 +34,7 @@ pub(in crate::config) fn conflicts(
     pools(members, &mut out);
     ignition_dirs(members, &mut out);
     machines(members, &mut out);
+    listeners(members, &mut out);
     out
 }
 
@@ -220,9 +227,16 @@ fn addresses(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
                 seen.insert(ip, (i, what, at));
                 continue;
             };
-            // One gateway for clusters on one subnet is the usual case, and one cluster's own
-            // uses were checked by its file's rules.
-            if j == i || (what == Use::Gateway && theirs == Use::Gateway) {
+            // The services host's own addresses may be several clusters' gateway, and one
+            // gateway for clusters on one subnet is the usual case; only two clusters'
+            // frontends on one address clash. One cluster's own uses were checked by its
+            // file's rules.
+            let host_side = |u: Use| matches!(u, Use::Gateway | Use::Appliance);
+            if j == i
+                || (host_side(what)
+                    && host_side(theirs)
+                    && (what, theirs) != (Use::Appliance, Use::Appliance))
+            {
                 continue;
             }
             let other = &members[j];
@@ -297,134 +311,13 @@ fn uses(m: &Listed) -> Vec<(IpAddr, Use, Location)> {
     v
 }
 
-/// One subnet is one segment: on one interface, and never overlapping another unequal one.
-fn subnets(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    for (i, m) in members.iter().enumerate() {
-        for other in &members[..i] {
-            for ((net, at), (theirs, their_at)) in subnet_pairs(m, other) {
-                let message = if net == theirs {
-                    match (&m.config.network.interface, &other.config.network.interface) {
-                        (Some(a), Some(b)) if a != b => format!(
-                            "subnet {net} is on interface {a} here and on {b} in cluster {}",
-                            other.id
-                        ),
-                        _ => continue,
-                    }
-                } else if net.contains(&theirs.network()) || theirs.contains(&net.network()) {
-                    format!("subnet {net} overlaps cluster {}'s {theirs}", other.id)
-                } else {
-                    continue;
-                };
-                let p = conflict(
-                    (m, (at, "this subnet")),
-                    (other, (their_at, "that subnet")),
-                    "host::segment-mismatch",
-                    message,
-                    "clusters share a segment with the same subnet on the same interface, or use subnets apart",
-                );
-                out.push((Some(i), p));
-            }
-        }
-    }
-}
-
-fn subnet_pairs(a: &Listed, b: &Listed) -> Vec<((IpNet, Location), (IpNet, Location))> {
-    let v4 = |m: &Listed| {
-        (
-            IpNet::V4(m.config.network.v4.subnet),
-            m.raw.network.subnet.referenced,
-        )
-    };
-    let v6 = |m: &Listed| match (&m.config.network.v6, &m.raw.network.ipv6) {
-        (Some(v6), Some(raw)) => Some((IpNet::V6(v6.subnet), raw.subnet.referenced)),
-        _ => None,
-    };
-    let mut pairs = vec![(v4(a), v4(b))];
-    if let (Some(x), Some(y)) = (v6(a), v6(b)) {
-        pairs.push((x, y));
-    }
-    pairs
-}
-
-/// A dynamic pool hands its addresses to unknown machines: it may not overlap another
-/// cluster's pool or hold another cluster's reserved address. Reported in the later file.
-fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    for (i, m) in members.iter().enumerate() {
-        for other in &members[..i] {
-            let mine = pool_of(m);
-            let theirs = pool_of(other);
-            if let (Some((pool, at)), Some((their_pool, their_at))) = (mine, theirs)
-                && pool.start <= their_pool.end
-                && their_pool.start <= pool.end
-            {
-                let message = format!(
-                    "dynamic pool {}-{} overlaps cluster {}'s {}-{}",
-                    pool.start, pool.end, other.id, their_pool.start, their_pool.end
-                );
-                let p = conflict(
-                    (m, (at, "this pool")),
-                    (other, (their_at, "that pool")),
-                    "host::pool-overlap",
-                    message,
-                    "clusters on one segment share one pool: state it once, in one cluster's file",
-                );
-                out.push((Some(i), p));
-            }
-            // This cluster's pool holds the other's nodes, or the other's pool holds this one's.
-            if let Some((pool, at)) = mine {
-                for n in other.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
-                    let message = format!(
-                        "dynamic pool {}-{} holds {}, node {} of cluster {}",
-                        pool.start, pool.end, n.ipv4, n.name, other.id
-                    );
-                    let node_at = node_field(other, &n.name, |r| r.ip.referenced);
-                    let p = conflict(
-                        (m, (at, "this pool")),
-                        (other, (node_at, "reserved here")),
-                        "host::pool-overlap",
-                        message,
-                        POOL_HINT,
-                    );
-                    out.push((Some(i), p));
-                }
-            }
-            if let Some((pool, pool_at)) = theirs {
-                for n in m.config.nodes.iter().filter(|n| pool.contains(n.ipv4)) {
-                    let message = format!(
-                        "{} (node {}) is in cluster {}'s dynamic pool {}-{}",
-                        n.ipv4, n.name, other.id, pool.start, pool.end
-                    );
-                    let node_at = node_field(m, &n.name, |r| r.ip.referenced);
-                    let p = conflict(
-                        (m, (node_at, "reserved here")),
-                        (other, (pool_at, "that pool")),
-                        "host::pool-overlap",
-                        message,
-                        POOL_HINT,
-                    );
-                    out.push((Some(i), p));
-                }
-            }
-        }
-    }
-}
-
-const POOL_HINT: &str = "an unknown machine could be given the node's address: keep every pool clear of every cluster's nodes";
-
-fn pool_of(m: &Listed) -> Option<(crate::config::Pool, Location)> {
-    match (&m.config.network.dhcp_pool, &m.raw.network.dhcp_pool) {
-        (Some(pool), Some(raw)) => Some((*pool, raw.start.referenced)),
-        _ => None,
-    }
-}
-
 /// Each cluster's ignition files are its own: one directory for two would serve one cluster's
 /// certificates to the other's nodes.
 fn ignition_dirs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
     let mut seen = FirstUse::<PathBuf>::new();
     for (i, m) in members.iter().enumerate() {
         let dir = &m.config.install.ignition_dir;
-        let key = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        let key = same_place(dir);
         let at = m.raw.install.value.ignition_dir.referenced;
         seen.check(
             (key, at),
@@ -437,6 +330,26 @@ fn ignition_dirs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
     }
 }
 
+/// What `dir` names, for comparing two paths: the real path when it exists (symlinks
+/// followed), else the absolute path with `.` and `..` taken lexically.
+fn same_place(dir: &std::path::Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(dir) {
+        return real;
+    }
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    let mut out = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// A field of the node named `name` in `m`'s YAML (the node list's place if the name is not
 /// found, which validation makes impossible).
 fn node_field(m: &Listed, name: &str, field: impl Fn(&super::RawNode) -> Location) -> Location {
@@ -446,57 +359,4 @@ fn node_field(m: &Listed, name: &str, field: impl Fn(&super::RawNode) -> Locatio
         .iter()
         .find(|r| r.name.value.eq_ignore_ascii_case(name))
         .map_or(m.raw.nodes.referenced, field)
-}
-
-/// One machine is driven by one cluster: an explicit Proxmox VM ID in two clusters on one
-/// Proxmox (its API URL), or one BMC URL in two clusters. Machine names can't collide: a VM
-/// is named `<node>.<cluster domain>`, and domains are unique on a host.
-fn machines(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
-    let mut seen = FirstUse::<String>::new();
-    for (i, m) in members.iter().enumerate() {
-        for s in &m.config.control.machines {
-            let raw = m
-                .raw
-                .nodes
-                .value
-                .iter()
-                .find(|r| r.name.value.eq_ignore_ascii_case(&s.node))
-                .and_then(|r| r.machine.as_ref());
-            let mut keys = Vec::new();
-            if let (crate::config::Provider::Proxmox(px), Some(id)) =
-                (&m.config.control.provider, s.vmid)
-            {
-                let at = raw
-                    .and_then(|r| r.value.vmid.as_ref())
-                    .map(|v| v.referenced);
-                keys.push((
-                    format!("Proxmox VM {id} at {}", normalized_url(&px.url)),
-                    at,
-                ));
-            }
-            if let Some(bmc) = &s.bmc {
-                let at = raw
-                    .and_then(|r| r.value.bmc.as_ref())
-                    .map(|b| b.value.url.as_ref().map_or(b.referenced, |u| u.referenced));
-                keys.push((format!("the BMC at {}", normalized_url(&bmc.url)), at));
-            }
-            for (key, at) in keys {
-                let at = at.unwrap_or_else(|| node_field(m, &s.node, |r| r.name.referenced));
-                let message = format!("{key} is node {}'s here", s.node);
-                seen.check(
-                    (key, at),
-                    (i, members),
-                    "host::machine-collision",
-                    |other| format!("{message} and a node's in cluster {}", other.id),
-                    "two clusters would create, power and reinstall the same machine",
-                    out,
-                );
-            }
-        }
-    }
-}
-
-/// A URL as compared between clusters: lowercase, without a trailing `/`.
-fn normalized_url(url: &str) -> String {
-    url.trim_end_matches('/').to_ascii_lowercase()
 }

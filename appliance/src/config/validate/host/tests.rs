@@ -1,0 +1,173 @@
+//! The host rules on in-memory cluster files: what must clash, and what must not.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use miette::NamedSource;
+
+use super::super::super::host::Listed;
+use super::super::super::{InstallCheck, parse_cluster};
+use super::conflicts;
+
+/// A cluster file: `name`.lab.example.com on ens19, 10.0.0.0/24 with the appliance at
+/// `.appliance`, three masters from `.first`, and `extra` YAML: `network:` keys (indented two
+/// spaces, first) and top-level sections after `---sections---`.
+fn cluster(name: &str, appliance: u8, first: u8, extra: &str) -> String {
+    let (net, sections) = extra.split_once("---sections---\n").unwrap_or((extra, ""));
+    let mut text = format!(
+        "version: 1\ncluster: {{ name: {name}, base_domain: lab.example.com }}\nnetwork:\n  \
+         interface: ens19\n  subnet: 10.0.0.0/24\n  appliance_ip: 10.0.0.{appliance}\n{net}\
+         install: {{ ignition_dir: ./{name}-install, artifacts_dir: ./artifacts }}\nnodes:\n"
+    );
+    for i in 0..3u8 {
+        text.push_str(&format!(
+            "  - {{ name: master-{i}, role: master, mac: \"52:54:00:{appliance:02x}:00:{i:02x}\", ip: 10.0.0.{} }}\n",
+            first + i
+        ));
+    }
+    text.push_str(sections);
+    text
+}
+
+/// The codes `check` reports for these cluster files, listed in this order.
+fn codes(files: &[String]) -> Vec<&'static str> {
+    let host: super::super::super::diagnostic::Source =
+        Arc::new(NamedSource::new("host.yml", String::new()));
+    let members: Vec<Listed> = files
+        .iter()
+        .enumerate()
+        .map(|(slot, text)| {
+            let name = format!("c{slot}.yml");
+            let (loaded, raw) = parse_cluster(text, &name, Path::new("/tmp"), InstallCheck::Skip)
+                .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
+            Listed {
+                id: loaded.config.cluster.name.clone(),
+                name,
+                at: raw.version.referenced,
+                slot,
+                src: Arc::clone(loaded.warnings.source()),
+                path: Path::new("/tmp").join(format!("c{slot}.yml")),
+                raw,
+                config: loaded.config,
+            }
+        })
+        .collect();
+    conflicts(&host, &members)
+        .into_iter()
+        .map(|(_, p)| p.code())
+        .collect()
+}
+
+#[test]
+fn the_services_host_may_be_every_clusters_gateway() {
+    let a = cluster("a", 1, 10, "  gateway: 10.0.0.1\n");
+    let b = cluster("b", 2, 20, "  gateway: 10.0.0.1\n");
+    assert_eq!(codes(&[a, b]), Vec::<&str>::new());
+}
+
+#[test]
+fn one_segment_has_one_pool_clear_of_every_clusters_addresses() {
+    let pool = "  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.150 }\n";
+    // The same pool stated by both: the segment's one pool.
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, pool), cluster("b", 2, 20, pool)]),
+        Vec::<&str>::new()
+    );
+    // b's appliance address, and then b's node, in a's pool.
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, pool), cluster("b", 120, 20, "")]),
+        ["host::pool-overlap"]
+    );
+    // b's three nodes: one each.
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, pool), cluster("b", 2, 100, "")]),
+        ["host::pool-overlap"; 3]
+    );
+    // Another pool overlapping it.
+    let other = "  dhcp_pool: { start: 10.0.0.140, end: 10.0.0.160 }\n";
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, pool), cluster("b", 2, 20, other)]),
+        ["host::pool-overlap"]
+    );
+}
+
+#[test]
+fn a_segments_gateway_and_mtu_are_one() {
+    let a = cluster("a", 1, 10, "  gateway: 10.0.0.254\n  mtu: 1500\n");
+    let same = cluster("b", 2, 20, "  gateway: 10.0.0.254\n");
+    assert_eq!(codes(&[a.clone(), same]), Vec::<&str>::new());
+    let other = cluster("b", 2, 20, "  gateway: 10.0.0.253\n  mtu: 9000\n");
+    assert_eq!(
+        codes(&[a, other]),
+        ["host::segment-mismatch", "host::segment-mismatch"]
+    );
+}
+
+#[test]
+fn ipv6_addresses_clash_like_ipv4_ones() {
+    let v6 = "  ipv6: { subnet: \"fd00::/64\", appliance_ip: \"fd00::1\" }\n";
+    // Apart in IPv4, one appliance address in IPv6.
+    let a = cluster("a", 1, 10, v6);
+    let b = cluster("b", 2, 20, v6);
+    assert_eq!(codes(&[a, b]), ["host::frontend-collision"]);
+}
+
+#[test]
+fn a_wildcard_listener_meets_every_address_on_its_port_but_dhcp_is_the_segments() {
+    // Both on ens19: their DHCP sockets are the segment's one socket, not a clash.
+    let wildcard = "---sections---\nlisten: { api: [\"0.0.0.0:6443\"] }\n";
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, wildcard), cluster("b", 2, 20, "")]),
+        ["host::listener-collision"]
+    );
+    // Another port: no clash; port 0 is a free port.
+    let elsewhere = "---sections---\nlisten: { api: [\"0.0.0.0:7443\"], http: [\"0.0.0.0:0\"] }\n";
+    let zero = "---sections---\nlisten: { http: [\"0.0.0.0:0\"] }\n";
+    assert_eq!(
+        codes(&[cluster("a", 1, 10, elsewhere), cluster("b", 2, 20, zero)]),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn one_bmc_is_one_machine_however_its_url_is_written() {
+    let redfish = "---sections---\ncontrol:\n  provider: redfish\n  redfish: { username: u, \
+                   password_file: /etc/p, ca_file: /etc/ca.pem }\n";
+    // The first master's BMC at `url`, the others' each its own.
+    let with_bmc = |name: &str, appliance: u8, first: u8, url: &str| {
+        let mut text = cluster(name, appliance, first, redfish);
+        for i in 0..3u8 {
+            let ip = first + i;
+            let own = if i == 0 {
+                url.to_owned()
+            } else {
+                format!("https://bmc-{name}-{i}.example.com")
+            };
+            text = text.replace(
+                &format!("ip: 10.0.0.{ip} }}"),
+                &format!("ip: 10.0.0.{ip}, machine: {{ bmc: {{ url: \"{own}\" }} }} }}"),
+            );
+        }
+        text
+    };
+    // A BMC's root and one of its systems, with the port written out: one machine.
+    let a = with_bmc("a", 1, 10, "https://bmc.example.com/");
+    let b = with_bmc(
+        "b",
+        2,
+        20,
+        "https://BMC.example.com:443/redfish/v1/Systems/1",
+    );
+    assert_eq!(codes(&[a, b]), ["host::machine-collision"]);
+    // Two systems of one BMC: two machines (paths as written: Redfish's are case-sensitive).
+    let a = with_bmc("a", 1, 10, "https://bmc.example.com/redfish/v1/Systems/1");
+    let b = with_bmc("b", 2, 20, "https://bmc.example.com/redfish/v1/Systems/2");
+    assert_eq!(codes(&[a, b]), Vec::<&str>::new());
+}
+
+#[test]
+fn one_ignition_dir_however_its_path_is_written() {
+    let a = cluster("a", 1, 10, "");
+    let b = cluster("b", 2, 20, "").replace("./b-install", "./x/../a-install");
+    assert_eq!(codes(&[a, b]), ["host::shared-ignition-dir"]);
+}
