@@ -51,6 +51,9 @@
 #                       for one worker)
 #   SYSCALLS [auto]     count each server's system calls per answer during the full-speed runs
 #                       with `perf stat -e raw_syscalls:sys_enter` (1, 0, or auto: when perf can)
+#   PROFILE [0]         1: `perf record` okd-appliance, NSD and Knot during their authoritative
+#                       full-speed run of the last round, and add where each one's time goes
+#                       (by binary, by system call, top user-space functions) to the report
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -483,6 +486,7 @@ machine_busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit
 # utime+stime of this shell's reaped children (the load tool, once it has exited).
 children_ticks() { sed 's/.*) //' /proc/$$/stat | awk '{print $14 + $15}'; }
 
+PROFILED=() # the keys profiled (PROFILE=1)
 RUNS=$W/runs.tsv # test name round qps sent completed lost avg_ms ticks cpu_us resp_size rcodes user_us other_pct syscalls_per_query
 LATS=$W/lat.tsv  # test name round p99_ms avg_ms lost
 : >"$RUNS"
@@ -504,9 +508,18 @@ full_run() {
       -p "$(proc_tree "$pid" | paste -sd,)" >/dev/null 2>&1 &
     counter=$!
   fi
+  local profiled=''
+  if ((${PROFILE:-0})) && ((round == ROUNDS)) && [[ $key =~ ^auth/(okd-appliance|nsd|knot)$ ]]; then
+    profiled=$W/${key/\//-}/perf.data
+    profile_start "$(proc_tree "$pid" | paste -sd,)" "$profiled" "$DURATION"
+  fi
   in_load taskset -c "$LOAD_CPU" timeout $((DURATION + 20)) \
     dnsperf -s "${ADDR[$key]}" -d "$W/${key%%/*}.txt" -l "$DURATION" -c "$CLIENTS" -q "$OUTSTANDING" -t 2 \
     >"$out" 2>&1 || log "warning: dnsperf against $key exited with $?"
+  if [[ -n $profiled ]]; then
+    profile_wait
+    PROFILED+=("$key")
+  fi
   if [[ -n $counter ]]; then
     kill -INT "$counter" 2>/dev/null
     wait "$counter" 2>/dev/null || true
@@ -867,6 +880,14 @@ EOF
     if ((WORKERS == 1)); then
       printf '\nTargets (from the performance issue):\n\n'
       cat "$W/targets.md"
+    fi
+    if ((${#PROFILED[@]})); then
+      printf '\nWhere each server'"'"'s time goes (`PROFILE=1`: `perf record -e cpu-clock -F 1999 -g` of\nits process tree during its authoritative full-speed run of round %s; this VM has no PMU). %s\n' \
+        "$ROUNDS" "$PROFILE_HOW"
+      for key in "${PROFILED[@]}"; do
+        printf '\n%s:\n\n' "${key#*/}"
+        profile_md "$W/${key/\//-}/perf.data"
+      done
     fi
     if ((${#FAILED[@]})); then
       printf '\nProblems in this run:\n\n'
