@@ -157,7 +157,7 @@ fn parse_range(header: &str, len: u64) -> Decision {
 
 /// `rest` percent-decoded as a relative path of plain names (no `..`, no root, no `\\` or NUL),
 /// or `None`. Decoding happens first, so `%2e%2e` is `..` and refused like it.
-fn relative_path(rest: &str) -> Option<PathBuf> {
+pub fn relative_path(rest: &str) -> Option<PathBuf> {
     let decoded = percent_encoding::percent_decode_str(rest)
         .decode_utf8()
         .ok()?;
@@ -177,7 +177,13 @@ fn relative_path(rest: &str) -> Option<PathBuf> {
 /// Validation keeps the ignition directory out of `artifacts_dir`; this holds even if a file
 /// is copied or linked there.
 pub fn is_artifact_path(rest: &str) -> bool {
-    relative_path(rest).is_some_and(|p| {
+    artifact_relative(rest).is_some()
+}
+
+/// The relative path ([`relative_path`]) URL path `rest` names when it may name an artifact
+/// ([`is_artifact_path`]), or `None`.
+pub fn artifact_relative(rest: &str) -> Option<PathBuf> {
+    relative_path(rest).filter(|p| {
         p.components().all(|c| {
             let name = c.as_os_str().to_string_lossy().to_ascii_lowercase();
             !name.starts_with('.') && name != "auth" && !name.ends_with(".ign")
@@ -222,8 +228,12 @@ pub fn read_range(file: &File, start: u64, len: u64) -> io::Result<Vec<u8>> {
 /// Opened with `O_NONBLOCK`, so a FIFO planted in `root` can't stall the caller: it is not a
 /// regular file and so a 404.
 pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
+    open_relative(root, &relative_path(rest)?)
+}
+
+/// [`open_beneath`] for a path already decoded and checked by [`relative_path`].
+pub fn open_relative(root: &Path, relative: &Path) -> Option<(PathBuf, Opened)> {
     use nix::errno::Errno;
-    let relative = relative_path(rest)?;
     let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
     let fast = nix::fcntl::open(
         root,
@@ -234,9 +244,9 @@ pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
         let how = OpenHow::new()
             .flags(flags)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        nix::fcntl::openat2(&dir, &relative, how)
+        nix::fcntl::openat2(&dir, relative, how)
     });
-    let path = root.join(&relative);
+    let path = root.join(relative);
     let file = match fast {
         Ok(fd) => File::from(fd),
         Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
@@ -250,7 +260,7 @@ pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
             | Errno::E2BIG
             | Errno::EAGAIN,
         ) => {
-            let real = resolve_relative(root, &relative)?;
+            let real = resolve_relative(root, relative)?;
             let opened = std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(OFlag::O_NOCTTY.bits() | OFlag::O_NONBLOCK.bits())
