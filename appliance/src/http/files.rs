@@ -9,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use hyper::header::HeaderValue;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
@@ -30,6 +31,25 @@ impl FileMeta {
     pub fn last_modified(&self) -> String {
         httpdate::fmt_http_date(self.modified)
     }
+
+    /// [`FileMeta::etag`] and [`FileMeta::last_modified`] as header values.
+    pub fn validators(&self) -> Validators {
+        let value = |s: String| {
+            // Quoted hex digits and an HTTP date: visible ASCII, never refused.
+            HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+        };
+        Validators {
+            etag: value(self.etag()),
+            last_modified: value(self.last_modified()),
+        }
+    }
+}
+
+/// A file's `ETag` and `Last-Modified`, made once per cached file (a clone shares the bytes).
+#[derive(Debug, Clone)]
+pub struct Validators {
+    pub etag: HeaderValue,
+    pub last_modified: HeaderValue,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,10 +203,13 @@ pub fn is_artifact_path(rest: &str) -> bool {
 /// The relative path ([`relative_path`]) URL path `rest` names when it may name an artifact
 /// ([`is_artifact_path`]), or `None`.
 pub fn artifact_relative(rest: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // Names are UTF-8 here (`relative_path`); compared without a lowercase copy each.
     relative_path(rest).filter(|p| {
         p.components().all(|c| {
-            let name = c.as_os_str().to_string_lossy().to_ascii_lowercase();
-            !name.starts_with('.') && name != "auth" && !name.ends_with(".ign")
+            let name = c.as_os_str().as_bytes();
+            let ign = name.len() >= 4 && name[name.len() - 4..].eq_ignore_ascii_case(b".ign");
+            !(name.starts_with(b".") || name.eq_ignore_ascii_case(b"auth") || ign)
         })
     })
 }

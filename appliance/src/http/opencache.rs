@@ -49,7 +49,7 @@ use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::inotify::{AddWatchFlags as W, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 use nix::sys::stat::Mode;
 
-use super::files::{self, FileMeta, Opened};
+use super::files::{self, FileMeta, Opened, Validators};
 
 /// Files kept open at most.
 pub const ENTRIES: usize = 128;
@@ -65,8 +65,12 @@ const MAX_LINKS: usize = 40;
 /// What a lookup found.
 #[derive(Debug)]
 pub enum Found {
-    /// From the cache: the whole file, read just now, and its metadata.
-    Cached { meta: FileMeta, body: Bytes },
+    /// From the cache: the whole file, read just now, its metadata and validators.
+    Cached {
+        meta: FileMeta,
+        validators: Validators,
+        body: Bytes,
+    },
     /// Not from the cache: what [`files::open_relative`] returned (path for the log, file).
     Opened(PathBuf, Opened),
 }
@@ -130,6 +134,7 @@ impl Watched {
 struct Entry {
     file: File,
     meta: FileMeta,
+    validators: Validators,
     /// The file's own watch.
     wd: WatchDescriptor,
     /// When it was last used (`Inner::tick`), for eviction.
@@ -304,6 +309,7 @@ impl Inner {
                     entry.used = self.tick;
                     return Some(Found::Cached {
                         meta: entry.meta,
+                        validators: entry.validators.clone(),
                         body: Bytes::from(buf),
                     });
                 }
@@ -388,12 +394,14 @@ impl Inner {
         if again.st_dev != meta.dev() || again.st_ino != meta.ino() {
             return Err(io::Error::other("replaced while it was opened"));
         }
+        let meta = FileMeta {
+            len: meta.len(),
+            modified: meta.modified()?,
+        };
         let entry = Entry {
             file: file.try_clone()?,
-            meta: FileMeta {
-                len: meta.len(),
-                modified: meta.modified()?,
-            },
+            meta,
+            validators: meta.validators(),
             wd,
             used: self.tick,
         };
@@ -494,7 +502,7 @@ mod tests {
 
     fn content(found: Found) -> Option<(bool, Vec<u8>)> {
         match found {
-            Found::Cached { meta, body } => {
+            Found::Cached { meta, body, .. } => {
                 assert_eq!(meta.len, body.len() as u64, "the cached length");
                 Some((true, body.to_vec()))
             }

@@ -14,7 +14,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
@@ -25,10 +24,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::files::{self, FileMeta};
+use super::files;
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
-use super::response::{self, Body, empty, full, text};
+use super::response::{Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
@@ -476,9 +475,13 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             );
         }
         return match found {
-            Some(Found::Cached { meta, body }) => file(
+            Some(Found::Cached {
+                meta,
+                validators,
+                body,
+            }) => file(
                 req,
-                Ok((Source::Read(body), meta)),
+                Ok((Source::Read(body, validators), meta)),
                 Path::new(rest),
                 "application/octet-stream",
                 true,
@@ -734,95 +737,6 @@ fn open_file(path: &Path) -> files::Opened {
     let f = std::fs::File::open(path)?;
     let m = f.metadata()?;
     Ok((f, m))
-}
-
-/// Where a file answer's bytes come from.
-enum Source {
-    /// An open file, read (up to [`files::SMALL_BODY`]) or sent with sendfile(2) as needed.
-    Disk(std::fs::File),
-    /// The whole file, already read (`opencache`).
-    Read(bytes::Bytes),
-}
-
-/// `opened` (by [`open_file`] or `files::open_relative`) as a [`file`] answer's source.
-fn from_disk(opened: files::Opened) -> io::Result<(Source, FileMeta)> {
-    opened.and_then(|(f, m)| {
-        Ok((
-            Source::Disk(f),
-            FileMeta {
-                len: m.len(),
-                modified: m.modified()?,
-            },
-        ))
-    })
-}
-
-/// A file (`opened`; `path` names it in the log), honouring conditional and range requests:
-/// up to [`files::SMALL_BODY`] bytes read into memory, larger bodies sent with sendfile(2)
-/// (never read into memory).
-fn file(
-    req: &Request<Incoming>,
-    opened: io::Result<(Source, FileMeta)>,
-    path: &Path,
-    content_type: &'static str,
-    cacheable: bool,
-    segments: &Segments,
-) -> Response<Body> {
-    let (source, meta) = match opened {
-        Ok(x) => x,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return text(StatusCode::NOT_FOUND, "not found\n");
-        }
-        Err(e) => return file_error(path, &e),
-    };
-    let decision = files::decide(&response::conditions(req.headers()), meta);
-    let (status, start, len) = response::sending(decision, meta.len);
-    let body = if req.method() == Method::HEAD || len == 0 {
-        empty()
-    } else {
-        match source {
-            // The whole file, `meta.len` bytes: the decision's range is within it.
-            Source::Read(whole) => match usize::try_from(start)
-                .ok()
-                .zip(usize::try_from(start + len).ok())
-                .filter(|&(_, end)| end <= whole.len())
-            {
-                Some((from, to)) => full(whole.slice(from..to)),
-                None => return file_error(path, &io::ErrorKind::UnexpectedEof.into()),
-            },
-            Source::Disk(f) if len <= files::SMALL_BODY => {
-                match files::read_range(&f, start, len) {
-                    Ok(buf) => full(buf),
-                    Err(e) => return file_error(path, &e),
-                }
-            }
-            Source::Disk(f) => segments.body(f, start, len).boxed(),
-        }
-    };
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    let h = r.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&meta.etag()) {
-        h.insert(header::ETAG, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&meta.last_modified()) {
-        h.insert(header::LAST_MODIFIED, v);
-    }
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(if cacheable {
-            "public, max-age=3600"
-        } else {
-            "no-store"
-        }),
-    );
-    response::range_headers(h, decision, meta.len, len, content_type);
-    r
-}
-
-fn file_error(path: &Path, e: &io::Error) -> Response<Body> {
-    tracing::error!("http: {}: {e}", path.display());
-    text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n")
 }
 
 #[cfg(test)]
