@@ -19,8 +19,9 @@
 //!   go;
 //! - every directory looked up on the way to the root, symlinks of the configured path
 //!   followed one by one (the root's chain), for a change of the names on that way: everything
-//!   goes, as it does when any watched directory is itself moved, deleted or unmounted, when
-//!   the kernel's event queue overflows, and for an event this cache can't place.
+//!   goes, as it does when the root or a directory on its way is itself moved, deleted or
+//!   unmounted, when the kernel's event queue overflows, and for an event this cache can't
+//!   place (a directory under the root that moves or goes takes the entries under it).
 //!
 //! Watches are in place before the file is checked again (without symlinks, by device and
 //! inode) and entered, so a change that raced with the first open either fails that check or
