@@ -33,8 +33,10 @@
 //!
 //! Bounded: at most [`ENTRIES`] files; a new one beyond that evicts the least recently used.
 //! Watches are bounded by [`WATCHES`]: beyond it everything is dropped and the cache starts
-//! over. Without inotify (no instance left, a seccomp filter) or `openat2`, nothing is cached
-//! and every request takes the uncached way.
+//! over. A file the cache can't hold (reached through a symlink) is told apart first, with
+//! `openat2` alone: it evicts nothing and adds no watch. Without inotify (no instance left, a
+//! seccomp filter) or `openat2`, nothing is cached and every request takes the uncached way;
+//! without `openat2`, caching is not tried again.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -100,6 +102,7 @@ impl OpenCache {
                 entries: HashMap::new(),
                 watches: HashMap::new(),
                 tick: 0,
+                no_openat2: false,
             }),
         }
     }
@@ -154,6 +157,8 @@ struct Inner {
     entries: HashMap<PathBuf, Entry>,
     watches: HashMap<WatchDescriptor, Watched>,
     tick: u64,
+    /// `openat2` is missing or filtered: nothing is cached (nor tried again).
+    no_openat2: bool,
 }
 
 /// Adds to the events an inode is already watched for (nix has no name for it).
@@ -339,16 +344,17 @@ impl Inner {
         file: &File,
         meta: &Metadata,
     ) -> io::Result<()> {
-        if self.entries.len() >= self.cap {
-            let oldest = self
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(key) => self.forget(&key),
-                None => return Err(io::Error::other("the cache holds no file at all")),
+        if self.cap == 0 || self.no_openat2 {
+            return Err(io::Error::other("caching is off"));
+        }
+        // A file this cache can't hold (reached through a symlink beneath the root) is told
+        // apart before any watch is added or any entry evicted for it.
+        match same_inode(root, relative, meta) {
+            Err(e @ (Errno::ENOSYS | Errno::EPERM)) => {
+                self.no_openat2 = true;
+                return Err(e.into());
             }
+            other => other?,
         }
         if self.watches.len() >= WATCHES {
             self.reset();
@@ -379,21 +385,16 @@ impl Inner {
             push_new(&mut w.files, key);
         })?;
         // The path leads to the same inode, now that a change would be reported.
-        let dir = nix::fcntl::open(
-            &real_root,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-            .resolve(
-                ResolveFlag::RESOLVE_BENEATH
-                    | ResolveFlag::RESOLVE_NO_SYMLINKS
-                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-            );
-        let again = nix::sys::stat::fstat(nix::fcntl::openat2(&dir, relative, how)?)?;
-        if again.st_dev != meta.dev() || again.st_ino != meta.ino() {
-            return Err(io::Error::other("replaced while it was opened"));
+        same_inode(&real_root, relative, meta)?;
+        if self.entries.len() >= self.cap {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            if let Some(key) = oldest {
+                self.forget(&key);
+            }
         }
         let meta = FileMeta {
             len: meta.len(),
@@ -467,6 +468,29 @@ impl Inner {
         }
         self.watch(&cur, DIR_MASK, |w| push_new(&mut w.dirs, PathBuf::new()))?;
         Ok(cur)
+    }
+}
+
+/// Whether `relative` leads from `root`, without any symlink beneath it, to the inode of `meta`
+/// (`ESTALE` when it leads to another one).
+fn same_inode(root: &Path, relative: &Path, meta: &Metadata) -> Result<(), Errno> {
+    let dir = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let now = nix::sys::stat::fstat(nix::fcntl::openat2(&dir, relative, how)?)?;
+    if now.st_dev == meta.dev() && now.st_ino == meta.ino() {
+        Ok(())
+    } else {
+        Err(Errno::ESTALE)
     }
 }
 
@@ -752,6 +776,14 @@ mod tests {
             fresh(&cache, &root, &name, &n.to_string());
             cached(&cache, &root, &name, &n.to_string());
         }
+        // A file it can't hold (reached through a symlink) evicts nothing and adds no watch.
+        std::os::unix::fs::symlink("f8", root.join("link")).unwrap();
+        let watches = cache.inner.lock().unwrap().watches.len();
+        fresh(&cache, &root, "link", "8");
+        fresh(&cache, &root, "link", "8");
+        cached(&cache, &root, "f8", "8");
+        cached(&cache, &root, "f9", "9");
+        assert_eq!(cache.inner.lock().unwrap().watches.len(), watches);
         let mut inner = cache.inner.lock().unwrap();
         inner.drain();
         assert_eq!(inner.entries.len(), 2);
