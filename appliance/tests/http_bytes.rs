@@ -410,3 +410,37 @@ fn conditional_requests_send_no_body_and_keep_the_connection_in_step() {
     ];
     exchange(fx.connect(), &expects, 64 * 1024, Duration::ZERO);
 }
+
+/// A small file replaced by a rename, or rewritten in place shorter, between two requests is
+/// served new at the next request, with its new length: the open-file cache
+/// (`http/opencache.rs`) reads the kernel's change events before every lookup, so this needs no
+/// wait.
+#[test]
+fn a_small_file_changed_between_requests_is_served_new() {
+    let fx = Fixture::start();
+    let dir = fx._dir.path().join("artifacts");
+    let i = SIZES.iter().position(|&n| n == 4095).unwrap();
+    let path = format!("/artifacts/{}", name(i));
+    let whole = |data: &Bytes| Expect {
+        request: get(&path, ""),
+        status: 200,
+        body: Some(data.clone()),
+        content_range: None,
+    };
+    let fetch = |data: &Bytes| {
+        exchange(
+            fx.connect(),
+            &[whole(data), whole(data)],
+            64 * 1024,
+            Duration::ZERO,
+        );
+    };
+    fetch(&fx.files[i]);
+    let renamed = Bytes::from(content(100, 3000));
+    std::fs::write(dir.join("next.tmp"), &renamed).unwrap();
+    std::fs::rename(dir.join("next.tmp"), dir.join(name(i))).unwrap();
+    fetch(&renamed);
+    let shorter = Bytes::from(content(101, 10));
+    std::fs::write(dir.join(name(i)), &shorter).unwrap();
+    fetch(&shorter);
+}

@@ -9,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use hyper::header::HeaderValue;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
@@ -30,6 +31,25 @@ impl FileMeta {
     pub fn last_modified(&self) -> String {
         httpdate::fmt_http_date(self.modified)
     }
+
+    /// [`FileMeta::etag`] and [`FileMeta::last_modified`] as header values.
+    pub fn validators(&self) -> Validators {
+        let value = |s: String| {
+            // Quoted hex digits and an HTTP date: visible ASCII, never refused.
+            HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+        };
+        Validators {
+            etag: value(self.etag()),
+            last_modified: value(self.last_modified()),
+        }
+    }
+}
+
+/// A file's `ETag` and `Last-Modified`, made once per cached file (a clone shares the bytes).
+#[derive(Debug, Clone)]
+pub struct Validators {
+    pub etag: HeaderValue,
+    pub last_modified: HeaderValue,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +177,7 @@ fn parse_range(header: &str, len: u64) -> Decision {
 
 /// `rest` percent-decoded as a relative path of plain names (no `..`, no root, no `\\` or NUL),
 /// or `None`. Decoding happens first, so `%2e%2e` is `..` and refused like it.
-fn relative_path(rest: &str) -> Option<PathBuf> {
+pub fn relative_path(rest: &str) -> Option<PathBuf> {
     let decoded = percent_encoding::percent_decode_str(rest)
         .decode_utf8()
         .ok()?;
@@ -177,10 +197,19 @@ fn relative_path(rest: &str) -> Option<PathBuf> {
 /// Validation keeps the ignition directory out of `artifacts_dir`; this holds even if a file
 /// is copied or linked there.
 pub fn is_artifact_path(rest: &str) -> bool {
-    relative_path(rest).is_some_and(|p| {
+    artifact_relative(rest).is_some()
+}
+
+/// The relative path ([`relative_path`]) URL path `rest` names when it may name an artifact
+/// ([`is_artifact_path`]), or `None`.
+pub fn artifact_relative(rest: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // Names are UTF-8 here (`relative_path`); compared without a lowercase copy each.
+    relative_path(rest).filter(|p| {
         p.components().all(|c| {
-            let name = c.as_os_str().to_string_lossy().to_ascii_lowercase();
-            !name.starts_with('.') && name != "auth" && !name.ends_with(".ign")
+            let name = c.as_os_str().as_bytes();
+            let ign = name.len() >= 4 && name[name.len() - 4..].eq_ignore_ascii_case(b".ign");
+            !(name.starts_with(b".") || name.eq_ignore_ascii_case(b"auth") || ign)
         })
     })
 }
@@ -222,8 +251,12 @@ pub fn read_range(file: &File, start: u64, len: u64) -> io::Result<Vec<u8>> {
 /// Opened with `O_NONBLOCK`, so a FIFO planted in `root` can't stall the caller: it is not a
 /// regular file and so a 404.
 pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
+    open_relative(root, &relative_path(rest)?)
+}
+
+/// [`open_beneath`] for a path already decoded and checked by [`relative_path`].
+pub fn open_relative(root: &Path, relative: &Path) -> Option<(PathBuf, Opened)> {
     use nix::errno::Errno;
-    let relative = relative_path(rest)?;
     let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
     let fast = nix::fcntl::open(
         root,
@@ -234,9 +267,9 @@ pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
         let how = OpenHow::new()
             .flags(flags)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        nix::fcntl::openat2(&dir, &relative, how)
+        nix::fcntl::openat2(&dir, relative, how)
     });
-    let path = root.join(&relative);
+    let path = root.join(relative);
     let file = match fast {
         Ok(fd) => File::from(fd),
         Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
@@ -250,7 +283,7 @@ pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {
             | Errno::E2BIG
             | Errno::EAGAIN,
         ) => {
-            let real = resolve_relative(root, &relative)?;
+            let real = resolve_relative(root, relative)?;
             let opened = std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(OFlag::O_NOCTTY.bits() | OFlag::O_NONBLOCK.bits())

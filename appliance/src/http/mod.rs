@@ -13,6 +13,7 @@
 
 pub mod files;
 pub mod iso;
+pub mod opencache;
 pub mod preflight;
 pub mod response;
 pub mod sendfile;

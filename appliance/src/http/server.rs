@@ -14,7 +14,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
@@ -25,9 +24,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::files::{self, FileMeta};
+use super::files;
 use super::iso::{self, IsoCache};
-use super::response::{self, Body, empty, full, text};
+use super::opencache::{Found, OpenCache};
+use super::response::{Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
@@ -57,6 +57,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let per_address = PerAddress::default();
     let isos = Arc::new(IsoCache::default());
+    let opened_files = Arc::new(OpenCache::default());
     {
         let (isos, plan, token) = (Arc::clone(&isos), Arc::clone(&plan), token.clone());
         tokio::spawn(async move { isos.watch(plan, token).await });
@@ -85,13 +86,14 @@ pub async fn serve(
             );
             continue;
         };
-        let (plan, journal, token, isos, active, metrics) = (
+        let (plan, journal, token, isos, active, metrics, opened_files) = (
             Arc::clone(&plan),
             journal.clone(),
             token.clone(),
             Arc::clone(&isos),
             active.clone(),
             Arc::clone(&metrics),
+            Arc::clone(&opened_files),
         );
         // A response head and a sendfile body are two writes: with Nagle's algorithm the body
         // of a small file would wait for the client's delayed ACK of the head (~40 ms).
@@ -107,13 +109,14 @@ pub async fn serve(
             let _permit = permit;
             let _held = held;
             let service = service_fn(move |req| {
-                let (plan, journal, segments, isos, active, metrics) = (
+                let (plan, journal, segments, isos, active, metrics, opened_files) = (
                     Arc::clone(&plan),
                     journal.clone(),
                     segments.clone(),
                     Arc::clone(&isos),
                     active.is_active(),
                     Arc::clone(&metrics),
+                    Arc::clone(&opened_files),
                 );
                 async move {
                     let plan = plan.load_full();
@@ -124,6 +127,7 @@ pub async fn serve(
                         journal: &journal,
                         segments: &segments,
                         isos: &isos,
+                        opened_files: &opened_files,
                         active,
                         metrics: &metrics,
                     };
@@ -266,6 +270,8 @@ struct Context<'a> {
     journal: &'a Journal,
     segments: &'a Segments,
     isos: &'a IsoCache,
+    /// Small artifact files kept open between requests.
+    opened_files: &'a OpenCache,
     /// This host is the active one of its pair (always, outside a pair).
     active: bool,
     metrics: &'a crate::metrics::Metrics,
@@ -279,6 +285,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         journal,
         segments,
         isos,
+        opened_files,
         active,
         metrics,
     } = *cx;
@@ -379,7 +386,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         let path = files.ignition_dir.join(role.file());
         return file(
             req,
-            open_file(&path),
+            from_disk(open_file(&path)),
             &path,
             "application/vnd.coreos.ignition+json",
             false,
@@ -450,10 +457,10 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     }
     if let Some(rest) = path.strip_prefix("/artifacts/") {
         // On the runtime thread, like `open_file`. Only artifact files, whatever else the
-        // directory holds (see `files::is_artifact_path`).
-        let found = files::is_artifact_path(rest)
-            .then(|| files::open_beneath(&files.artifacts_dir, rest))
-            .flatten();
+        // directory holds (see `files::is_artifact_path`); the cache only holds what
+        // `files::open_relative` opened for the same path.
+        let found = files::artifact_relative(rest)
+            .and_then(|relative| opened_files.open(&files.artifacts_dir, &relative));
         if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip))
             && req.method() == Method::GET
             && found.is_some()
@@ -468,9 +475,21 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             );
         }
         return match found {
-            Some((real, opened)) => file(
+            Some(Found::Cached {
+                meta,
+                validators,
+                body,
+            }) => file(
                 req,
-                opened,
+                Ok((Source::Read(body, validators), meta)),
+                Path::new(rest),
+                "application/octet-stream",
+                true,
+                segments,
+            ),
+            Some(Found::Opened(real, opened)) => file(
+                req,
+                from_disk(opened),
                 &real,
                 "application/octet-stream",
                 true,
@@ -494,7 +513,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         }
         return file(
             req,
-            opened,
+            from_disk(opened),
             &binary,
             "application/octet-stream",
             true,
@@ -718,71 +737,6 @@ fn open_file(path: &Path) -> files::Opened {
     let f = std::fs::File::open(path)?;
     let m = f.metadata()?;
     Ok((f, m))
-}
-
-/// A file from disk (`opened` by [`open_file`]; `path` names it in the log), honouring
-/// conditional and range requests: up to [`files::SMALL_BODY`] bytes read into memory, larger
-/// bodies sent with sendfile(2) (never read into memory).
-fn file(
-    req: &Request<Incoming>,
-    opened: files::Opened,
-    path: &Path,
-    content_type: &'static str,
-    cacheable: bool,
-    segments: &Segments,
-) -> Response<Body> {
-    let opened = opened.and_then(|(f, m)| {
-        Ok((
-            f,
-            FileMeta {
-                len: m.len(),
-                modified: m.modified()?,
-            },
-        ))
-    });
-    let (f, meta) = match opened {
-        Ok(x) => x,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return text(StatusCode::NOT_FOUND, "not found\n");
-        }
-        Err(e) => return file_error(path, &e),
-    };
-    let decision = files::decide(&response::conditions(req.headers()), meta);
-    let (status, start, len) = response::sending(decision, meta.len);
-    let body = if req.method() == Method::HEAD || len == 0 {
-        empty()
-    } else if len <= files::SMALL_BODY {
-        match files::read_range(&f, start, len) {
-            Ok(buf) => full(buf),
-            Err(e) => return file_error(path, &e),
-        }
-    } else {
-        segments.body(f, start, len).boxed()
-    };
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    let h = r.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&meta.etag()) {
-        h.insert(header::ETAG, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&meta.last_modified()) {
-        h.insert(header::LAST_MODIFIED, v);
-    }
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(if cacheable {
-            "public, max-age=3600"
-        } else {
-            "no-store"
-        }),
-    );
-    response::range_headers(h, decision, meta.len, len, content_type);
-    r
-}
-
-fn file_error(path: &Path, e: &io::Error) -> Response<Body> {
-    tracing::error!("http: {}: {e}", path.display());
-    text(StatusCode::INTERNAL_SERVER_ERROR, "can't read the file\n")
 }
 
 #[cfg(test)]

@@ -1,0 +1,813 @@
+//! The open-file cache of `/artifacts/`: small files (up to [`files::SMALL_BODY`]) kept open
+//! with their metadata between requests, so that a repeated request costs one `pread` instead
+//! of a path walk, `openat2`, `statx` and two `close` (docs/performance.md, `## HTTP boot
+//! server: small files`).
+//!
+//! It sits after the access decision and never widens it: the caller checks the URL path
+//! ([`files::artifact_relative`]), an entry is only ever made from what
+//! [`files::open_relative`] opened for the same root and the same decoded path, and only for a
+//! regular file reached without any symlink beneath the root.
+//!
+//! Invalidation is by inotify, and is read before every lookup (one non-blocking `read` of the
+//! inotify descriptor per request): a change whose system call returned before the request is
+//! looked up is never served from the cache, where nginx's `open_file_cache_valid` serves a
+//! replaced file for up to its validity. What is watched:
+//! - every cached file's inode (written, truncated, its attributes changed, through any of its
+//!   names): that entry goes;
+//! - every directory from the root down to a cached file, for a change of any of its names
+//!   (created, deleted, renamed in or out, written, attributes): the entries under that name
+//!   go;
+//! - every directory looked up on the way to the root, symlinks of the configured path
+//!   followed one by one (the root's chain), for a change of the names on that way: everything
+//!   goes, as it does when the root or a directory on its way is itself moved, deleted or
+//!   unmounted, when the kernel's event queue overflows, and for an event this cache can't
+//!   place (a directory under the root that moves or goes takes the entries under it).
+//!
+//! Watches are in place before the file is checked again (without symlinks, by device and
+//! inode) and entered, so a change that raced with the first open either fails that check or
+//! leaves an event that the next lookup reads. The file is read whole at each hit, one byte
+//! more than its cached length: a file shorter or longer than that (changed in place between
+//! the last event read and the read) is dropped and the request goes the uncached way, before
+//! anything is sent. Not seen: writes through a shared memory mapping (inotify reports none)
+//! and a file system mounted over a directory on the way (nor does nginx's cache see either).
+//!
+//! Bounded: at most [`ENTRIES`] files; a new one beyond that evicts the least recently used.
+//! Watches are bounded by [`WATCHES`]: beyond it everything is dropped and the cache starts
+//! over. A file the cache can't hold (reached through a symlink) is told apart first, with
+//! `openat2` alone: it evicts nothing and adds no watch. Without inotify (no instance left, a
+//! seccomp filter) or `openat2`, nothing is cached and every request takes the uncached way;
+//! without `openat2`, caching is not tried again.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::sys::inotify::{AddWatchFlags as W, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
+use nix::sys::stat::Mode;
+
+use super::files::{self, FileMeta, Opened, Validators};
+
+/// Files kept open at most.
+pub const ENTRIES: usize = 128;
+/// Watches at most before the cache starts over (files, the directories above them, the
+/// root's chain).
+pub const WATCHES: usize = 4 * ENTRIES;
+/// Reads of the inotify queue per lookup at most (4 KiB each) before the cache gives up on
+/// the backlog and starts over.
+const DRAIN_READS: usize = 64;
+/// Symlinks followed on the way to the root at most (the kernel's own limit).
+const MAX_LINKS: usize = 40;
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Found {
+    /// From the cache: the whole file, read just now, its metadata and validators.
+    Cached {
+        meta: FileMeta,
+        validators: Validators,
+        body: Bytes,
+    },
+    /// Not from the cache: what [`files::open_relative`] returned (path for the log, file).
+    Opened(PathBuf, Opened),
+}
+
+/// The cache; one per listener.
+#[derive(Debug)]
+pub struct OpenCache {
+    inner: Mutex<Inner>,
+}
+
+impl Default for OpenCache {
+    fn default() -> Self {
+        Self::with_capacity(ENTRIES)
+    }
+}
+
+impl OpenCache {
+    /// A cache of at most `cap` files.
+    pub fn with_capacity(cap: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                cap,
+                notify: None,
+                root: None,
+                real_root: None,
+                entries: HashMap::new(),
+                watches: HashMap::new(),
+                tick: 0,
+                no_openat2: false,
+            }),
+        }
+    }
+
+    /// The file `relative` (checked by [`files::artifact_relative`]) names under `root`, from
+    /// the cache when it holds it unchanged, else opened by [`files::open_relative`] (and
+    /// entered when it may be); `None` for a 404, as [`files::open_relative`].
+    pub fn open(&self, root: &Path, relative: &Path) -> Option<Found> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.drain();
+        inner.lookup(root, relative)
+    }
+}
+
+/// What one inotify watch stands for (one inode can be several of these).
+#[derive(Debug, Default)]
+struct Watched {
+    /// Names looked up in this directory on the way to the root.
+    chain: Vec<OsString>,
+    /// The directories under the root (relative; empty for the root itself) this inode is.
+    dirs: Vec<PathBuf>,
+    /// The cache keys whose file this inode is.
+    files: Vec<PathBuf>,
+}
+
+impl Watched {
+    fn is_empty(&self) -> bool {
+        self.chain.is_empty() && self.dirs.is_empty() && self.files.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    file: File,
+    meta: FileMeta,
+    validators: Validators,
+    /// The file's own watch.
+    wd: WatchDescriptor,
+    /// When it was last used (`Inner::tick`), for eviction.
+    used: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cap: usize,
+    notify: Option<Inotify>,
+    /// The configured root the entries are under.
+    root: Option<PathBuf>,
+    /// Its real path, while its chain is watched.
+    real_root: Option<PathBuf>,
+    /// By relative path.
+    entries: HashMap<PathBuf, Entry>,
+    watches: HashMap<WatchDescriptor, Watched>,
+    tick: u64,
+    /// `openat2` is missing or filtered: nothing is cached (nor tried again).
+    no_openat2: bool,
+}
+
+/// Adds to the events an inode is already watched for (nix has no name for it).
+const MASK_ADD: W = W::from_bits_retain(nix::libc::IN_MASK_ADD);
+/// The directories on the way to the root: a change of one of the names looked up.
+const CHAIN_MASK: W = W::IN_ATTRIB
+    .union(W::IN_MOVED_FROM)
+    .union(W::IN_MOVED_TO)
+    .union(W::IN_CREATE)
+    .union(W::IN_DELETE)
+    .union(W::IN_DELETE_SELF)
+    .union(W::IN_MOVE_SELF)
+    .union(W::IN_ONLYDIR)
+    .union(W::IN_DONT_FOLLOW)
+    .union(MASK_ADD);
+/// The root and the directories under it: a change of any name in them.
+const DIR_MASK: W = CHAIN_MASK.union(W::IN_MODIFY).union(W::IN_CLOSE_WRITE);
+/// A cached file: its content or attributes, through any of its names.
+const FILE_MASK: W = W::IN_MODIFY
+    .union(W::IN_ATTRIB)
+    .union(W::IN_CLOSE_WRITE)
+    .union(W::IN_DELETE_SELF)
+    .union(W::IN_MOVE_SELF)
+    .union(W::IN_DONT_FOLLOW)
+    .union(MASK_ADD);
+/// Events that say the watched inode itself went away or moved.
+const SELF_EVENTS: W = W::IN_DELETE_SELF
+    .union(W::IN_MOVE_SELF)
+    .union(W::IN_IGNORED)
+    .union(W::IN_UNMOUNT);
+
+impl Inner {
+    /// Reads every queued event and drops what they touch.
+    fn drain(&mut self) {
+        for _ in 0..DRAIN_READS {
+            let Some(notify) = &self.notify else { return };
+            match notify.read_events() {
+                Ok(events) => {
+                    for event in events {
+                        if !self.apply(&event) {
+                            // Started over: the rest of the queue went with the instance.
+                            return;
+                        }
+                    }
+                }
+                Err(Errno::EAGAIN) => return,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::debug!("http open-file cache: reading inotify: {e}");
+                    break;
+                }
+            }
+        }
+        self.reset();
+    }
+
+    /// Drops what `event` touches; `false` when that was everything (the instance is gone).
+    fn apply(&mut self, event: &InotifyEvent) -> bool {
+        if event.mask.contains(W::IN_Q_OVERFLOW) {
+            self.reset();
+            return false;
+        }
+        let Some(watched) = self.watches.get(&event.wd) else {
+            // The last event of a watch this cache removed; anything else can't be placed.
+            if event.mask.contains(W::IN_IGNORED) {
+                return true;
+            }
+            self.reset();
+            return false;
+        };
+        let gone = event.mask.intersects(SELF_EVENTS);
+        let on_chain = !watched.chain.is_empty()
+            && (gone
+                || match &event.name {
+                    Some(name) => watched.chain.contains(name),
+                    None => true,
+                });
+        // The root itself moved, deleted or unmounted.
+        let root_gone = gone && watched.dirs.iter().any(|d| d.as_os_str().is_empty());
+        if on_chain || root_gone {
+            self.reset();
+            return false;
+        }
+        let mut drop: Vec<PathBuf> = watched.files.clone();
+        for dir in &watched.dirs {
+            // A directory that went: everything under it. Its parent's watch reports the
+            // name's change too.
+            let under = match &event.name {
+                Some(name) if !gone => dir.join(name),
+                _ => dir.clone(),
+            };
+            drop.extend(
+                self.entries
+                    .keys()
+                    .filter(|k| k.starts_with(&under))
+                    .cloned(),
+            );
+        }
+        for key in drop {
+            self.forget(&key);
+        }
+        if event.mask.contains(W::IN_IGNORED) {
+            self.watches.remove(&event.wd);
+        } else if gone && let Some(watched) = self.watches.get_mut(&event.wd) {
+            // A directory moved elsewhere no longer stands for its old place.
+            watched.dirs.clear();
+            if watched.is_empty()
+                && let Some(notify) = &self.notify
+            {
+                let _ = notify.rm_watch(event.wd);
+            }
+        }
+        true
+    }
+
+    /// Drops everything: entries, watches (with the inotify instance) and the root's chain.
+    fn reset(&mut self) {
+        self.entries.clear();
+        self.watches.clear();
+        self.real_root = None;
+        self.notify = None;
+    }
+
+    /// Drops the entry `key`, and its file's watch when nothing else needs it. The watch
+    /// stays known, standing for nothing, until its `IN_IGNORED` is read: events already
+    /// queued for it are not unplaceable.
+    fn forget(&mut self, key: &Path) {
+        let Some(entry) = self.entries.remove(key) else {
+            return;
+        };
+        if let Some(watched) = self.watches.get_mut(&entry.wd) {
+            watched.files.retain(|k| k != key);
+            if watched.is_empty()
+                && let Some(notify) = &self.notify
+            {
+                let _ = notify.rm_watch(entry.wd);
+            }
+        }
+    }
+
+    fn lookup(&mut self, root: &Path, relative: &Path) -> Option<Found> {
+        if self.root.as_deref() != Some(root) {
+            self.reset();
+            self.root = Some(root.to_owned());
+        }
+        self.tick += 1;
+        if let Some(entry) = self.entries.get_mut(relative) {
+            let len = usize::try_from(entry.meta.len).unwrap_or(usize::MAX);
+            // One byte more than the cached length: a file that grew is seen too.
+            let mut buf = vec![0; len.saturating_add(1)];
+            match entry.file.read_at(&mut buf, 0) {
+                Ok(n) if n == len => {
+                    buf.truncate(len);
+                    entry.used = self.tick;
+                    return Some(Found::Cached {
+                        meta: entry.meta,
+                        validators: entry.validators.clone(),
+                        body: Bytes::from(buf),
+                    });
+                }
+                _ => self.forget(relative),
+            }
+        }
+        let found = files::open_relative(root, relative);
+        if let Some((_, Ok((file, meta)))) = &found
+            && meta.len() <= files::SMALL_BODY
+            && let Err(e) = self.enter(root, relative, file, meta)
+        {
+            tracing::debug!(
+                "http open-file cache: {} not cached: {e}",
+                relative.display()
+            );
+        }
+        found.map(|(path, opened)| Found::Opened(path, opened))
+    }
+
+    /// Enters `file` (opened as `relative` under `root`, with `meta`), once the watches that
+    /// report its change are in place and the path still leads to it without a symlink.
+    fn enter(
+        &mut self,
+        root: &Path,
+        relative: &Path,
+        file: &File,
+        meta: &Metadata,
+    ) -> io::Result<()> {
+        if self.cap == 0 || self.no_openat2 {
+            return Err(io::Error::other("caching is off"));
+        }
+        // A file this cache can't hold (reached through a symlink beneath the root) is told
+        // apart before any watch is added or any entry evicted for it.
+        match same_inode(root, relative, meta) {
+            Err(e @ (Errno::ENOSYS | Errno::EPERM)) => {
+                self.no_openat2 = true;
+                return Err(e.into());
+            }
+            other => other?,
+        }
+        if self.watches.len() >= WATCHES {
+            self.reset();
+        }
+        if self.notify.is_none() {
+            self.notify = Some(Inotify::init(
+                InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK,
+            )?);
+        }
+        let real_root = match &self.real_root {
+            Some(r) => r.clone(),
+            None => {
+                let r = self.watch_chain(root)?;
+                self.real_root = Some(r.clone());
+                r
+            }
+        };
+        let mut dir = PathBuf::new();
+        for c in relative.parent().into_iter().flat_map(Path::components) {
+            dir.push(c);
+            let d = dir.clone();
+            self.watch(&real_root.join(&dir), DIR_MASK, |w| {
+                push_new(&mut w.dirs, d);
+            })?;
+        }
+        let key = relative.to_owned();
+        let wd = self.watch(&real_root.join(relative), FILE_MASK, |w| {
+            push_new(&mut w.files, key);
+        })?;
+        // The path leads to the same inode, now that a change would be reported.
+        same_inode(&real_root, relative, meta)?;
+        if self.entries.len() >= self.cap {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            if let Some(key) = oldest {
+                self.forget(&key);
+            }
+        }
+        let meta = FileMeta {
+            len: meta.len(),
+            modified: meta.modified()?,
+        };
+        let entry = Entry {
+            file: file.try_clone()?,
+            meta,
+            validators: meta.validators(),
+            wd,
+            used: self.tick,
+        };
+        self.entries.insert(relative.to_owned(), entry);
+        Ok(())
+    }
+
+    /// Adds (or extends) a watch on `path`, recording what it stands for with `role`.
+    fn watch(
+        &mut self,
+        path: &Path,
+        mask: W,
+        role: impl FnOnce(&mut Watched),
+    ) -> io::Result<WatchDescriptor> {
+        let notify = self
+            .notify
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no inotify instance"))?;
+        let wd = notify.add_watch(path, mask)?;
+        role(self.watches.entry(wd).or_default());
+        Ok(wd)
+    }
+
+    /// Walks `root` as the kernel would, one name at a time, symlinks followed, watching each
+    /// directory before looking a name up in it; the real path of the root, watched too.
+    fn watch_chain(&mut self, root: &Path) -> io::Result<PathBuf> {
+        let absolute = if root.is_absolute() {
+            root.to_owned()
+        } else {
+            std::env::current_dir()?.join(root)
+        };
+        // Names still to look up, the next one last.
+        let mut todo: Vec<OsString> = Vec::new();
+        push_components(&mut todo, &absolute);
+        let mut cur = PathBuf::from("/");
+        let mut links = 0;
+        while let Some(name) = todo.pop() {
+            if name == ".." {
+                // `cur` has no symlink in it: its parent is its parent.
+                cur.pop();
+                continue;
+            }
+            let n = name.clone();
+            self.watch(&cur, CHAIN_MASK, |w| push_new(&mut w.chain, n))?;
+            let next = cur.join(&name);
+            let meta = std::fs::symlink_metadata(&next)?;
+            if meta.file_type().is_symlink() {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(Errno::ELOOP.into());
+                }
+                let target = std::fs::read_link(&next)?;
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                push_components(&mut todo, &target);
+            } else if meta.is_dir() {
+                cur = next;
+            } else {
+                return Err(Errno::ENOTDIR.into());
+            }
+        }
+        self.watch(&cur, DIR_MASK, |w| push_new(&mut w.dirs, PathBuf::new()))?;
+        Ok(cur)
+    }
+}
+
+/// Whether `relative` leads from `root`, without any symlink beneath it, to the inode of `meta`
+/// (`ESTALE` when it leads to another one).
+fn same_inode(root: &Path, relative: &Path, meta: &Metadata) -> Result<(), Errno> {
+    let dir = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let now = nix::sys::stat::fstat(nix::fcntl::openat2(&dir, relative, how)?)?;
+    if now.st_dev == meta.dev() && now.st_ino == meta.ino() {
+        Ok(())
+    } else {
+        Err(Errno::ESTALE)
+    }
+}
+
+/// `path`'s names pushed onto `todo` so that the first is popped first (`..` kept, `.` and the
+/// root dropped).
+fn push_components(todo: &mut Vec<OsString>, path: &Path) {
+    let names: Vec<OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    todo.extend(names.into_iter().rev());
+}
+
+fn push_new<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    /// What a lookup of `rest` under `root` serves: `Some((cached, content))`, `None` for a 404.
+    fn get(cache: &OpenCache, root: &Path, rest: &str) -> Option<(bool, Vec<u8>)> {
+        let relative = files::artifact_relative(rest)?;
+        content(cache.open(root, &relative)?)
+    }
+
+    fn content(found: Found) -> Option<(bool, Vec<u8>)> {
+        match found {
+            Found::Cached { meta, body, .. } => {
+                assert_eq!(meta.len, body.len() as u64, "the cached length");
+                Some((true, body.to_vec()))
+            }
+            Found::Opened(_, opened) => {
+                let (mut f, meta) = opened.unwrap();
+                let mut v = Vec::new();
+                f.read_to_end(&mut v).unwrap();
+                assert_eq!(meta.len(), v.len() as u64);
+                Some((false, v))
+            }
+        }
+    }
+
+    fn cached(cache: &OpenCache, root: &Path, rest: &str, what: &str) {
+        assert_eq!(
+            get(cache, root, rest),
+            Some((true, what.into())),
+            "{rest}: cached"
+        );
+    }
+
+    fn fresh(cache: &OpenCache, root: &Path, rest: &str, what: &str) {
+        assert_eq!(
+            get(cache, root, rest),
+            Some((false, what.into())),
+            "{rest}: opened again"
+        );
+    }
+
+    fn setup() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("artifacts");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("kernel"), "k1").unwrap();
+        std::fs::write(root.join("sub/initrd"), "i1").unwrap();
+        (dir, root)
+    }
+
+    /// An unchanged file is served from the cache from its second request on, under every
+    /// spelling of its path; a file too big to be read whole never is.
+    #[test]
+    fn an_unchanged_file_is_cached() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kern%65l", "k1");
+        fresh(&cache, &root, "sub/initrd", "i1");
+        cached(&cache, &root, "sub%2finitrd", "i1");
+        let big = "b".repeat(usize::try_from(files::SMALL_BODY).unwrap() + 1);
+        std::fs::write(root.join("big"), &big).unwrap();
+        fresh(&cache, &root, "big", &big);
+        fresh(&cache, &root, "big", &big);
+    }
+
+    #[test]
+    fn a_file_renamed_over_is_served_new() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::fs::write(root.join("kernel.tmp"), "k2").unwrap();
+        std::fs::rename(root.join("kernel.tmp"), root.join("kernel")).unwrap();
+        fresh(&cache, &root, "kernel", "k2");
+        cached(&cache, &root, "kernel", "k2");
+        // The same under a directory.
+        fresh(&cache, &root, "sub/initrd", "i1");
+        std::fs::write(root.join("sub/initrd.tmp"), "i2").unwrap();
+        std::fs::rename(root.join("sub/initrd.tmp"), root.join("sub/initrd")).unwrap();
+        fresh(&cache, &root, "sub/initrd", "i2");
+    }
+
+    /// Rewritten in place, longer, shorter, or with the same length (only the event tells).
+    #[test]
+    fn a_file_rewritten_in_place_is_served_new() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        std::fs::write(root.join("kernel"), "kernel 2").unwrap();
+        fresh(&cache, &root, "kernel", "kernel 2");
+        cached(&cache, &root, "kernel", "kernel 2");
+        std::fs::write(root.join("kernel"), "k").unwrap();
+        fresh(&cache, &root, "kernel", "k");
+        std::fs::write(root.join("kernel"), "x").unwrap();
+        fresh(&cache, &root, "kernel", "x");
+        cached(&cache, &root, "kernel", "x");
+    }
+
+    /// A change through another name of the same file (a hard link outside the root).
+    #[test]
+    fn a_file_written_through_another_link_is_served_new() {
+        let (dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        std::fs::hard_link(root.join("kernel"), dir.path().join("elsewhere")).unwrap();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::fs::write(dir.path().join("elsewhere"), "k2").unwrap();
+        fresh(&cache, &root, "kernel", "k2");
+    }
+
+    #[test]
+    fn a_deleted_file_is_not_found() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::fs::remove_file(root.join("kernel")).unwrap();
+        assert_eq!(get(&cache, &root, "kernel"), None);
+        fresh(&cache, &root, "sub/initrd", "i1");
+        std::fs::remove_dir_all(root.join("sub")).unwrap();
+        assert_eq!(get(&cache, &root, "sub/initrd"), None);
+    }
+
+    /// A file truncated in place after the last events were read: the read at the hit sees the
+    /// length differ and the request goes the uncached way, with the new length.
+    #[test]
+    fn a_read_shorter_than_the_cached_length_goes_uncached() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        std::fs::write(root.join("kernel"), "kernel 1").unwrap();
+        fresh(&cache, &root, "kernel", "kernel 1");
+        cached(&cache, &root, "kernel", "kernel 1");
+        // Truncate and look up without reading the events: only the read can tell.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(root.join("kernel"))
+            .unwrap()
+            .set_len(3)
+            .unwrap();
+        let mut inner = cache.inner.lock().unwrap();
+        let found = inner.lookup(&root, Path::new("kernel")).unwrap();
+        assert_eq!(content(found), Some((false, "ker".into())));
+        // Grown in place, unannounced: the same.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join("kernel"))
+            .unwrap()
+            .set_len(5)
+            .unwrap();
+        let found = inner.lookup(&root, Path::new("kernel")).unwrap();
+        assert_eq!(content(found), Some((false, "ker\0\0".into())));
+    }
+
+    /// The root, a directory under it, and the root's parent, each moved away with a new one
+    /// moved into its place (a restore): never served from the old tree.
+    #[test]
+    fn a_directory_replaced_under_its_name_is_served_new() {
+        let (dir, root) = setup();
+        let cache = OpenCache::default();
+        let tree = |at: &Path, k: &str, i: &str| {
+            std::fs::create_dir_all(at.join("sub")).unwrap();
+            std::fs::write(at.join("kernel"), k).unwrap();
+            std::fs::write(at.join("sub/initrd"), i).unwrap();
+        };
+        fresh(&cache, &root, "kernel", "k1");
+        fresh(&cache, &root, "sub/initrd", "i1");
+        cached(&cache, &root, "sub/initrd", "i1");
+        // A directory under the root.
+        tree(&dir.path().join("new"), "-", "i2");
+        std::fs::rename(root.join("sub"), dir.path().join("old-sub")).unwrap();
+        std::fs::rename(dir.path().join("new/sub"), root.join("sub")).unwrap();
+        fresh(&cache, &root, "sub/initrd", "i2");
+        cached(&cache, &root, "kernel", "k1");
+        // The root itself.
+        tree(&dir.path().join("new2"), "k3", "i3");
+        std::fs::rename(&root, dir.path().join("old-root")).unwrap();
+        std::fs::rename(dir.path().join("new2"), &root).unwrap();
+        fresh(&cache, &root, "kernel", "k3");
+        fresh(&cache, &root, "sub/initrd", "i3");
+        cached(&cache, &root, "kernel", "k3");
+        // The root's parent.
+        let top = dir.path().join("top");
+        let root = top.join("artifacts");
+        tree(&root, "k4", "i4");
+        fresh(&cache, &root, "kernel", "k4");
+        cached(&cache, &root, "kernel", "k4");
+        tree(&dir.path().join("top2/artifacts"), "k5", "i5");
+        std::fs::rename(&top, dir.path().join("old-top")).unwrap();
+        std::fs::rename(dir.path().join("top2"), &top).unwrap();
+        fresh(&cache, &root, "kernel", "k5");
+    }
+
+    /// A root reached through a symlink that is switched to another tree (a release switch).
+    #[test]
+    fn a_root_behind_a_switched_symlink_is_served_new() {
+        let dir = tempfile::tempdir().unwrap();
+        for (v, k) in [("v1", "k1"), ("v2", "k2")] {
+            std::fs::create_dir(dir.path().join(v)).unwrap();
+            std::fs::write(dir.path().join(v).join("kernel"), k).unwrap();
+        }
+        let root = dir.path().join("current");
+        std::os::unix::fs::symlink("v1", &root).unwrap();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::os::unix::fs::symlink("v2", dir.path().join("next")).unwrap();
+        std::fs::rename(dir.path().join("next"), &root).unwrap();
+        fresh(&cache, &root, "kernel", "k2");
+        cached(&cache, &root, "kernel", "k2");
+    }
+
+    /// Symlinks: one out of the root is refused every time, a cached file replaced by one is
+    /// refused at once, and one that stays inside is served but never cached.
+    #[test]
+    fn symlinks_are_refused_or_served_uncached_as_before() {
+        let (dir, root) = setup();
+        std::fs::write(dir.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink("../secret", root.join("out2")).unwrap();
+        std::os::unix::fs::symlink("sub/initrd", root.join("in")).unwrap();
+        let cache = OpenCache::default();
+        for _ in 0..2 {
+            assert_eq!(get(&cache, &root, "out"), None);
+            assert_eq!(get(&cache, &root, "out2"), None);
+            assert_eq!(get(&cache, &root, "..%2fsecret"), None);
+            fresh(&cache, &root, "in", "i1");
+        }
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::os::unix::fs::symlink("../secret", root.join("kernel.tmp")).unwrap();
+        std::fs::rename(root.join("kernel.tmp"), root.join("kernel")).unwrap();
+        assert_eq!(get(&cache, &root, "kernel"), None);
+        assert_eq!(get(&cache, &root, "kernel"), None);
+    }
+
+    /// At the cap, a new file evicts the least recently used one; the count of files and of
+    /// watches stays bounded.
+    #[test]
+    fn at_the_cap_the_least_recently_used_file_goes() {
+        let (_dir, root) = setup();
+        for n in 0..10 {
+            std::fs::write(root.join(format!("f{n}")), format!("{n}")).unwrap();
+        }
+        let cache = OpenCache::with_capacity(2);
+        fresh(&cache, &root, "f0", "0");
+        fresh(&cache, &root, "f1", "1");
+        cached(&cache, &root, "f0", "0");
+        // f1 is the least recently used.
+        fresh(&cache, &root, "f2", "2");
+        cached(&cache, &root, "f0", "0");
+        cached(&cache, &root, "f2", "2");
+        fresh(&cache, &root, "f1", "1");
+        for n in 3..10 {
+            let name = format!("f{n}");
+            fresh(&cache, &root, &name, &n.to_string());
+            cached(&cache, &root, &name, &n.to_string());
+        }
+        // A file it can't hold (reached through a symlink) evicts nothing and adds no watch.
+        std::os::unix::fs::symlink("f8", root.join("link")).unwrap();
+        let watches = cache.inner.lock().unwrap().watches.len();
+        fresh(&cache, &root, "link", "8");
+        fresh(&cache, &root, "link", "8");
+        cached(&cache, &root, "f8", "8");
+        cached(&cache, &root, "f9", "9");
+        assert_eq!(cache.inner.lock().unwrap().watches.len(), watches);
+        let mut inner = cache.inner.lock().unwrap();
+        inner.drain();
+        assert_eq!(inner.entries.len(), 2);
+        // The two files, the root and the chain above it.
+        let chain = root.ancestors().count();
+        assert!(
+            inner.watches.len() <= 2 + chain,
+            "{} watches",
+            inner.watches.len()
+        );
+    }
+
+    /// A change of root (a reload with another artifacts directory) serves from the new one.
+    #[test]
+    fn another_root_starts_over() {
+        let (dir, root) = setup();
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("kernel"), "o").unwrap();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        fresh(&cache, &other, "kernel", "o");
+        cached(&cache, &other, "kernel", "o");
+        fresh(&cache, &root, "kernel", "k1");
+    }
+}
