@@ -318,12 +318,19 @@ fn ignition_dirs(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
     for (i, m) in members.iter().enumerate() {
         let dir = &m.config.install.ignition_dir;
         let key = same_place(dir);
-        let at = m.raw.install.value.ignition_dir.referenced;
+        let written = &m.raw.install.value.ignition_dir;
+        let at = written.referenced;
         seen.check(
             (key, at),
             (i, members),
             "host::shared-ignition-dir",
-            |other| format!("ignition_dir {} is also cluster {}'s", dir.display(), other.id),
+            // As written: the file's own words, the same on every machine.
+            |other| {
+                format!(
+                    "ignition_dir {} is the directory cluster {} uses too",
+                    written.value, other.id
+                )
+            },
             "openshift-install writes one cluster's ignition files per directory: give each cluster its own",
             out,
         );
