@@ -45,7 +45,12 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
             if !loaded.warnings.is_empty() {
                 eprint!("{}", loaded.warnings.render(style()));
             }
-            check_cluster(file, &loaded.config, install)
+            check_cluster(
+                file,
+                &loaded.config,
+                &Plan::derive(&loaded.config, 0),
+                install,
+            )
         }
         Ok(config::Target::Host(host)) => check_host(file, &host, install),
         Err(e) => {
@@ -62,22 +67,20 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
         eprint!("{}", host.warnings.render(style()));
     }
     let mut failed = false;
+    let mut members = Vec::new();
     for member in &host.clusters {
         println!("cluster {} ({}):", member.id, member.name);
-        failed |= check_cluster(&member.path, &member.config, install) != ExitCode::SUCCESS;
+        let plan = Plan::derive(&member.config, 0);
+        failed |= check_cluster(&member.path, &member.config, &plan, install) != ExitCode::SUCCESS;
+        members.push(okd_appliance::plan::host::Member {
+            id: member.id.clone(),
+            plan: std::sync::Arc::new(plan),
+        });
     }
     if failed {
         return ExitCode::from(1);
     }
     // The indexes the services will look clusters up in: one key, one cluster.
-    let members = host
-        .clusters
-        .iter()
-        .map(|m| okd_appliance::plan::host::Member {
-            id: m.id.clone(),
-            plan: std::sync::Arc::new(Plan::derive(&m.config, 0)),
-        })
-        .collect();
     if let Err(e) = okd_appliance::plan::host::HostPlan::assemble(members, 0, None) {
         eprintln!("error: {e}, which the host file's rules should have refused: please report it");
         return ExitCode::from(1);
@@ -92,11 +95,11 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
 }
 
 /// What one cluster's boots and install need, beyond its file's own rules.
-fn check_cluster(file: &Path, c: &config::Config, install: bool) -> ExitCode {
+fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) -> ExitCode {
     // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
     // optional). Like the ignition files, an unusable ISO never stops a running cluster's
     // services: a warning, an error only with --install.
-    let iso = match okd_appliance::http::iso::check(&Plan::derive(c, 0)) {
+    let iso = match okd_appliance::http::iso::check(plan) {
         IsoCheck::Absent(_) => None,
         IsoCheck::Ready(summary) => Some(summary),
         IsoCheck::Problems(problems) => {
@@ -112,13 +115,12 @@ fn check_cluster(file: &Path, c: &config::Config, install: bool) -> ExitCode {
     };
     // What the nodes' boots will fetch from here: present? (An error only with --install, as
     // for the ignition files: a running cluster's services never depend on them.)
-    let plan = Plan::derive(c, 0);
-    let mut missing: Vec<String> = okd_appliance::http::preflight::missing(&plan)
+    let mut missing: Vec<String> = okd_appliance::http::preflight::missing(plan)
         .iter()
         .map(ToString::to_string)
         .collect();
     if install {
-        missing.extend(digests_changed(&plan));
+        missing.extend(digests_changed(plan));
     }
     let severity = if install { "error" } else { "warning" };
     for m in &missing {
@@ -132,7 +134,7 @@ fn check_cluster(file: &Path, c: &config::Config, install: bool) -> ExitCode {
     }
     // And the machines' provider, which an install needs as much.
     let unreachable = if install {
-        provider_unreachable(&plan)
+        provider_unreachable(plan)
     } else {
         Vec::new()
     };
