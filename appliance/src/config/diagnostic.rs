@@ -75,11 +75,6 @@ impl Problem {
         self
     }
 
-    /// The file this problem is in.
-    pub fn file_name(&self) -> &str {
-        self.src.name()
-    }
-
     pub fn severity(&self) -> Severity {
         self.severity
     }
@@ -268,15 +263,7 @@ impl Problems {
     /// One line for commands other than `check`, which lists them: `okd.yml: 3 warnings (okd-appliance
     /// check okd.yml lists them)`; empty when there is none.
     pub fn warnings_line(&self) -> String {
-        match self.count(Severity::Warning) {
-            0 => String::new(),
-            n => format!(
-                "{}: {n} warning{} (`okd-appliance check {}` lists them)\n",
-                self.file_name(),
-                if n == 1 { "" } else { "s" },
-                self.file_name()
-            ),
-        }
+        warnings_line(self.file_name(), self.count(Severity::Warning))
     }
 
     /// `okd.yml: 2 errors, 1 warning`.
@@ -294,6 +281,17 @@ impl Problems {
             plural(self.count(Severity::Error), "error"),
             plural(self.count(Severity::Warning), "warning")
         )
+    }
+}
+
+/// `file: n warnings (okd-appliance check file lists them)` and a newline; empty for none.
+pub fn warnings_line(file: &str, n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(
+            "{file}: {n} warning{} (`okd-appliance check {file}` lists them)\n",
+            if n == 1 { "" } else { "s" }
+        ),
     }
 }
 

@@ -109,15 +109,7 @@ impl HostProblems {
 
     /// One line for commands other than `check`, which lists them; empty without warnings.
     pub fn warnings_line(&self) -> String {
-        match self.count(Severity::Warning) {
-            0 => String::new(),
-            n => format!(
-                "{}: {n} warning{} (`okd-appliance check {}` lists them)\n",
-                self.host.file_name(),
-                if n == 1 { "" } else { "s" },
-                self.host.file_name()
-            ),
-        }
+        super::diagnostic::warnings_line(self.host.file_name(), self.count(Severity::Warning))
     }
 
     /// `host.yml: 2 cluster files, 3 errors, 1 warning`.
@@ -193,11 +185,17 @@ pub fn is_host_file(text: &str) -> bool {
         clusters: Option<de::IgnoredAny>,
     }
     // A top-level `clusters:` line decides even when the YAML is broken, so that the host
-    // file's parser reports its error, not the cluster file's ("unknown key clusters").
-    text.lines().any(|l| {
-        l.strip_prefix("clusters")
-            .is_some_and(|rest| rest.trim_start().starts_with(':'))
-    }) || serde_saphyr::from_str::<Probe>(text).is_ok_and(|p| p.clusters.is_some())
+    // file's parser reports its error, not the cluster file's ("unknown key clusters"). A file
+    // without the word (every cluster file) is not parsed a second time.
+    let top_level_line = || {
+        text.lines().any(|l| {
+            l.strip_prefix("clusters")
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+    };
+    text.contains("clusters")
+        && (top_level_line()
+            || serde_saphyr::from_str::<Probe>(text).is_ok_and(|p| p.clusters.is_some()))
 }
 
 /// Loads the host file `text` (read from `name`, in `dir`) and every cluster file it lists.
