@@ -82,7 +82,10 @@ The cluster, in the middle of its install, as the test's flag files in DIR tell 
   "complete" (openshift/installer, data/data/bootstrap/files/usr/local/bin/bootkube.sh.template);
 - etcds.operator.openshift.io/cluster has no EtcdBootstrapMemberRemoved condition until
   <dir>/etcd-bootstrap-removed exists, then True (cluster-etcd-operator never writes False:
-  pkg/operator/bootstrapteardown/bootstrap_teardown_controller.go);
+  pkg/operator/bootstrapteardown/bootstrap_teardown_controller.go), with EtcdRunningInCluster
+  True, reason EnoughEtcdMembers before and BootstrapAlreadyRemoved after, as `removeBootstrap`
+  writes them in every release; with <dir>/etcd-operator-before-2023 (an operator from before
+  cluster-etcd-operator#992, 4.11 or an early 4.12) EtcdBootstrapMemberRemoved is never written;
 - the master's Node is there and Ready once <dir>/masters-joined exists;
 - once <dir>/kubelets exists, each configured worker's kubelet files a client CSR (from the
   node-bootstrapper service account), and a second one at once (one client certificate per
@@ -929,7 +932,10 @@ def operator_conditions(n, settled):
 
 
 create("etcds", {"metadata": {"name": "cluster"}, "spec": {"managementState": "Managed"},
-                 "status": {"conditions": [condition("EtcdMembersAvailable", "True")]}})
+                 "status": {"conditions": [
+                     condition("EtcdMembersAvailable", "True"),
+                     condition("EtcdRunningInCluster", "True", "EnoughEtcdMembers",
+                               "enough members found")]}})
 create("clusterversions", {
     "metadata": {"name": "version"},
     "spec": {"clusterID": str(uuid.uuid4()), "channel": "stable-4"},
@@ -990,9 +996,13 @@ def cluster_moves():
     if flag("etcd-bootstrap-removed") and "etcd" not in done:
         done.add("etcd")
         etcd_at[0] = time.time()
-        set_conditions("etcds", "cluster", [
-            condition("EtcdMembersAvailable", "True"),
-            condition("EtcdBootstrapMemberRemoved", "True", "BootstrapMemberRemoved")])
+        removed = [condition("EtcdMembersAvailable", "True"),
+                   condition("EtcdRunningInCluster", "True", "BootstrapAlreadyRemoved",
+                             "etcd-bootstrap member is already removed")]
+        if not flag("etcd-operator-before-2023"):
+            removed.append(condition("EtcdBootstrapMemberRemoved", "True",
+                                     "BootstrapMemberRemoved", "etcd bootstrap member is removed"))
+        set_conditions("etcds", "cluster", removed)
     if flag("kubelets") and "kubelets" not in done:
         done.add("kubelets")
         for w in WORKERS:

@@ -41,6 +41,10 @@ pub type Conditions = HashMap<String, String>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EtcdBootstrap {
     Removed,
+    /// Gone from etcd's members, as the etcd operator of every release says it
+    /// (`EtcdRunningInCluster=True`, reason `BootstrapAlreadyRemoved`), without
+    /// `EtcdBootstrapMemberRemoved` (an operator from before 2023-01-20 never writes it).
+    AlreadyRemoved,
     /// Not yet, and what was seen.
     NotYet(&'static str),
 }
@@ -50,21 +54,6 @@ pub enum EtcdBootstrap {
 pub struct VersionState {
     pub conditions: Conditions,
     pub version: Option<String>,
-}
-
-impl VersionState {
-    /// Whether the cluster provably predates `EtcdBootstrapMemberRemoved`: the etcd operator
-    /// first wrote it in January 2023 (cluster-etcd-operator#992, OCPBUGS-5988, on its way to
-    /// 4.13); a 4.11 or older cluster never writes it. Unknown or unreadable versions do not.
-    pub fn predates_etcd_bootstrap_condition(&self) -> bool {
-        let Some(v) = &self.version else {
-            return false;
-        };
-        let mut parts = v.split(['.', '-']);
-        let major = parts.next().and_then(|p| p.parse::<u32>().ok());
-        let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
-        matches!((major, minor), (Some(4), Some(m)) if m <= 11)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,7 +185,12 @@ impl Cluster {
     /// condition is absent until the member is gone (cluster-etcd-operator,
     /// pkg/operator/bootstrapteardown/bootstrap_teardown_controller.go,
     /// `setSuccessfulBootstrapRemovalStatus`). Its first name was misspelt
-    /// `EtcdBoostrapMemberRemoved` (cluster-etcd-operator#992): either counts.
+    /// `EtcdBoostrapMemberRemoved` (cluster-etcd-operator#992, on release-4.12 as bab66d8d7 of
+    /// 2023-01-20, after 4.12.0): either counts. An operator without it, and every operator
+    /// since, says the member is gone another way: once the member list has no
+    /// `etcd-bootstrap`, `removeBootstrap` sets `EtcdRunningInCluster=True` with reason
+    /// `BootstrapAlreadyRemoved` (release-4.10 to main): that counts too, and is no guess from a
+    /// version number.
     pub async fn etcd_bootstrap_member_removed(&self) -> Result<EtcdBootstrap, ClusterError> {
         let resource = ApiResource {
             group: "operator.openshift.io".into(),
@@ -215,11 +209,14 @@ impl Cluster {
             None => EtcdBootstrap::NotYet("etcds/cluster does not exist yet"),
             Some(e) => {
                 let c = conditions(&e.data);
+                let gone = condition(&e.data, "EtcdRunningInCluster")
+                    .is_some_and(|(s, r)| s == "True" && r == "BootstrapAlreadyRemoved");
                 match c
                     .get("EtcdBootstrapMemberRemoved")
                     .or_else(|| c.get("EtcdBoostrapMemberRemoved"))
                 {
                     Some(s) if s == "True" => EtcdBootstrap::Removed,
+                    _ if gone => EtcdBootstrap::AlreadyRemoved,
                     Some(_) => EtcdBootstrap::NotYet("EtcdBootstrapMemberRemoved is not True"),
                     None => EtcdBootstrap::NotYet("EtcdBootstrapMemberRemoved is not set yet"),
                 }
@@ -356,6 +353,18 @@ fn conditions(data: &serde_json::Value) -> Conditions {
         .collect()
 }
 
+/// One condition's status and reason.
+fn condition<'a>(data: &'a serde_json::Value, kind: &str) -> Option<(&'a str, &'a str)> {
+    data.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(|t| t.as_str()) == Some(kind))
+        .map(|c| {
+            let text = |k: &str| c.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+            (text("status"), text("reason"))
+        })
+}
+
 /// A kube error in one line: the API's own message where there is one.
 fn describe(e: &kube::Error) -> String {
     match e {
@@ -376,32 +385,6 @@ fn describe(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_clusters_older_than_the_etcd_condition_may_skip_it() {
-        let at = |v: Option<&str>| VersionState {
-            conditions: Conditions::new(),
-            version: v.map(str::to_owned),
-        };
-        for old in [
-            "4.11.0-0.okd-2022-12-02-145640",
-            "4.7.0-0.okd-2021-03-07-090821",
-            "4.11.58",
-        ] {
-            assert!(at(Some(old)).predates_etcd_bootstrap_condition(), "{old}");
-        }
-        for new in [
-            "4.12.0-0.okd-2023-02-18-033438",
-            "4.15.0-0.okd-2024-03-10-010116",
-            "4.19.0-okd-scos.1",
-            "5.0.0",
-            "garbage",
-            "",
-        ] {
-            assert!(!at(Some(new)).predates_etcd_bootstrap_condition(), "{new}");
-        }
-        assert!(!at(None).predates_etcd_bootstrap_condition());
-    }
 
     #[test]
     fn conditions_are_read_by_type() {

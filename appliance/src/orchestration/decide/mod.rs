@@ -16,7 +16,10 @@
 //! bootstrap complete is the `kube-system/bootstrap` ConfigMap's `status: complete`
 //! (`waitForBootstrapConfigMap`), then etcd's `EtcdBootstrapMemberRemoved` condition True
 //! (cmd/openshift-install/create.go, `waitForEtcdBootstrapMemberRemoval`: absent or unreadable
-//! means not yet); installed is the
+//! means not yet), or the etcd operator's own word that the member is gone from every release,
+//! `EtcdRunningInCluster` with reason `BootstrapAlreadyRemoved` (see
+//! [`Cluster::etcd_bootstrap_member_removed`](super::cluster::Cluster::etcd_bootstrap_member_removed));
+//! installed is the
 //! ClusterVersion Available and neither Failing nor Progressing (`waitForInitializedCluster`),
 //! then stable operators (`waitForStableOperators`), made stricter in [`unsettled`].
 
@@ -304,21 +307,11 @@ fn bootstrapping(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Dec
         None => return Decision::Observe(Query::Etcd),
         Some(Err(e)) => return Decision::Wait(Waiting::Api(e.clone())),
         Some(Ok(EtcdBootstrap::Removed)) => None,
-        Some(Ok(EtcdBootstrap::NotYet(what))) => {
-            let Some(version) = &seen.version else {
-                return Decision::Observe(Query::Version);
-            };
-            let Some(old) = version
-                .as_ref()
-                .filter(|v| v.predates_etcd_bootstrap_condition())
-            else {
-                return Decision::Wait(Waiting::EtcdMember(what));
-            };
-            Some(format!(
-                "not waiting for EtcdBootstrapMemberRemoved: the cluster is at {}, older than the condition (4.12)",
-                old.version.as_deref().unwrap_or_default()
-            ))
-        }
+        Some(Ok(EtcdBootstrap::AlreadyRemoved)) => Some(
+            "etcd's bootstrap member is gone (EtcdRunningInCluster: BootstrapAlreadyRemoved); this etcd operator does not write EtcdBootstrapMemberRemoved"
+                .to_owned(),
+        ),
+        Some(Ok(EtcdBootstrap::NotYet(what))) => return Decision::Wait(Waiting::EtcdMember(what)),
     };
     let drain = state.bootstrap.map(str::to_owned);
     if drain.is_some() {

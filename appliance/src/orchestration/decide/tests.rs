@@ -267,22 +267,38 @@ fn bootstrap_complete_needs_the_configmap_and_then_etcd_to_drop_its_member() {
 }
 
 #[test]
-fn a_cluster_older_than_the_etcd_condition_skips_the_wait_and_says_so() {
+fn an_etcd_operator_without_the_condition_proves_the_member_gone_another_way() {
+    // A 4.11 (or an early 4.12) etcd operator never writes EtcdBootstrapMemberRemoved; what
+    // every release writes once the member is gone is EtcdRunningInCluster, reason
+    // BootstrapAlreadyRemoved. A version number alone proves nothing: it waits.
     let mut run = Run::new();
-    let answers = Answers {
+    let old = Answers {
         bootstrap_complete: Ok(true),
+        etcd: Ok(EtcdBootstrap::NotYet(
+            "EtcdBootstrapMemberRemoved is not set yet",
+        )),
         version: Some(version("4.11.0-0.okd-2022-12-02", "True")),
         ..Answers::default()
     };
-    let Decision::Advance(a) = run.end(&answers) else {
+    assert_eq!(
+        run.end(&old),
+        Decision::Wait(Waiting::EtcdMember(
+            "EtcdBootstrapMemberRemoved is not set yet"
+        ))
+    );
+    let gone = Answers {
+        etcd: Ok(EtcdBootstrap::AlreadyRemoved),
+        ..old
+    };
+    let Decision::Advance(a) = run.end(&gone) else {
         panic!("advances");
     };
     assert_eq!(a.to, ClusterPhase::BootstrapComplete);
-    assert_eq!(
-        a.note.as_deref(),
-        Some(
-            "not waiting for EtcdBootstrapMemberRemoved: the cluster is at 4.11.0-0.okd-2022-12-02, older than the condition (4.12)"
-        )
+    assert!(
+        a.note
+            .as_deref()
+            .is_some_and(|n| n.contains("BootstrapAlreadyRemoved")),
+        "{a:?}"
     );
 }
 
