@@ -163,6 +163,27 @@ impl Validator<'_> {
                     .also(masters[0], "first master")
                     .hint("etcd needs a majority: with two members, losing either stops the cluster; use one or three");
             }
+            1 if first_bootstrap.is_none()
+                && let Some(worker) = nodes.iter().find(|n| n.role == Role::Worker) =>
+            {
+                // Neither install openshift-install knows: a single-node install
+                // (bootstrap-in-place) refuses compute replicas, and an ordinary one boots a
+                // bootstrap node. Fine for an installed cluster whose bootstrap was removed.
+                let worker_at = raw
+                    .value
+                    .iter()
+                    .find(|n| n.name.value == worker.name)
+                    .map_or(raw.referenced, |n| n.role.referenced);
+                self.p
+                    .warning(
+                        "config::single-master-with-workers",
+                        worker_at,
+                        "one master with workers and no bootstrap node can't be installed",
+                        "a worker beside the only master",
+                    )
+                    .also(masters[0], "the only master")
+                    .hint("a single-node cluster is one master alone (openshift-install's bootstrap-in-place refuses compute replicas): add the workers once it is installed; an ordinary install needs a bootstrap node. An installed cluster whose bootstrap node was removed can ignore this");
+            }
             _ => {}
         }
         nodes
