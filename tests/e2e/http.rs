@@ -376,3 +376,106 @@ fn slow_clients_do_not_starve_the_server() {
     assert!(wait_until(Duration::from_secs(1), || app.is_running()));
     assert_eq!(status(&node, &[], &format!("{BASE}/healthz")), "200");
 }
+
+/// The response head of `curl -D - URL` as (lowercased name, value) lines, `date` left out:
+/// what must not differ between the fast way and hyper's.
+fn fields(head: &str) -> Vec<(String, String)> {
+    head.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            let n = n.to_ascii_lowercase();
+            (n != "date").then(|| (n, v.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// A small artifact the open-file cache holds is answered before hyper (`http::fastpath`):
+/// the same status, headers and bytes as hyper's answer (its first request, which enters the
+/// cache), HEAD, pipelined requests in one segment, one keep-alive connection through both
+/// ways (a Range request hands the connection to hyper, which answers the rest), and the
+/// artifact fetch recorded for the node as before.
+#[test]
+fn small_cached_artifacts_are_answered_the_same_on_the_fast_way() {
+    if !require_root() || !require_tools(&["curl"]) {
+        return;
+    }
+    let topo = Topology::new("fast").unwrap();
+    let mst0 = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let artifacts = dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let small = pattern(4096);
+    std::fs::write(artifacts.join("small.bin"), &small).unwrap();
+    let mut app = start_appliance(topo.services(), &config);
+    let url = format!("{BASE}/artifacts/small.bin");
+
+    // The first answer is hyper's (it enters the cache); later ones are the fast way's.
+    let hypers = head(&mst0, &[], &url);
+    let fast = head(&mst0, &[], &url);
+    assert!(hypers.starts_with("HTTP/1.1 200"), "{hypers}");
+    assert!(fast.starts_with("HTTP/1.1 200"), "{fast}");
+    assert_eq!(fields(&fast), fields(&hypers));
+    assert!(header(&fast, "date").is_some(), "{fast}");
+    let got = curl(&mst0, &["-f", &url]);
+    assert!(got.status.success());
+    assert_eq!(got.stdout, small);
+    let head_only = curl(&mst0, &["-I", "-w", "%{size_download}", &url]);
+    let text = String::from_utf8_lossy(&head_only.stdout);
+    assert_eq!(header(&text, "content-length"), Some("4096"), "{text}");
+    assert!(text.ends_with("\r\n\r\n0"), "HEAD has no body: {text:?}");
+    // Each GET from the node is recorded as before (the log shows the journal's lines).
+    assert!(wait_until(Duration::from_secs(5), || {
+        app.stderr()
+            .matches("small.bin fetched by 10.99.0.11:")
+            .count()
+            >= 3
+    }));
+
+    // Three requests in one segment, then a Range request, then a plain one again, on one
+    // connection: the fast way answers the first three in order, hyper the rest.
+    let answers = topo
+        .services()
+        .run(|| -> std::io::Result<Vec<u8>> {
+            let mut s = TcpStream::connect("10.99.0.1:8080")?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let get = "GET /artifacts/small.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+            s.write_all(
+                format!("{get}{get}HEAD /artifacts/small.bin HTTP/1.1\r\n\r\n").as_bytes(),
+            )?;
+            s.write_all(b"GET /artifacts/small.bin HTTP/1.1\r\nRange: bytes=10-19\r\n\r\n")?;
+            s.write_all(get.as_bytes())?;
+            s.write_all(b"GET /artifacts/small.bin HTTP/1.1\r\nConnection: close\r\n\r\n")?;
+            let mut all = Vec::new();
+            s.read_to_end(&mut all)?;
+            Ok(all)
+        })
+        .unwrap()
+        .unwrap();
+    let mut rest = &answers[..];
+    let mut next = |expect_status: &str, expect_body: &[u8]| {
+        let end = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a response head")
+            + 4;
+        let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+        assert!(head.starts_with(expect_status), "{head}");
+        let len: usize = header(&head, "content-length").unwrap().parse().unwrap();
+        let body_len = if expect_body.is_empty() { 0 } else { len };
+        assert_eq!(&rest[end..end + body_len], expect_body, "{head}");
+        rest = &rest[end + body_len..];
+        head
+    };
+    next("HTTP/1.1 200", &small);
+    next("HTTP/1.1 200", &small);
+    next("HTTP/1.1 200", b"");
+    let ranged = next("HTTP/1.1 206", &small[10..20]);
+    assert_eq!(header(&ranged, "content-range"), Some("bytes 10-19/4096"));
+    next("HTTP/1.1 200", &small);
+    let last = next("HTTP/1.1 200", &small);
+    assert_eq!(header(&last, "connection"), Some("close"), "{last}");
+    assert!(rest.is_empty(), "{} bytes more", rest.len());
+    assert!(app.is_running());
+}

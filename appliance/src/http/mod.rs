@@ -9,8 +9,10 @@
 //! will fetch and can't get. `server` is the socket layer (hyper): it routes, decides who may fetch what by the
 //! peer's address, and streams files (`sendfile`: file bodies go to the socket through sendfile(2)).
 //! `iso` serves the per-node live ISOs: the base ISO through sendfile with the kernel-argument
-//! areas replaced from memory.
+//! areas replaced from memory. `fastpath` answers plain requests for small cached artifacts
+//! (`opencache`) before hyper, with one `writev` each, and hands hyper everything else.
 
+pub mod fastpath;
 pub mod files;
 pub mod iso;
 pub mod opencache;

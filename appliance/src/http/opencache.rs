@@ -1,7 +1,7 @@
 //! The open-file cache of `/artifacts/`: small files (up to [`files::SMALL_BODY`]) kept open
-//! with their metadata between requests, so that a repeated request costs one `pread` instead
-//! of a path walk, `openat2`, `statx` and two `close` (docs/performance.md, `## HTTP boot
-//! server: small files`).
+//! with their metadata and content between requests, so that a repeated request costs no file
+//! system call instead of a path walk, `openat2`, `statx`, a read and two `close`
+//! (docs/performance.md, `## HTTP boot server: small files`).
 //!
 //! It sits after the access decision and never widens it: the caller checks the URL path
 //! ([`files::artifact_relative`]), an entry is only ever made from what
@@ -25,10 +25,12 @@
 //!
 //! Watches are in place before the file is checked again (without symlinks, by device and
 //! inode) and entered, so a change that raced with the first open either fails that check or
-//! leaves an event that the next lookup reads. The file is read whole at each hit, one byte
-//! more than its cached length: a file shorter or longer than that (changed in place between
-//! the last event read and the read) is dropped and the request goes the uncached way, before
-//! anything is sent. Not seen: writes through a shared memory mapping (inotify reports none)
+//! leaves an event that the next lookup reads. The file is read whole at its first hit, one
+//! byte more than its cached length: a file shorter or longer than that (changed in place
+//! between the last event read and the read) is dropped and the request goes the uncached way,
+//! before anything is sent. From then on its content is served from memory (at most
+//! [`ENTRIES`] times [`files::SMALL_BODY`] bytes): any change to it is an event, read before the
+//! next lookup, so a hit costs the one `read` of the inotify queue and no file system call. Not seen: writes through a shared memory mapping (inotify reports none)
 //! and a file system mounted over a directory on the way (nor does nginx's cache see either).
 //!
 //! Bounded: at most [`ENTRIES`] files; a new one beyond that evicts the least recently used.
@@ -115,6 +117,14 @@ impl OpenCache {
         inner.drain();
         inner.lookup(root, relative)
     }
+
+    /// Like [`OpenCache::open`] when the cache holds the file unchanged; `None` otherwise,
+    /// without opening anything (the caller takes the ordinary way, which does).
+    pub fn cached(&self, root: &Path, relative: &Path) -> Option<Found> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.drain();
+        inner.hit(root, relative)
+    }
 }
 
 /// What one inotify watch stands for (one inode can be several of these).
@@ -139,6 +149,9 @@ struct Entry {
     file: File,
     meta: FileMeta,
     validators: Validators,
+    /// Its content, read at its first hit (with the length check below); served from memory
+    /// from then on, until an event drops the entry.
+    body: Option<Bytes>,
     /// The file's own watch.
     wd: WatchDescriptor,
     /// When it was last used (`Inner::tick`), for eviction.
@@ -299,28 +312,46 @@ impl Inner {
         }
     }
 
-    fn lookup(&mut self, root: &Path, relative: &Path) -> Option<Found> {
+    /// The entry for `relative` under `root`, if there is one and its file reads as entered.
+    fn hit(&mut self, root: &Path, relative: &Path) -> Option<Found> {
         if self.root.as_deref() != Some(root) {
             self.reset();
             self.root = Some(root.to_owned());
         }
         self.tick += 1;
-        if let Some(entry) = self.entries.get_mut(relative) {
-            let len = usize::try_from(entry.meta.len).unwrap_or(usize::MAX);
-            // One byte more than the cached length: a file that grew is seen too.
-            let mut buf = vec![0; len.saturating_add(1)];
-            match entry.file.read_at(&mut buf, 0) {
-                Ok(n) if n == len => {
-                    buf.truncate(len);
-                    entry.used = self.tick;
-                    return Some(Found::Cached {
-                        meta: entry.meta,
-                        validators: entry.validators.clone(),
-                        body: Bytes::from(buf),
-                    });
-                }
-                _ => self.forget(relative),
+        let entry = self.entries.get_mut(relative)?;
+        entry.used = self.tick;
+        if let Some(body) = &entry.body {
+            return Some(Found::Cached {
+                meta: entry.meta,
+                validators: entry.validators.clone(),
+                body: body.clone(),
+            });
+        }
+        let len = usize::try_from(entry.meta.len).unwrap_or(usize::MAX);
+        // One byte more than the cached length: a file that grew is seen too.
+        let mut buf = vec![0; len.saturating_add(1)];
+        match entry.file.read_at(&mut buf, 0) {
+            Ok(n) if n == len => {
+                buf.truncate(len);
+                let body = Bytes::from(buf);
+                entry.body = Some(body.clone());
+                Some(Found::Cached {
+                    meta: entry.meta,
+                    validators: entry.validators.clone(),
+                    body,
+                })
             }
+            _ => {
+                self.forget(relative);
+                None
+            }
+        }
+    }
+
+    fn lookup(&mut self, root: &Path, relative: &Path) -> Option<Found> {
+        if let Some(found) = self.hit(root, relative) {
+            return Some(found);
         }
         let found = files::open_relative(root, relative);
         if let Some((_, Ok((file, meta)))) = &found
@@ -404,6 +435,7 @@ impl Inner {
             file: file.try_clone()?,
             meta,
             validators: meta.validators(),
+            body: None,
             wd,
             used: self.tick,
         };
@@ -642,15 +674,15 @@ mod tests {
         assert_eq!(get(&cache, &root, "sub/initrd"), None);
     }
 
-    /// A file truncated in place after the last events were read: the read at the hit sees the
-    /// length differ and the request goes the uncached way, with the new length.
+    /// A file truncated in place after it was entered and before its first hit, the events not
+    /// read yet: the read at the hit sees the length differ and the request goes the uncached
+    /// way, with the new length.
     #[test]
     fn a_read_shorter_than_the_cached_length_goes_uncached() {
         let (_dir, root) = setup();
         let cache = OpenCache::default();
         std::fs::write(root.join("kernel"), "kernel 1").unwrap();
         fresh(&cache, &root, "kernel", "kernel 1");
-        cached(&cache, &root, "kernel", "kernel 1");
         // Truncate and look up without reading the events: only the read can tell.
         std::fs::OpenOptions::new()
             .write(true)
@@ -670,6 +702,33 @@ mod tests {
             .unwrap();
         let found = inner.lookup(&root, Path::new("kernel")).unwrap();
         assert_eq!(content(found), Some((false, "ker\0\0".into())));
+    }
+
+    /// After its first hit a file is served from memory: a change is known by its event alone,
+    /// which every lookup reads first. Without reading the events (a change in the instant
+    /// between that read and the lookup) the content as read at the first hit is served.
+    #[test]
+    fn a_file_served_from_memory_changes_with_its_event() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        fresh(&cache, &root, "kernel", "k1");
+        cached(&cache, &root, "kernel", "k1");
+        std::fs::write(root.join("kernel"), "k2").unwrap();
+        {
+            let mut inner = cache.inner.lock().unwrap();
+            let found = inner.hit(&root, Path::new("kernel")).unwrap();
+            assert_eq!(content(found), Some((true, "k1".into())));
+        }
+        fresh(&cache, &root, "kernel", "k2");
+        cached(&cache, &root, "kernel", "k2");
+        // `cached` never opens: a file not held is `None`, and the ordinary way enters it.
+        let sub = files::artifact_relative("sub/initrd").unwrap();
+        assert!(cache.cached(&root, &sub).is_none());
+        fresh(&cache, &root, "sub/initrd", "i1");
+        assert!(matches!(
+            cache.cached(&root, &sub),
+            Some(Found::Cached { .. })
+        ));
     }
 
     /// The root, a directory under it, and the root's parent, each moved away with a new one

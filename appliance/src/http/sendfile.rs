@@ -154,11 +154,23 @@ fn out_of_step(what: &str) -> io::Error {
 pub struct SendfileStream {
     inner: Watched<TcpStream>,
     segments: Segments,
+    /// Read from the socket already (by `fastpath`): what a read returns first.
+    ahead: Bytes,
 }
 
 impl SendfileStream {
     pub fn new(inner: Watched<TcpStream>, segments: Segments) -> Self {
-        SendfileStream { inner, segments }
+        SendfileStream {
+            inner,
+            segments,
+            ahead: Bytes::new(),
+        }
+    }
+
+    /// Reads return `ahead` before anything more from the socket.
+    pub fn read_ahead(mut self, ahead: Bytes) -> Self {
+        self.ahead = ahead;
+        self
     }
 
     /// Sends the file bytes `slice` (a piece of the placeholder) stands for.
@@ -234,6 +246,11 @@ impl AsyncRead for SendfileStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if !self.ahead.is_empty() {
+            let n = self.ahead.len().min(buf.remaining());
+            buf.put_slice(&self.ahead.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }

@@ -24,19 +24,19 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::files;
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
 use super::response::{Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
+use super::{fastpath, files};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, RoleConfig};
 
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_HEAD: usize = 16 * 1024;
+pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const MAX_HEAD: usize = 16 * 1024;
 const MAX_CONNECTIONS: usize = 512;
 /// Connections one address may hold at once: a booting node opens a few (its script, kernel,
 /// initramfs, rootfs, ignition), iPXE and curl in parallel at most a handful; one host can't
@@ -102,12 +102,34 @@ pub async fn serve(
         }
         // The address the client reached: equal to the peer's when the client runs on this host.
         let local = stream.local_addr().ok();
-        let (stream, progress) = Watched::new(stream);
+        let (mut stream, progress) = Watched::new(stream);
         let segments = Segments::default();
-        let stream = SendfileStream::new(stream, segments.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let _held = held;
+            // Small cached artifacts first (`fastpath`); hyper takes over for anything else.
+            let shared = fastpath::Shared {
+                peer,
+                plan: &plan,
+                journal: &journal,
+                opened_files: &opened_files,
+                metrics: &metrics,
+            };
+            let ahead = tokio::select! {
+                outcome = fastpath::serve(&mut stream, &shared, &token) => match outcome {
+                    Ok(fastpath::Outcome::Hyper(ahead)) => ahead,
+                    Ok(fastpath::Outcome::Done) => return,
+                    Err(e) => {
+                        tracing::debug!("http {peer}: {e}");
+                        return;
+                    }
+                },
+                () = progress.stalled(IDLE_TIMEOUT) => {
+                    tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
+                    return;
+                }
+            };
+            let stream = SendfileStream::new(stream, segments.clone()).read_ahead(ahead);
             let service = service_fn(move |req| {
                 let (plan, journal, segments, isos, active, metrics, opened_files) = (
                     Arc::clone(&plan),
@@ -224,7 +246,7 @@ impl Drop for Held {
     }
 }
 
-fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
+pub(super) fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
     ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
 
