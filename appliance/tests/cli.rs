@@ -466,3 +466,64 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("render each cluster's file"), "{stderr}");
 }
+
+/// A single-node cluster: `check` says so and where its names point; api, api-int and `*.apps`
+/// resolve to the node itself by default and to the appliance with `lb.single_node: proxied`,
+/// whose load balancer then has the node as its only backend.
+#[test]
+fn check_and_render_show_where_a_single_nodes_names_point() {
+    let file = fixture("config/single-node.yml");
+    let checked = run(&["check", &file]);
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains("single-node cluster: sno-0 boots the live system with bootstrap-in-place-for-live-iso.ign and installs itself (bootstrap in place); api, api-int and *.apps resolve to it (lb.single_node: direct)"),
+        "{said}"
+    );
+    let names = |file: &str| -> Vec<String> {
+        let out = run(&["render", "--format", "bind", file]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("api") || l.starts_with("*.apps"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    assert_eq!(
+        names(&file),
+        [
+            "api.sno.home.example.net. 300 IN A 10.40.0.10",
+            "api-int.sno.home.example.net. 300 IN A 10.40.0.10",
+            "*.apps.sno.home.example.net. 300 IN A 10.40.0.10",
+        ]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let proxied = dir.path().join("sno.yml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&proxied, format!("{text}lb: {{ single_node: proxied }}\n")).unwrap();
+    let proxied = proxied.to_str().unwrap();
+    let checked = run(&["check", proxied]);
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        said.contains("api, api-int and *.apps resolve to the appliance, which balances to it (lb.single_node: proxied)"),
+        "{said}"
+    );
+    assert_eq!(
+        names(proxied),
+        [
+            "api.sno.home.example.net. 300 IN A 10.40.0.2",
+            "api-int.sno.home.example.net. 300 IN A 10.40.0.2",
+            "*.apps.sno.home.example.net. 300 IN A 10.40.0.2",
+        ]
+    );
+    let haproxy = run(&["render", "--format", "haproxy", proxied]);
+    let conf = String::from_utf8_lossy(&haproxy.stdout);
+    assert!(haproxy.status.success(), "{conf}");
+    for port in [6443, 22623, 443, 80] {
+        assert!(
+            conf.contains(&format!("bind 10.40.0.2:{port}")),
+            "{port}: {conf}"
+        );
+    }
+    assert!(conf.contains("server sno-0 10.40.0.10:6443"), "{conf}");
+}
