@@ -123,8 +123,9 @@ pub fn decode_data_url(url: &str) -> Result<Vec<u8>, String> {
 pub struct Pointer {
     /// `ignition.config.merge[0].source`.
     pub merge_source: String,
-    /// `ignition.security.tls.certificateAuthorities[0].source`, if any.
-    pub ca_source: Option<String>,
+    /// Every `ignition.security.tls.certificateAuthorities[].source` (openshift-install writes
+    /// one; Ignition trusts each).
+    pub ca_sources: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -200,14 +201,16 @@ pub fn pointer_ignition(bytes: &[u8]) -> Result<Option<Pointer>, String> {
     else {
         return Ok(None);
     };
-    let ca_source = section
+    let ca_sources = section
         .security
         .and_then(|s| s.tls)
-        .and_then(|t| t.certificate_authorities.into_iter().next())
-        .and_then(|r| r.source);
+        .into_iter()
+        .flat_map(|t| t.certificate_authorities)
+        .filter_map(|r| r.source)
+        .collect();
     Ok(Some(Pointer {
         merge_source,
-        ca_source,
+        ca_sources,
     }))
 }
 

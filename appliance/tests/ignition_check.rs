@@ -296,6 +296,41 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
             ],
         ),
         (
+            "a CA not valid yet (the host's clock behind)",
+            Made {
+                ca_pem: root_ca(2090, 2100),
+                ..good.clone()
+            },
+            None,
+            keep,
+            &[
+                "master.ign's CA for the machine config server: CN=root-ca",
+                "is not valid before 2090-01-01",
+                "check this host's clock",
+            ],
+        ),
+        (
+            "an expired second CA beside a good one",
+            good.clone(),
+            None,
+            |name, c| {
+                if name == "master.ign" {
+                    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
+                    v["ignition"]["security"]["tls"]["certificateAuthorities"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"source": data_url(root_ca(2014, 2024).as_bytes())}));
+                    v.to_string()
+                } else {
+                    c
+                }
+            },
+            &[
+                "master.ign's CA for the machine config server: CN=root-ca",
+                "expired at 2024-01-01",
+            ],
+        ),
+        (
             "a CA that is not a certificate",
             good.clone(),
             None,
@@ -431,7 +466,9 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
             assert!(out.contains(e), "{what}: expected {e:?} in\n{out}");
         }
         let count = out.matches("config::ignition").count();
-        let expected_count = if what == "an expired CA" { 2 } else { 1 };
+        // A CA made bad for both pointer ignitions is reported in each.
+        let both = ["an expired CA", "a CA not valid yet (the host's clock behind)"];
+        let expected_count = if both.contains(&what) { 2 } else { 1 };
         assert_eq!(count, expected_count, "{what}:\n{out}");
         assert!(out.contains("help: "), "{what}: no hint\n{out}");
         assert!(

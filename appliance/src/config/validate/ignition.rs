@@ -209,7 +209,7 @@ impl Compare<'_> {
         };
         let Pointer {
             merge_source,
-            ca_source,
+            ca_sources,
         } = pointer;
         let expected = format!("https://api-int.{}:22623/config/{role}", self.domain());
         if !merge_source.eq_ignore_ascii_case(&expected) {
@@ -237,7 +237,7 @@ impl Compare<'_> {
                 );
             }
         }
-        let Some(source) = ca_source else {
+        if ca_sources.is_empty() {
             let hint = self.create_hint();
             self.report(
                 format!(
@@ -247,21 +247,22 @@ impl Compare<'_> {
             )
             .hint(hint);
             return;
-        };
-        let certs = oi::decode_data_url(&source).and_then(|pem| oi::pem_certificates(&pem));
-        match certs {
-            Err(e) => self.unreadable(file, &format!("its CA bundle: {e}")),
-            Ok(certs) => {
-                let now = self.files.now();
-                for why in certs.iter().filter_map(|c| c.invalid_at(now)) {
-                    let hint = self.create_hint();
-                    self.report(
+        }
+        for source in &ca_sources {
+            match oi::decode_data_url(source).and_then(|pem| oi::pem_certificates(&pem)) {
+                Err(e) => self.unreadable(file, &format!("its CA bundle: {e}")),
+                Ok(certs) => {
+                    let now = self.files.now();
+                    for why in certs.iter().filter_map(|c| c.invalid_at(now)) {
+                        let hint = self.create_hint();
+                        self.report(
                         format!("{file}'s CA for the machine config server: {why}"),
                         &format!("{file} here"),
                     )
                     .hint(format!(
                         "the cluster's root CA is valid for 10 years: check this host's clock, or {hint}"
                     ));
+                    }
                 }
             }
         }
