@@ -95,10 +95,16 @@ The cluster, in the middle of its install, as the test's flag files in DIR tell 
 - hostile CSRs (an unknown node, an extra SAN, the wrong user, the wrong usages, and with a
   BOOTSTRAP name a client CSR of the bootstrap node) are filed at the start;
 - ClusterVersion (at an OKD 4.15) is not Available and Progressing until 2 s after etcd let its
-  bootstrap member go, then Available, not Failing, not Progressing; no ClusterOperator
-  exists before the masters joined, then three, of which ingress is not Available (and not
-  Progressing) until <dir>/operators-settled exists; each change is an update (new
-  resourceVersion, lastTransitionTime).
+  bootstrap member go, then Available, not Failing, not Progressing;
+- no ClusterOperator exists (the list is empty) until the masters joined and
+  <dir>/operators-listed exists, then three, of which ingress is not Available (and not
+  Progressing, reason IngressUnavailable); with <dir>/ingress-degraded it is Available and not
+  Progressing but Degraded (reason IngressDegraded), as cluster-ingress-operator reports a
+  degraded default IngressController (pkg/operator/controller/status/controller.go,
+  computeOperatorDegradedCondition, in later releases its
+  computeIngressControllerDegradedCondition); once <dir>/operators-settled exists every
+  operator is Available, not Progressing, not Degraded. Each change is an update (new
+  resourceVersion, lastTransitionTime of the conditions whose status moved).
 
 The first approval meets a concurrent write: another client annotates the request after the
 orchestration read it, so its resourceVersion is stale and the answer is 409 Conflict (to be
@@ -924,10 +930,19 @@ def node(n, role, ready):
 OPERATORS = ("etcd", "kube-apiserver", "ingress")
 
 
-def operator_conditions(n, settled):
-    up = settled or n != "ingress"
-    return [condition("Available", "True" if up else "False",
-                      None if up else "IngressUnavailable"),
+def operator_conditions(n):
+    """An operator's conditions as the flag files have them now."""
+    if n != "ingress" or flag("operators-settled"):
+        return [condition("Available", "True"), condition("Progressing", "False"),
+                condition("Degraded", "False")]
+    if flag("ingress-degraded"):
+        return [condition("Available", "True"), condition("Progressing", "False"),
+                condition("Degraded", "True", "IngressDegraded",
+                          'The "default" ingress controller reports Degraded=True: '
+                          'DegradedConditions: One or more other status conditions indicate '
+                          'a degraded state.')]
+    return [condition("Available", "False", "IngressUnavailable",
+                      'The "default" ingress controller reports Available=False'),
             condition("Progressing", "False"), condition("Degraded", "False")]
 
 
@@ -976,13 +991,15 @@ def cluster_moves():
     if flag("masters-joined") and "masters" not in done:
         done.add("masters")
         node(MASTER, "master", True)
+    if flag("operators-listed") and "masters" in done and "operators" not in done:
+        done.add("operators")
         for n in OPERATORS:
             create("clusteroperators", {"metadata": {"name": n}, "spec": {},
-                                        "status": {"conditions": operator_conditions(n, False)}})
-    if flag("operators-settled") and "masters" in done and "settled" not in done:
-        done.add("settled")
+                                        "status": {"conditions": operator_conditions(n)}})
+    if "operators" in done:
+        # An update only when a status moved (update() keeps the resourceVersion otherwise).
         for n in OPERATORS:
-            set_conditions("clusteroperators", n, operator_conditions(n, True))
+            set_conditions("clusteroperators", n, operator_conditions(n))
     if flag("bootstrap-complete") and "bootstrap" not in done:
         done.add("bootstrap")
         create("configmaps", {"metadata": {"name": "bootstrap", "namespace": "kube-system"},

@@ -24,6 +24,7 @@ mod lb_tls;
 mod libvirt;
 mod nm_kargs;
 mod orchestration;
+mod orchestration_api;
 mod redfish;
 mod reload;
 mod render_peers;

@@ -6,7 +6,8 @@
 //! subresource's rules (the stored spec kept, timestamps filled, 409 for a stale
 //! resourceVersion, the 422 rules), generated CSR names and a signer; kubelets that file real
 //! PEM certificate requests), reached the way the nodes reach the API: through the appliance's
-//! own API frontend, whose health check asks the double's /readyz. The first approval meets a
+//! own API frontend, whose health check asks the double's /readyz (what it answers where the
+//! orchestration does not look is checked in orchestration_api.rs). The first approval meets a
 //! concurrent write and must be read again and retried.
 //!
 //! The master and the worker fetch their ignition from the appliance (their phase moves to
@@ -16,7 +17,8 @@
 //! load balancer, brings the worker in by approving its client and then its serving certificate
 //! request (and nothing else: an unknown name, an extra SAN, the wrong user, the wrong usages,
 //! the bootstrap node and the worker's second client request are refused and journaled), waits
-//! for Ready nodes, the ClusterVersion and settled operators, and reports the cluster
+//! for Ready nodes, the ClusterVersion and settled operators (none listed yet, one not
+//! Available, one Available but Degraded: none of these settled), and reports the cluster
 //! installed; the status page draws every node's phases and the cluster's as lines across
 //! (`api::the_page_draws_the_install`). `provider: none`: the machines are someone else's to
 //! power (the control providers have their own tests).
@@ -31,7 +33,7 @@ use crate::dns_support::{start_appliance, write_config};
 
 const DOMAIN: &str = "okd.lab.example.com";
 
-fn config(dir: &Path) -> PathBuf {
+pub(crate) fn config(dir: &Path) -> PathBuf {
     write_config(
         dir,
         r#"version: 1
@@ -59,7 +61,7 @@ listen:
     )
 }
 
-fn cli(state: &Path, args: &[&str]) -> Output {
+pub(crate) fn cli(state: &Path, args: &[&str]) -> Output {
     std::process::Command::new(appliance_bin().unwrap())
         .arg("cluster")
         .args(args)
@@ -69,7 +71,7 @@ fn cli(state: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -77,7 +79,7 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn status(state: &Path) -> serde_json::Value {
+pub(crate) fn status(state: &Path) -> serde_json::Value {
     let out = cli(state, &["status", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
@@ -121,160 +123,60 @@ fn approved_client(
     }
 }
 
-/// `curl` to the double as the orchestration reaches it (its CA bundle, `api-int` by SNI), with
-/// the admin kubeconfig's client certificate or without one: the HTTP code and the body.
-fn kube(node: &harness::Node, auth: &Path, anonymous: bool, path: &str) -> (u16, String) {
-    let tls = auth.join("tls");
-    let file = |f: &str| tls.join(f).to_str().unwrap().to_owned();
-    let mut argv: Vec<String> = [
-        "curl",
-        "-s",
-        "--max-time",
-        "5",
-        "--resolve",
-        "api-int.okd.lab.example.com:6443:10.99.0.11",
-        "--cacert",
-        &file("kube-apiserver-complete-server-ca-bundle.crt"),
-        "-w",
-        "\n%{http_code}",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    if !anonymous {
-        argv.extend([
-            "--cert".to_owned(),
-            file("admin-kubeconfig-client.crt"),
-            "--key".to_owned(),
-            file("admin-kubeconfig-client.key"),
-        ]);
-    }
-    argv.push(format!("https://api-int.okd.lab.example.com:6443{path}"));
-    let out = node.netns().exec(&argv).output().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
-    (code.parse().unwrap_or(0), body.to_owned())
+/// The double on `master` (10.99.0.11:6443) for the cluster of [`config`], its state in `auth`,
+/// once it listens: its PKI and the admin kubeconfig are written by then.
+pub(crate) fn spawn_double(master: &harness::Node, auth: &Path) -> Process {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/kube_double.py");
+    let double = master
+        .spawn(
+            "kube-double",
+            [
+                "python3",
+                script.to_str().unwrap(),
+                auth.to_str().unwrap(),
+                "10.99.0.11",
+                "6443",
+                DOMAIN,
+                "mst0",
+                "wrk0=10.99.0.21",
+                "bst",
+            ],
+        )
+        .unwrap();
+    master
+        .wait_tcp("10.99.0.11:6443".parse().unwrap(), Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", double.log_tails()));
+    assert!(auth.join("kubeconfig").exists());
+    double
 }
 
-/// The double's claims, checked where the orchestration does not reach them: what it answered
-/// the orchestration with must be what kube-apiserver answers (see kube_double.py for sources).
-fn the_double_answers_as_kube_apiserver_does(
-    node: &harness::Node,
-    auth: &Path,
-    names: &std::collections::HashMap<String, String>,
-    client: &str,
-) {
-    let json = |(code, body): (u16, String)| -> (u16, serde_json::Value) {
-        let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {code} {body}"));
-        (code, v)
-    };
-    // No client certificate: system:anonymous, denied by RBAC (403, not 401).
-    let (code, denied) = json(kube(node, auth, true, "/api/v1/nodes"));
-    assert_eq!(
-        (code, &denied["reason"]),
-        (403, &"Forbidden".into()),
-        "{denied}"
-    );
-    assert!(
-        denied["message"].as_str().unwrap().contains(
-            r#"User "system:anonymous" cannot list resource "nodes" in API group "" at the cluster scope"#
-        ),
-        "{denied}"
-    );
-    assert_eq!(kube(node, auth, true, "/readyz"), (200, "ok".to_owned()));
-    // Lists: no apiVersion/kind in the items, every object's metadata, pages by limit and
-    // continue from one snapshot.
-    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-    let (code, page) = json(kube(node, auth, false, &format!("{csrs}?limit=3")));
-    assert_eq!(code, 200, "{page}");
-    let rv = page["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let token = page["metadata"]["continue"].as_str().unwrap().to_owned();
-    assert_eq!(
-        page["metadata"]["remainingItemCount"],
-        names.len() - 3,
-        "{page}"
-    );
-    let (code, rest) = json(kube(
-        node,
-        auth,
-        false,
-        &format!("{csrs}?limit=100&continue={token}"),
-    ));
-    assert_eq!(code, 200, "{rest}");
-    assert_eq!(rest["metadata"]["resourceVersion"], rv.as_str(), "{rest}");
-    let mut listed: Vec<&str> = Vec::new();
-    for item in page["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(rest["items"].as_array().unwrap())
-    {
-        assert!(
-            item.get("apiVersion").is_none() && item.get("kind").is_none(),
-            "{item}"
-        );
-        for field in ["uid", "resourceVersion", "creationTimestamp"] {
-            assert!(item["metadata"][field].is_string(), "{field}: {item}");
-        }
-        listed.push(item["metadata"]["name"].as_str().unwrap());
-    }
-    listed.sort_unstable();
-    let mut all: Vec<&str> = names.values().map(String::as_str).collect();
-    all.sort_unstable();
-    assert_eq!(listed, all);
-    // Selectors: the request's signer, and a field label CSRs do not have (400).
-    let (_, serving) = json(kube(
-        node,
-        auth,
-        false,
-        &format!("{csrs}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving"),
-    ));
-    assert_eq!(serving["items"].as_array().unwrap().len(), 2, "{serving}");
-    assert_eq!(
-        kube(
-            node,
-            auth,
-            false,
-            &format!("{csrs}?fieldSelector=spec.username%3Dx")
-        )
-        .0,
-        400
-    );
-    // A watch from a resourceVersion older than the history: one ERROR event, 410 Expired.
-    let (code, gone) = json(kube(
-        node,
-        auth,
-        false,
-        &format!("{csrs}?watch=true&resourceVersion=1"),
-    ));
-    assert_eq!(
-        (
-            code,
-            &gone["type"],
-            &gone["object"]["code"],
-            &gone["object"]["reason"]
-        ),
-        (200, &"ERROR".into(), &410.into(), &"Expired".into()),
-        "{gone}"
-    );
-    // The approval as the API stored it: the timestamps filled, and signed.
-    let (_, approved) = json(kube(node, auth, false, &format!("{csrs}/{client}")));
-    let condition = &approved["status"]["conditions"][0];
-    assert_eq!(
-        (&condition["type"], &condition["status"]),
-        (&"Approved".into(), &"True".into()),
-        "{approved}"
-    );
-    for field in ["lastUpdateTime", "lastTransitionTime"] {
-        assert!(condition[field].is_string(), "{field}: {approved}");
-    }
-    assert!(
-        approved["status"]["certificate"]
+/// `cluster status` says it waits for something containing `what` within `timeout`.
+pub(crate) fn waits_for(state: &Path, what: &str, timeout: Duration) -> bool {
+    wait_until(timeout, || {
+        status(state)["waiting_for"]
             .as_str()
-            .is_some_and(|c| c.starts_with("LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t")),
-        "issued: {approved}"
+            .is_some_and(|w| w.contains(what))
+    })
+}
+
+/// For twice the settle period (1 s) and more, the run is never installed nor settling, and
+/// it still waits for `what` at the end: a run that took the operators for settled would have
+/// installed the cluster by then.
+fn never_settles(state: &Path, what: &str) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let s = status(state);
+        let waiting = s["waiting_for"].as_str().unwrap_or_default();
+        assert!(
+            s["cluster"] != "installed" && !waiting.contains("settled for"),
+            "{s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        waits_for(state, what, Duration::from_secs(5)),
+        "{}",
+        status(state)
     );
 }
 
@@ -295,27 +197,7 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     // The master joined during bootstrap; the worker's kubelet is up.
     std::fs::write(auth.join("masters-joined"), b"").unwrap();
     std::fs::write(auth.join("kubelets"), b"").unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/kube_double.py");
-    let mut double = master
-        .spawn(
-            "kube-double",
-            [
-                "python3",
-                script.to_str().unwrap(),
-                auth.to_str().unwrap(),
-                "10.99.0.11",
-                "6443",
-                DOMAIN,
-                "mst0",
-                "wrk0=10.99.0.21",
-                "bst",
-            ],
-        )
-        .unwrap();
-    master
-        .wait_tcp("10.99.0.11:6443".parse().unwrap(), Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", double.log_tails()));
-    assert!(auth.join("kubeconfig").exists());
+    let mut double = spawn_double(&master, &auth);
 
     let mut appliance = start_appliance(topo.services(), &config);
     let before = status(&state);
@@ -407,17 +289,35 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         "{}",
         status(&state)
     );
-    // An operator not Available (though not Progressing) is not settled.
+    // The nodes Ready and the ClusterVersion done, but no ClusterOperator listed yet: not
+    // settled, the operators are not there.
+    let logs = || format!("{}\n{}", status(&state), appliance.log_tails());
+    let no_operators = "cluster operators to settle: no ClusterOperator exists yet";
     assert!(
-        wait_until(Duration::from_secs(30), || status(&state)["waiting_for"]
-            .as_str()
-            .is_some_and(|w| w.contains("ingress (not Available)"))),
-        "{}\n{}",
-        status(&state),
-        appliance.log_tails()
+        waits_for(&state, no_operators, Duration::from_secs(30)),
+        "{}",
+        logs()
     );
-    std::thread::sleep(Duration::from_secs(2));
-    assert_ne!(status(&state)["cluster"], "installed");
+    assert_eq!(node_phase(&status(&state), "wrk0"), "ready");
+    never_settles(&state, no_operators);
+    // An operator not Available (though not Progressing) is not settled.
+    std::fs::write(auth.join("operators-listed"), b"").unwrap();
+    let unavailable = "cluster operators to settle: ingress (not Available)";
+    assert!(
+        waits_for(&state, unavailable, Duration::from_secs(10)),
+        "{}",
+        logs()
+    );
+    never_settles(&state, unavailable);
+    // Nor is one Available and not Progressing but Degraded: named alone.
+    std::fs::write(auth.join("ingress-degraded"), b"").unwrap();
+    let degraded = "cluster operators to settle: ingress (Degraded)";
+    assert!(
+        waits_for(&state, degraded, Duration::from_secs(10)),
+        "{}",
+        logs()
+    );
+    never_settles(&state, degraded);
     std::fs::write(auth.join("operators-settled"), b"").unwrap();
     let waited = cli(
         &state,
@@ -530,7 +430,9 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     ] {
         assert!(log.contains(&refused), "no {refused:?} in\n{log}");
     }
-    the_double_answers_as_kube_apiserver_does(&master, &auth, &names, &client);
+    crate::orchestration_api::the_double_answers_as_kube_apiserver_does(
+        &master, &auth, &names, &client,
+    );
     // Every write was an approval, answered as sent but the first: that one met a concurrent
     // write (409 for its stale resourceVersion) and was read again and retried.
     let writes: Vec<String> = double
@@ -809,6 +711,7 @@ listen: {{ dns: [], api: [], machine_config: [], ingress_https: [], ingress_http
     for done in [
         "etcd-operator-before-2023",
         "masters-joined",
+        "operators-listed",
         "bootstrap-complete",
         "etcd-bootstrap-removed",
         "operators-settled",
