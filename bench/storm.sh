@@ -22,8 +22,10 @@
 #
 # Per side and round: the time from the start signal to the last node done, the spread
 # (slowest node / fastest node), failed fetches (must be 0), bytes moved and their rate, and
-# the servers' peak resident memory (okd-appliance's one process; dnsmasq + nginx). The link's
-# limit is measured the same way: iperf3 over one node's veth, for the same duration.
+# the servers' peak resident memory (okd-appliance's one process; dnsmasq + nginx), and the CPU
+# the servers (on their core) and the clients (on theirs) spent over the storm, which tells which
+# end held it back. The link's limit is measured the same way: iperf3 over one node's veth, for
+# the same duration.
 #
 # Topology (names carry this script's PID): ssrv<PID> holds the bridge br0 (10.96.0.1/16) and
 # the servers, pinned to CPU 0; node i is sn<PID>-<i>, address 10.96.1.<i>, MAC
@@ -285,8 +287,23 @@ http {
 NGINX
 
 # --- one storm -------------------------------------------------------------------------------
+# Busy and total clock ticks of CPU N, from /proc/stat.
+cpu_ticks() {
+  awk -v cpu="cpu$1" '$1 == cpu { busy = 0; for (i = 2; i <= NF; i++) if (i != 5 && i != 6) busy += $i
+    total = 0; for (i = 2; i <= NF; i++) total += $i; print busy, total }' /proc/stat
+}
+
+# The servers' utime+stime, clock ticks.
+server_ticks() {
+  local t=0 pid
+  for pid in "${SERVER_PIDS[@]}"; do t=$((t + $(proc_tree_ticks "$pid"))); done
+  echo "$t"
+}
+
 # storm SIDE DIR: every node boots at once against the running servers; prints
-#   side last_s spread failed bytes rate_mib_s peak_rss_mib
+#   side last_s spread failed bytes rate_mib_s peak_rss_mib server_cpu_pct clients_cpu_pct
+# (the servers' CPU time over the storm against its wall time, one core; the clients' CPU's
+# busy share over the same time): which side of the wire held the storm back.
 storm() {
   local side=$1 d=$2 i pids=() peak=0 rss go=$2/go
   rm -f "$go"
@@ -298,7 +315,9 @@ storm() {
     bench_track $!
   done
   sleep 1 # every node waits on the signal
-  local t0 deadline=$((SECONDS + TIMEOUT))
+  local t0 t1 deadline=$((SECONDS + TIMEOUT)) srv0 srv1 load0 load1
+  srv0=$(server_ticks)
+  load0=$(cpu_ticks "$LOAD_CPU")
   t0=$(date +%s%N)
   touch "$go"
   while :; do
@@ -315,13 +334,22 @@ storm() {
     fi
     sleep 0.1
   done
-  awk -v t0="$t0" -v side="$side" -v n="$NODES" -v peak="$peak" '
+  t1=$(date +%s%N)
+  srv1=$(server_ticks)
+  load1=$(cpu_ticks "$LOAD_CPU")
+  local hz srv_pct load_pct
+  hz=$(getconf CLK_TCK)
+  srv_pct=$(awk -v a="$srv0" -v b="$srv1" -v t0="$t0" -v t1="$t1" -v hz="$hz" \
+    'BEGIN { printf "%.0f", (b - a) / hz / ((t1 - t0) / 1e9) * 100 }')
+  load_pct=$(awk -v a="$load0" -v b="$load1" \
+    'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.0f", (d > 0 ? (y[1] - x[1]) / d * 100 : 0) }')
+  awk -v t0="$t0" -v side="$side" -v n="$NODES" -v peak="$peak" -v srv="$srv_pct" -v load="$load_pct" '
     { if (!($1 in done)) ndone++; done[$1] = 1; d = ($3 - t0) / 1e9; if (d > last) last = d; b = ($3 - $2) / 1e9
       if (first == "" || b < first) first = b; if (b > slow) slow = b; failed += $6; bytes += $5 }
     END { failed += n - ndone
-          printf "%s %.2f %.2f %d %.0f %.0f %.0f\n", side, last, (first > 0 ? slow / first : 0), failed,
-                 bytes, (last > 0 ? bytes / 1048576 / last : 0), peak / 1024 }' "$d"/nodes/*.done 2>/dev/null ||
-    echo "$side 0 0 $NODES 0 0 0"
+          printf "%s %.2f %.2f %d %.0f %.0f %.0f %s %s\n", side, last, (first > 0 ? slow / first : 0), failed,
+                 bytes, (last > 0 ? bytes / 1048576 / last : 0), peak / 1024, srv, load }' "$d"/nodes/*.done 2>/dev/null ||
+    echo "$side 0 0 $NODES 0 0 0 0 0"
 }
 
 # The link's limit over the same veth and bridge: iperf3 from node 1, as long as a storm took.
@@ -362,12 +390,12 @@ echo
 echo "Boot storm, $(date -u +%Y-%m-%d), commit $COMMIT: $NODES nodes, kernel $KERNEL_MIB MiB, initramfs $INITRD_MIB MiB, rootfs $ROOTFS_MIB MiB"
 echo "(machine ${BUSY}% busy and $NOISE build/test processes at the start)"
 echo
-printf '| round | side | last node done (s) | spread (slowest/fastest) | failed | MiB moved | MiB/s | peak RSS (MiB) |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-awk '{ printf "| %s | %s | %s | %s | %s | %.0f | %s | %s |\n", $1, ($2 == "peer" ? "dnsmasq + nginx" : $2), $3, $4, $5, $6 / 1048576, $7, $8 }' "$RESULTS"
+printf '| round | side | last node done (s) | spread (slowest/fastest) | failed | MiB moved | MiB/s | peak RSS (MiB) | servers CPU %% (of 1 core) | clients CPU %% |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
+awk '{ printf "| %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", $1, ($2 == "peer" ? "dnsmasq + nginx" : $2), $3, $4, $5, $6 / 1048576, $7, $8, $9, $10 }' "$RESULTS"
 echo
 awk -v link="$LINK" '
-  { n[$2]++; last[$2] += $3; spread[$2] += $4; failed[$2] += $5; rate[$2] += $7 }
+  { n[$2]++; last[$2] += $3; spread[$2] += $4; failed[$2] += $5; rate[$2] += $7; srv[$2] += $9; load[$2] += $10 }
   END {
     if (n["peer"] && n["okd-appliance"] && last["peer"] > 0)
       printf "Time to the last node, okd-appliance / peer: %.2fx (mean of %d rounds; <= 1.0 is the target)\n",
@@ -377,6 +405,10 @@ awk -v link="$LINK" '
     if (link > 0)
       printf "Link limit (iperf3 over the same veth and bridge): %d MiB/s; okd-appliance moved %.0f MiB/s (%.0f%% of it)\n",
         link, rate["okd-appliance"] / n["okd-appliance"], rate["okd-appliance"] / n["okd-appliance"] / link * 100
+    if (n["okd-appliance"])
+      printf "CPU during the storm (means): okd-appliance %.0f%% of its core, its clients %.0f%% of theirs; dnsmasq + nginx %.0f%%, their clients %.0f%%. A side whose clients are near 100%% while its server is not was held back by the clients, not the server.\n",
+        srv["okd-appliance"] / n["okd-appliance"], load["okd-appliance"] / n["okd-appliance"],
+        (n["peer"] ? srv["peer"] / n["peer"] : 0), (n["peer"] ? load["peer"] / n["peer"] : 0)
   }' "$RESULTS"
 FAILED=$(awk '$2 == "okd-appliance" { f += $5 } END { print f + 0 }' "$RESULTS")
 ((FAILED == 0)) || die "okd-appliance: $FAILED failed fetches (see $W, KEEP=1 keeps it)"

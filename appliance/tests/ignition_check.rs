@@ -467,7 +467,10 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
         }
         let count = out.matches("config::ignition").count();
         // A CA made bad for both pointer ignitions is reported in each.
-        let both = ["an expired CA", "a CA not valid yet (the host's clock behind)"];
+        let both = [
+            "an expired CA",
+            "a CA not valid yet (the host's clock behind)",
+        ];
         let expected_count = if both.contains(&what) { 2 } else { 1 };
         assert_eq!(count, expected_count, "{what}:\n{out}");
         assert!(out.contains("help: "), "{what}: no hint\n{out}");
