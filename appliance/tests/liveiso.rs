@@ -585,7 +585,7 @@ fn arguments_too_long_for_the_area_fail_that_node_only_and_check_says_so() {
             && stderr.contains("the ISO's area holds 299"),
         "{stderr}"
     );
-    assert!(!stderr.contains("master-0"), "{stderr}");
+    assert!(!stderr.contains("ISO of master-0"), "{stderr}");
 
     let mut serve = Serve::start(&cfg);
     let addr = http_addr(&mut serve);

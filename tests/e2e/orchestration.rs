@@ -456,6 +456,11 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         "{}",
         double.log_tails()
     );
+    crate::orchestration_api::approval_follows_the_subresource_rules(
+        &master,
+        &auth,
+        &names["intruder"],
+    );
 
     // The same, as metrics and as `status` (the counters began with the restart: the script
     // fetched here is counted).

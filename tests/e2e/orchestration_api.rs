@@ -170,6 +170,121 @@ pub(crate) fn the_double_answers_as_kube_apiserver_does(
     );
 }
 
+/// `PUT .../approval` to the double with the admin client certificate: the code and the body.
+fn put_approval(node: &harness::Node, auth: &Path, name: &str, body: &str) -> (u16, String) {
+    let tls = auth.join("tls");
+    let file = |f: &str| tls.join(f).to_str().unwrap().to_owned();
+    let url = format!(
+        "https://api-int.okd.lab.example.com:6443/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval"
+    );
+    let out = node
+        .netns()
+        .exec([
+            "curl",
+            "-s",
+            "--max-time",
+            "5",
+            "--resolve",
+            "api-int.okd.lab.example.com:6443:10.99.0.11",
+            "--cacert",
+            &file("kube-apiserver-complete-server-ca-bundle.crt"),
+            "--cert",
+            &file("admin-kubeconfig-client.crt"),
+            "--key",
+            &file("admin-kubeconfig-client.key"),
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            body,
+            "-w",
+            "\n%{http_code}",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.parse().unwrap_or(0), body.to_owned())
+}
+
+/// The `/approval` subresource's rules, on a request the orchestration refused (run after the
+/// install, so these writes come after the orchestration's): the name must be the URL's (400);
+/// Approved and Denied together, Approved not True, a type twice are 422 Invalid and change
+/// nothing; without a resourceVersion the update is unconditional, only the conditions are
+/// taken (the spec sent is ignored) and their timestamps are filled.
+pub(crate) fn approval_follows_the_subresource_rules(
+    node: &harness::Node,
+    auth: &Path,
+    name: &str,
+) {
+    let body = |name: &str, conditions: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"username": "system:admin", "request": "", "signerName": "x/y"},
+            "status": {"conditions": conditions},
+        })
+        .to_string()
+    };
+    let cond = |t: &str, s: &str| serde_json::json!({"type": t, "status": s, "reason": "Test"});
+    let (code, said) = put_approval(node, auth, name, &body("another", serde_json::json!([])));
+    assert_eq!(code, 400, "{said}");
+    assert!(
+        said.contains("does not match the name on the URL"),
+        "{said}"
+    );
+    for (conditions, why) in [
+        (
+            serde_json::json!([cond("Approved", "True"), cond("Denied", "True")]),
+            "mutually exclusive",
+        ),
+        (
+            serde_json::json!([cond("Approved", "False")]),
+            "Unsupported value",
+        ),
+        (
+            serde_json::json!([cond("Denied", "True"), cond("Denied", "True")]),
+            "Duplicate value",
+        ),
+    ] {
+        let (code, said) = put_approval(node, auth, name, &body(name, conditions));
+        assert_eq!(code, 422, "{said}");
+        assert!(
+            said.contains("\"Invalid\"") && said.contains(why),
+            "{why}: {said}"
+        );
+    }
+    let csr = format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}");
+    let (_, before) = kube(node, auth, false, &csr);
+    let before: serde_json::Value = serde_json::from_str(&before).unwrap();
+    assert!(
+        before["status"]["conditions"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "refused writes changed nothing: {before}"
+    );
+    let (code, said) = put_approval(
+        node,
+        auth,
+        name,
+        &body(name, serde_json::json!([cond("Denied", "True")])),
+    );
+    assert_eq!(code, 200, "{said}");
+    let stored: serde_json::Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(
+        stored["spec"], before["spec"],
+        "the spec sent is ignored: {stored}"
+    );
+    let denied = &stored["status"]["conditions"][0];
+    assert_eq!(denied["type"], "Denied", "{stored}");
+    for field in ["lastUpdateTime", "lastTransitionTime"] {
+        assert!(denied[field].is_string(), "{field}: {stored}");
+    }
+}
+
 /// `cluster up` starts with a kubeconfig whose certificate-authority-data is another CA than the
 /// one that signed the API's serving certificate (the double's client CA), so every API call
 /// fails in the TLS handshake and `cluster status` says so. The file is then overwritten in

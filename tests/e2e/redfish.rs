@@ -31,12 +31,21 @@ fn sushy() -> Option<PathBuf> {
     harness::which(&tool)
 }
 
+/// A port for a server this test starts on 127.0.0.1, free when asked. Taken below the kernel's
+/// ephemeral range (32768-60999 by default), from a counter of this test process, so that
+/// neither an outgoing connection's local port nor another test's server can take it between
+/// this check and the server's bind (a port from `bind(0)`, released, could be).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 100) as u16 * 100;
+    for _ in 0..1000 {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 1000;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {base}..{}", base + 1000);
 }
 
 fn wait_tcp(addr: SocketAddr, p: &Process) {
