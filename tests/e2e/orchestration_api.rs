@@ -13,9 +13,15 @@ use harness::{Topology, require_root, require_tools};
 use crate::dns_support::start_appliance;
 use crate::orchestration::{cli, config, spawn_double, status, text, waits_for};
 
-/// `curl` to the double as the orchestration reaches it (its CA bundle, `api-int` by SNI), with
-/// the admin kubeconfig's client certificate or without one: the HTTP code and the body.
-fn kube(node: &harness::Node, auth: &Path, anonymous: bool, path: &str) -> (u16, String) {
+/// `curl ARGS` to the double as the orchestration reaches it (its CA bundle, `api-int` by SNI),
+/// with the admin kubeconfig's client certificate or without one: the HTTP code and the body.
+fn curl_api(
+    node: &harness::Node,
+    auth: &Path,
+    anonymous: bool,
+    args: &[&str],
+    path: &str,
+) -> (u16, String) {
     let tls = auth.join("tls");
     let file = |f: &str| tls.join(f).to_str().unwrap().to_owned();
     let mut argv: Vec<String> = [
@@ -40,11 +46,17 @@ fn kube(node: &harness::Node, auth: &Path, anonymous: bool, path: &str) -> (u16,
             file("admin-kubeconfig-client.key"),
         ]);
     }
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
     argv.push(format!("https://api-int.okd.lab.example.com:6443{path}"));
     let out = node.netns().exec(&argv).output().unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
     (code.parse().unwrap_or(0), body.to_owned())
+}
+
+/// A GET of `path`, as [`curl_api`].
+fn kube(node: &harness::Node, auth: &Path, anonymous: bool, path: &str) -> (u16, String) {
+    curl_api(node, auth, anonymous, &[], path)
 }
 
 /// The double's claims, checked where the orchestration does not reach them: what it answered
@@ -172,41 +184,20 @@ pub(crate) fn the_double_answers_as_kube_apiserver_does(
 
 /// `PUT .../approval` to the double with the admin client certificate: the code and the body.
 fn put_approval(node: &harness::Node, auth: &Path, name: &str, body: &str) -> (u16, String) {
-    let tls = auth.join("tls");
-    let file = |f: &str| tls.join(f).to_str().unwrap().to_owned();
-    let url = format!(
-        "https://api-int.okd.lab.example.com:6443/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval"
-    );
-    let out = node
-        .netns()
-        .exec([
-            "curl",
-            "-s",
-            "--max-time",
-            "5",
-            "--resolve",
-            "api-int.okd.lab.example.com:6443:10.99.0.11",
-            "--cacert",
-            &file("kube-apiserver-complete-server-ca-bundle.crt"),
-            "--cert",
-            &file("admin-kubeconfig-client.crt"),
-            "--key",
-            &file("admin-kubeconfig-client.key"),
+    curl_api(
+        node,
+        auth,
+        false,
+        &[
             "-X",
             "PUT",
             "-H",
             "Content-Type: application/json",
             "--data-binary",
             body,
-            "-w",
-            "\n%{http_code}",
-            &url,
-        ])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
-    (code.parse().unwrap_or(0), body.to_owned())
+        ],
+        &format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval"),
+    )
 }
 
 /// The `/approval` subresource's rules, on a request the orchestration refused (run after the
