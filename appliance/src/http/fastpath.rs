@@ -307,4 +307,59 @@ mod tests {
         let many = (0..HEADERS + 1).fold(String::new(), |s, i| s + &format!("X-{i}: y\r\n"));
         assert_eq!(parse(get(&many).as_bytes()), Parsed::Other);
     }
+
+    /// Hostile heads, made by mutating valid ones (a deterministic xorshift, no crate): parsing
+    /// never panics; what it takes is a whole GET or HEAD head of `/artifacts/...` whose target
+    /// lies inside it; and no proper prefix of a head it takes is taken or refused (so a head
+    /// split across reads is never answered, nor handed to hyper, before it is whole).
+    #[test]
+    fn mutated_heads_are_taken_whole_or_not_at_all() {
+        let seeds: [&[u8]; 6] = [
+            b"GET /artifacts/a.img HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"HEAD /artifacts/sub/b HTTP/1.1\r\nConnection: keep-alive\r\n\r\nGET /",
+            b"\r\nGET /artifacts/%2e%2e/x HTTP/1.1\r\nUser-Agent: iPXE/1.21\r\n\r\n",
+            b"GET /artifacts/a HTTP/1.1\r\nRange: bytes=0-1\r\n\r\n",
+            b"POST /artifacts/a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            b"GET /artifacts/a HTTP/1.1\nHost: x\n\n",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut taken = 0;
+        for round in 0..20_000usize {
+            let mut buf = seeds[round % seeds.len()].to_vec();
+            for _ in 0..(next() % 4) {
+                if buf.is_empty() {
+                    break;
+                }
+                let at = (next() as usize) % buf.len();
+                match next() % 4 {
+                    0 => buf[at] = next() as u8,
+                    1 => buf.insert(at, b"\r\n: ?%\0 \t"[(next() % 9) as usize]),
+                    2 => drop(buf.remove(at)),
+                    _ => buf.truncate(at.max(1)),
+                }
+            }
+            let Parsed::Plain(p) = parse(&buf) else {
+                continue;
+            };
+            taken += 1;
+            assert!(p.len <= buf.len() && p.target.end <= p.len, "{buf:?}");
+            let target = std::str::from_utf8(&buf[p.target.clone()]).unwrap();
+            assert!(
+                target.starts_with(PREFIX) && !target.contains('?'),
+                "{buf:?}"
+            );
+            let method = if p.head { &b"HEAD "[..] } else { b"GET " };
+            assert!(buf[..p.target.start].ends_with(method), "{buf:?}");
+            for cut in 0..p.len {
+                assert_eq!(parse(&buf[..cut]), Parsed::Partial, "{cut} of {buf:?}");
+            }
+        }
+        assert!(taken > 1000, "only {taken} mutated heads were taken");
+    }
 }
