@@ -310,7 +310,16 @@ pub(super) fn parse(
             Err(e) => clusters.push(Found::Failed(e)),
         }
     }
-    for (member, problem) in super::validate::host::conflicts(&host_src, &members) {
+    for (member, mut problem) in super::validate::host::conflicts(&host_src, &members) {
+        // A problem in a cluster file also points at that file's entry in the host file.
+        if let Some(m) = member.map(|m| &members[m]) {
+            problem.related_at(
+                &host_src,
+                m.at,
+                format!("cluster {} is listed in the host file", m.id),
+                "listed here",
+            );
+        }
         match member.map(|m| &mut clusters[members[m].slot]) {
             Some(Found::Loaded(problems)) => problems.push(problem),
             _ => host.push(problem),
