@@ -79,17 +79,23 @@ pub async fn serve(
 ) -> io::Result<Outcome> {
     let mut buf = BytesMut::with_capacity(2048);
     let mut out = Vec::with_capacity(512);
+    let mut served = false;
     loop {
         let deadline = tokio::time::Instant::now() + HEADER_TIMEOUT;
         let plain = loop {
             match parse(&buf) {
-                Parsed::Plain(p) => break p,
+                // hyper's limit for a head (a read may take the buffer past it).
+                Parsed::Plain(p) if p.len <= MAX_HEAD => break p,
                 Parsed::Partial if buf.len() < MAX_HEAD => {}
-                Parsed::Partial | Parsed::Other => return Ok(Outcome::Hyper(buf.freeze())),
+                _ => return Ok(Outcome::Hyper(buf.freeze())),
             }
             let read = tokio::select! {
                 read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => read,
-                () = token.cancelled(), if buf.is_empty() => return Ok(Outcome::Done),
+                // Stopping: an idle keep-alive connection closes, as hyper's graceful shutdown
+                // closes it; a new one goes to hyper, which still answers its first request.
+                () = token.cancelled(), if buf.is_empty() => {
+                    return Ok(if served { Outcome::Done } else { Outcome::Hyper(Bytes::new()) });
+                }
             };
             match read {
                 Err(_) => {
@@ -105,21 +111,31 @@ pub async fn serve(
                 Ok(Err(e)) => return Err(e),
             }
         };
-        let Some(body) = answer(&buf, &plain, cx, &mut out) else {
+        // Stopping: this answer is the connection's last, and says so (as hyper's does).
+        let last = token.is_cancelled();
+        let Some(body) = answer(&buf, &plain, cx, last, &mut out) else {
             return Ok(Outcome::Hyper(buf.freeze()));
         };
         let body = if plain.head { &[][..] } else { &body[..] };
-        send(stream, &out, body).await?;
+        // Counted before it is sent, as the ordinary way counts.
         cx.metrics.http_request("artifacts", 200, body.len() as u64);
+        send(stream, &out, body).await?;
+        served = true;
         buf.advance(plain.len);
-        if token.is_cancelled() {
+        if last {
             return Ok(Outcome::Done);
         }
     }
 }
 
 /// The file's content, with its response head in `out`; `None` when the cache does not hold it.
-fn answer(buf: &[u8], plain: &Plain, cx: &Shared<'_>, out: &mut Vec<u8>) -> Option<Bytes> {
+fn answer(
+    buf: &[u8],
+    plain: &Plain,
+    cx: &Shared<'_>,
+    last: bool,
+    out: &mut Vec<u8>,
+) -> Option<Bytes> {
     let target = std::str::from_utf8(&buf[plain.target.clone()]).ok()?;
     let rest = target.strip_prefix(PREFIX)?;
     let plan = cx.plan.load();
@@ -156,6 +172,9 @@ fn answer(buf: &[u8], plain: &Plain, cx: &Shared<'_>, out: &mut Vec<u8>) -> Opti
     );
     // Infallible: a Vec takes every byte.
     let _ = std::io::Write::write_fmt(out, format_args!("{}", meta.len));
+    if last {
+        out.extend_from_slice(b"\r\nconnection: close");
+    }
     out.extend_from_slice(b"\r\ndate: ");
     date(out);
     out.extend_from_slice(b"\r\n\r\n");
@@ -196,7 +215,14 @@ fn parse(buf: &[u8]) -> Parsed {
         "HEAD" => true,
         _ => return Parsed::Other,
     };
-    if !target.starts_with(PREFIX) || target.contains('?') {
+    // Only a target hyper takes as a path alone: the bytes http's `PathAndQuery` accepts in a
+    // path (http 1.4, uri/path.rs `from_shared`), so no query (`?`), no fragment (`#`, which it
+    // would cut off) and nothing it refuses with 400 (`<`, `>`, a backtick, controls).
+    let path_byte = |b: u8| {
+        matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x40..=0x5F | 0x61..=0x7A | 0x7C | 0x7E | 0x7F..)
+            || matches!(b, b'"' | b'{' | b'}')
+    };
+    if !target.starts_with(PREFIX) || !target.bytes().all(path_byte) {
         return Parsed::Other;
     }
     for h in req.headers.iter() {
@@ -297,6 +323,9 @@ mod tests {
             "GET http://x/artifacts/a HTTP/1.1\r\n\r\n",
             "GET /artifacts/a HTTP/1.1\r\nBad Header: x\r\n\r\n",
             "get /artifacts/a HTTP/1.1\r\n\r\n",
+            "GET /artifacts/a#x HTTP/1.1\r\n\r\n",
+            "GET /artifacts/a<b HTTP/1.1\r\n\r\n",
+            "GET /artifacts/a`b HTTP/1.1\r\n\r\n",
         ] {
             assert_eq!(plain(other), None, "{other:?}");
         }

@@ -23,15 +23,22 @@
 //!   unmounted, when the kernel's event queue overflows, and for an event this cache can't
 //!   place (a directory under the root that moves or goes takes the entries under it).
 //!
-//! Watches are in place before the file is checked again (without symlinks, by device and
-//! inode) and entered, so a change that raced with the first open either fails that check or
+//! Watches are in place before the file is checked again (without symlinks, by device, inode,
+//! size, mtime and ctime) and entered, so a change that raced with the first open either fails that check or
 //! leaves an event that the next lookup reads. The file is read whole at its first hit, one
 //! byte more than its cached length: a file shorter or longer than that (changed in place
 //! between the last event read and the read) is dropped and the request goes the uncached way,
-//! before anything is sent. From then on its content is served from memory (at most
-//! [`ENTRIES`] times [`files::SMALL_BODY`] bytes): any change to it is an event, read before the
-//! next lookup, so a hit costs the one `read` of the inotify queue and no file system call. Not seen: writes through a shared memory mapping (inotify reports none)
-//! and a file system mounted over a directory on the way (nor does nginx's cache see either).
+//! before anything is sent. Then its content is served from memory (at most [`ENTRIES`] times
+//! [`files::SMALL_BODY`] bytes) for [`CONTENT_VALID`] and read again with the same check: any
+//! change made through this kernel is an event, read before the next lookup, so most hits cost
+//! the one `read` of the inotify queue and no file system call; the time bound is for changes
+//! inotify never reports (another host writing to a network file system). The check against the
+//! entry's metadata at its entering compares size, mtime and ctime as well as the inode, so a
+//! write between the first `statx` and the watches is not entered either (unless it keeps the
+//! length and falls in the same tick of the file system's clock). Not seen: writes
+//! through a shared memory mapping (inotify reports none) and a file system mounted over a
+//! directory on the way (nor does nginx's cache see either); a change inotify does not report
+//! is seen within [`CONTENT_VALID`] only when it changes the file's length.
 //!
 //! Bounded: at most [`ENTRIES`] files; a new one beyond that evicts the least recently used.
 //! Watches are bounded by [`WATCHES`]: beyond it everything is dropped and the cache starts
@@ -64,6 +71,12 @@ pub const WATCHES: usize = 4 * ENTRIES;
 /// Reads of the inotify queue per lookup at most (4 KiB each) before the cache gives up on
 /// the backlog and starts over.
 const DRAIN_READS: usize = 64;
+/// How long a file's content read at a hit is served from memory before the next hit reads it
+/// again (with the length check). inotify reports every change made through this kernel at
+/// once; this bounds what it never reports: a change made by another host to a network file
+/// system (NFS, virtiofs, 9p, FUSE), which before holding content was caught at the next hit when
+/// it changed the length.
+const CONTENT_VALID: std::time::Duration = std::time::Duration::from_secs(1);
 /// Symlinks followed on the way to the root at most (the kernel's own limit).
 const MAX_LINKS: usize = 40;
 
@@ -149,9 +162,9 @@ struct Entry {
     file: File,
     meta: FileMeta,
     validators: Validators,
-    /// Its content, read at its first hit (with the length check below); served from memory
-    /// from then on, until an event drops the entry.
-    body: Option<Bytes>,
+    /// Its content and when it was read (at a hit, with the length check below); served from
+    /// memory for [`CONTENT_VALID`], or until an event drops the entry.
+    body: Option<(Bytes, std::time::Instant)>,
     /// The file's own watch.
     wd: WatchDescriptor,
     /// When it was last used (`Inner::tick`), for eviction.
@@ -321,7 +334,9 @@ impl Inner {
         self.tick += 1;
         let entry = self.entries.get_mut(relative)?;
         entry.used = self.tick;
-        if let Some(body) = &entry.body {
+        if let Some((body, read)) = &entry.body
+            && read.elapsed() < CONTENT_VALID
+        {
             return Some(Found::Cached {
                 meta: entry.meta,
                 validators: entry.validators.clone(),
@@ -335,7 +350,7 @@ impl Inner {
             Ok(n) if n == len => {
                 buf.truncate(len);
                 let body = Bytes::from(buf);
-                entry.body = Some(body.clone());
+                entry.body = Some((body.clone(), std::time::Instant::now()));
                 Some(Found::Cached {
                     meta: entry.meta,
                     validators: entry.validators.clone(),
@@ -503,8 +518,8 @@ impl Inner {
     }
 }
 
-/// Whether `relative` leads from `root`, without any symlink beneath it, to the inode of `meta`
-/// (`ESTALE` when it leads to another one).
+/// Whether `relative` leads from `root`, without any symlink beneath it, to the inode of `meta`,
+/// unchanged (`ESTALE` when it leads to another one or the file changed since).
 fn same_inode(root: &Path, relative: &Path, meta: &Metadata) -> Result<(), Errno> {
     let dir = nix::fcntl::open(
         root,
@@ -519,11 +534,13 @@ fn same_inode(root: &Path, relative: &Path, meta: &Metadata) -> Result<(), Errno
                 | ResolveFlag::RESOLVE_NO_MAGICLINKS,
         );
     let now = nix::sys::stat::fstat(nix::fcntl::openat2(&dir, relative, how)?)?;
-    if now.st_dev == meta.dev() && now.st_ino == meta.ino() {
-        Ok(())
-    } else {
-        Err(Errno::ESTALE)
-    }
+    // The same inode, not changed since `meta` was read: a write between that `statx` and the
+    // watches (which no event reports) moves its size, mtime or ctime.
+    let same = (now.st_dev, now.st_ino) == (meta.dev(), meta.ino())
+        && u64::try_from(now.st_size).ok() == Some(meta.size())
+        && (now.st_mtime, now.st_mtime_nsec) == (meta.mtime(), meta.mtime_nsec())
+        && (now.st_ctime, now.st_ctime_nsec) == (meta.ctime(), meta.ctime_nsec());
+    if same { Ok(()) } else { Err(Errno::ESTALE) }
 }
 
 /// `path`'s names pushed onto `todo` so that the first is popped first (`..` kept, `.` and the
@@ -721,6 +738,26 @@ mod tests {
         }
         fresh(&cache, &root, "kernel", "k2");
         cached(&cache, &root, "kernel", "k2");
+        // A change no event reports (another host's write to a network file system): once the
+        // content is older than CONTENT_VALID, the next hit reads the file again, and a length
+        // that differs sends it the uncached way.
+        std::fs::write(root.join("kernel"), "k-3").unwrap();
+        {
+            let mut inner = cache.inner.lock().unwrap();
+            let found = inner.hit(&root, Path::new("kernel")).unwrap();
+            assert_eq!(
+                content(found),
+                Some((true, "k2".into())),
+                "within CONTENT_VALID"
+            );
+            let entry = inner.entries.get_mut(Path::new("kernel")).unwrap();
+            let (_, read) = entry.body.as_mut().unwrap();
+            *read = std::time::Instant::now()
+                .checked_sub(CONTENT_VALID * 2)
+                .unwrap();
+            assert!(inner.hit(&root, Path::new("kernel")).is_none());
+        }
+        fresh(&cache, &root, "kernel", "k-3");
         // `cached` never opens: a file not held is `None`, and the ordinary way enters it.
         let sub = files::artifact_relative("sub/initrd").unwrap();
         assert!(cache.cached(&root, &sub).is_none());
@@ -729,6 +766,23 @@ mod tests {
             cache.cached(&root, &sub),
             Some(Found::Cached { .. })
         ));
+    }
+
+    /// A write between the open's `statx` and the watches (which no event reports) changes the
+    /// file's size or times: it is not entered. (A write of the same length within the same
+    /// tick of the file system's clock as the open can't be told apart.)
+    #[test]
+    fn a_file_changed_between_its_open_and_its_watches_is_not_entered() {
+        let (_dir, root) = setup();
+        let cache = OpenCache::default();
+        let relative = Path::new("kernel");
+        let (_, opened) = files::open_relative(&root, relative).unwrap();
+        let (file, meta) = opened.unwrap();
+        std::fs::write(root.join("kernel"), "kernel 2").unwrap();
+        let mut inner = cache.inner.lock().unwrap();
+        inner.root = Some(root.clone());
+        assert!(inner.enter(&root, relative, &file, &meta).is_err());
+        assert!(inner.entries.is_empty());
     }
 
     /// The root, a directory under it, and the root's parent, each moved away with a new one
