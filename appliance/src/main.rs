@@ -22,10 +22,11 @@ fn main() -> ExitCode {
         Command::Check { file, install, .. } => cli::check::check(&file, install),
         Command::Render {
             file,
+            cluster,
             format,
             output,
             serial,
-        } => cli::render::run(&file, format, output.as_deref(), serial),
+        } => cli::render::run(&file, cluster.as_deref(), format, output.as_deref(), serial),
         Command::Serve { file } => cli::serve::run(&file),
         Command::Reload { target } => cli::admin::reload(&target),
         Command::Lb { action } => cli::admin::lb(&action),

@@ -464,7 +464,51 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("render each cluster's file"), "{stderr}");
+    assert!(
+        stderr.contains("add `--cluster ID` (its clusters: okd, test)"),
+        "{stderr}"
+    );
+    // `--cluster ID`: that cluster in any format, as its own file renders it.
+    let host = fixture("config/hosts/two-labs.yml");
+    for format in ["dnsmasq", "bind", "human"] {
+        let one = run(&[
+            "render",
+            &host,
+            "--cluster",
+            "test",
+            "--format",
+            format,
+            "--serial",
+            "5",
+        ]);
+        assert_eq!(one.status.code(), Some(0), "{format}");
+        // two-labs.yml lists `{ file: test.yml, id: test }`.
+        let alone = run(&[
+            "render",
+            &fixture("config/hosts/test.yml"),
+            "--format",
+            format,
+            "--serial",
+            "5",
+        ]);
+        assert_eq!(
+            one.stdout, alone.stdout,
+            "{format}: --cluster test renders as test's file"
+        );
+    }
+    let out = run(&["render", &host, "--cluster", "nope", "--format", "dnsmasq"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lists no cluster nope; its clusters: okd, test"),
+        "{stderr}"
+    );
+    let sno = fixture("config/single-node.yml");
+    let out = run(&["render", &sno, "--cluster", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is the file of cluster sno, not nope"));
+    let out = run(&["render", &sno, "--cluster", "sno", "--serial", "5"]);
+    assert_eq!(out.status.code(), Some(0));
 }
 
 /// A single-node cluster: `check` says so and where its names point; api, api-int and `*.apps`

@@ -60,8 +60,12 @@ pub enum Command {
     },
     /// Print what the appliance derives from a config: zones, reservations, pools, boot parameters.
     Render {
-        /// The cluster config (YAML).
+        /// The cluster config (YAML), or a host file that lists several clusters' configs.
         file: PathBuf,
+        /// With a host file: render this cluster (its id) in any format, as its own file
+        /// renders; without it a host file renders as human, bind or haproxy, for every cluster.
+        #[arg(long, value_name = "ID")]
+        cluster: Option<String>,
         /// `human` for reading; `bind`, `dnsmasq` or `haproxy` for the configs of those tools;
         /// `networkd` for the services host's own cluster NIC (a systemd-networkd file);
         /// `install-config` for openshift-install's install-config.yaml (written owner-only:

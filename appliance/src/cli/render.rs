@@ -38,29 +38,62 @@ impl FormatArg {
     }
 }
 
-/// `render`: the files of `format`, printed or written into `output`.
-pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option<u32>) -> ExitCode {
+/// `render`: the files of `format`, printed or written into `output`; of one cluster of a host
+/// file with `cluster`.
+pub fn run(
+    file: &Path,
+    cluster: Option<&str>,
+    format: FormatArg,
+    output: Option<&Path>,
+    serial: Option<u32>,
+) -> ExitCode {
     // Zones, pools and reservations have nothing to do with the ignition files.
-    let loaded = match config::load_any(file, InstallCheck::Skip) {
-        Ok(config::Target::Cluster(loaded)) => {
-            eprint!("{}", loaded.warnings.warnings_line());
-            loaded
-        }
-        Ok(config::Target::Host(host)) => {
-            eprint!("{}", host.warnings.warnings_line());
-            return match host_files(&host, format, serial_or_now(serial)) {
-                Ok(files) => write_out(&files, format, output),
-                Err(code) => code,
-            };
-        }
+    let target = match config::load_any(file, InstallCheck::Skip) {
+        Ok(target) => target,
         Err(e) => {
             eprint!("{}", e.render(super::style()));
             return ExitCode::from(1);
         }
     };
+    let config = match &target {
+        config::Target::Cluster(loaded) => {
+            eprint!("{}", loaded.warnings.warnings_line());
+            match cluster {
+                Some(id) if id != loaded.config.cluster.name => {
+                    eprintln!(
+                        "error: {} is the file of cluster {}, not {id}",
+                        file.display(),
+                        loaded.config.cluster.name
+                    );
+                    return ExitCode::from(2);
+                }
+                _ => &loaded.config,
+            }
+        }
+        config::Target::Host(host) => {
+            eprint!("{}", host.warnings.warnings_line());
+            let Some(id) = cluster else {
+                return match host_files(host, format, serial_or_now(serial)) {
+                    Ok(files) => write_out(&files, format, output),
+                    Err(code) => code,
+                };
+            };
+            match host.clusters.iter().find(|m| m.id == id) {
+                Some(member) => &member.config,
+                None => {
+                    eprintln!(
+                        "error: {} lists no cluster {id}; its clusters: {}",
+                        file.display(),
+                        cluster_ids(host)
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
     let files = if let FormatArg::InstallConfig = format {
-        let rendered = okd_appliance::install_config::Inputs::read(&loaded.config)
-            .and_then(|inputs| okd_appliance::install_config::render(&loaded.config, &inputs));
+        let rendered = okd_appliance::install_config::Inputs::read(config)
+            .and_then(|inputs| okd_appliance::install_config::render(config, &inputs));
         match rendered {
             Ok(text) => vec![render::Rendered {
                 file_name: okd_appliance::install_config::FILE_NAME.into(),
@@ -72,7 +105,7 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             }
         }
     } else if let FormatArg::Keepalived = format {
-        match keepalived(&loaded.config) {
+        match keepalived(config) {
             Ok(files) => files,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -80,9 +113,9 @@ pub fn run(file: &Path, format: FormatArg, output: Option<&Path>, serial: Option
             }
         }
     } else if let Some(format) = format.plan_format() {
-        render::render(&Plan::derive(&loaded.config, serial_or_now(serial)), format)
+        render::render(&Plan::derive(config, serial_or_now(serial)), format)
     } else {
-        match okd_appliance::host_network::networkd(&loaded.config) {
+        match okd_appliance::host_network::networkd(config) {
             Ok(text) => vec![render::Rendered {
                 file_name: okd_appliance::host_network::FILE_NAME.into(),
                 text,
@@ -122,8 +155,9 @@ fn host_files(
     ) {
         eprintln!(
             "error: a host file renders as human, bind (the host's zones) or haproxy (every \
-             cluster's frontends); the other formats are one cluster's: render each cluster's \
-             file"
+             cluster's frontends); the other formats are one cluster's: add `--cluster ID` \
+             (its clusters: {})",
+            cluster_ids(host)
         );
         return Err(ExitCode::from(2));
     }
@@ -241,4 +275,13 @@ fn keepalived(config: &config::Config) -> Result<Vec<render::Rendered>, String> 
         &state_dir,
         &keys.vrrp_password,
     )
+}
+
+/// A host file's cluster ids, for a message.
+fn cluster_ids(host: &config::Host) -> String {
+    host.clusters
+        .iter()
+        .map(|m| m.id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
