@@ -53,7 +53,6 @@ pub enum EtcdBootstrap {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionState {
     pub conditions: Conditions,
-    pub version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,8 +288,7 @@ impl Cluster {
             .collect())
     }
 
-    /// ClusterVersion `version`, if it exists yet: its conditions and the version it is at or
-    /// going to (`status.desired.version`).
+    /// ClusterVersion `version`'s conditions, if it exists yet.
     pub async fn cluster_version(&self) -> Result<Option<VersionState>, ClusterError> {
         let api: Api<DynamicObject> = Api::all_with(
             self.client.clone(),
@@ -302,9 +300,6 @@ impl Cluster {
             .map_err(|e| self.api_error("reading clusterversion/version", &e))?;
         Ok(version.map(|v| VersionState {
             conditions: conditions(&v.data),
-            version: v.data["status"]["desired"]["version"]
-                .as_str()
-                .map(str::to_owned),
         }))
     }
 
