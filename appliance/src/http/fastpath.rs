@@ -15,7 +15,7 @@
 //! connection's idle limit is the caller's.
 
 use std::io::{self, IoSlice};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::SystemTime;
 
 use bytes::{Buf as _, Bytes, BytesMut};
@@ -25,9 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::files;
 use super::opencache::{Found, OpenCache};
+use super::response::{ARTIFACT_TYPE, CACHEABLE};
 use super::server::{HEADER_TIMEOUT, MAX_HEAD};
 use crate::idle::Watched;
-use crate::journal::{EventKind, Journal};
+use crate::journal::Journal;
 use crate::plan;
 
 /// Headers read at most; a request with more goes to hyper (which takes 100).
@@ -149,16 +150,7 @@ fn answer(
         return None;
     };
     if !plain.head {
-        let ip = IpAddr::to_canonical(&cx.peer.ip());
-        if let Some(node) = plan.boot.iter().find(|b| super::server::is_node(b, ip)) {
-            cx.journal.publish(
-                Some(node.node.clone()),
-                EventKind::ArtifactFetched {
-                    from: cx.peer,
-                    file: target.rsplit('/').next().unwrap_or(target).to_owned(),
-                },
-            );
-        }
+        super::server::artifact_fetched(&plan, cx.journal, cx.peer, target);
     }
     out.clear();
     // The headers `response::file` gives a whole small file, in its order; hyper adds `date`.
@@ -166,10 +158,11 @@ fn answer(
     out.extend_from_slice(validators.etag.as_bytes());
     out.extend_from_slice(b"\r\nlast-modified: ");
     out.extend_from_slice(validators.last_modified.as_bytes());
-    out.extend_from_slice(
-        b"\r\ncache-control: public, max-age=3600\r\naccept-ranges: bytes\r\n\
-          content-type: application/octet-stream\r\ncontent-length: ",
-    );
+    out.extend_from_slice(b"\r\ncache-control: ");
+    out.extend_from_slice(CACHEABLE.as_bytes());
+    out.extend_from_slice(b"\r\naccept-ranges: bytes\r\ncontent-type: ");
+    out.extend_from_slice(ARTIFACT_TYPE.as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: ");
     // Infallible: a Vec takes every byte.
     let _ = std::io::Write::write_fmt(out, format_args!("{}", meta.len));
     if last {

@@ -87,6 +87,11 @@ pub fn range_headers(
     }
 }
 
+/// `Cache-Control` of a file answer that may be cached (artifacts, iPXE binaries).
+pub const CACHEABLE: &str = "public, max-age=3600";
+/// `Content-Type` of an artifact.
+pub const ARTIFACT_TYPE: &str = "application/octet-stream";
+
 /// Where a file answer's bytes come from.
 #[derive(Debug)]
 pub enum Source {
@@ -170,11 +175,7 @@ pub fn file(
     h.insert(header::LAST_MODIFIED, validators.last_modified);
     h.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static(if cacheable {
-            "public, max-age=3600"
-        } else {
-            "no-store"
-        }),
+        HeaderValue::from_static(if cacheable { CACHEABLE } else { "no-store" }),
     );
     range_headers(h, decision, meta.len, len, content_type);
     r

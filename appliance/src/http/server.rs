@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
-use super::response::{Body, Source, empty, file, from_disk, full, text};
+use super::response::{ARTIFACT_TYPE, Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use super::{fastpath, files};
 use crate::idle::Watched;
@@ -246,7 +246,22 @@ impl Drop for Held {
     }
 }
 
-pub(super) fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
+/// A node's download of an artifact began (a GET of the file from its first byte): recorded
+/// when `peer` is a node's address.
+pub(super) fn artifact_fetched(plan: &Plan, journal: &Journal, peer: SocketAddr, path: &str) {
+    let ip = IpAddr::to_canonical(&peer.ip());
+    if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip)) {
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::ArtifactFetched {
+                from: peer,
+                file: path.rsplit('/').next().unwrap_or(path).to_owned(),
+            },
+        );
+    }
+}
+
+fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
     ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
 
@@ -483,18 +498,8 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         // `files::open_relative` opened for the same path.
         let found = files::artifact_relative(rest)
             .and_then(|relative| opened_files.open(&files.artifacts_dir, &relative));
-        if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip))
-            && req.method() == Method::GET
-            && found.is_some()
-            && from_the_start(req)
-        {
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::ArtifactFetched {
-                    from: peer,
-                    file: path.rsplit('/').next().unwrap_or(path).to_owned(),
-                },
-            );
+        if req.method() == Method::GET && found.is_some() && from_the_start(req) {
+            artifact_fetched(plan, journal, peer, path);
         }
         return match found {
             Some(Found::Cached {
@@ -505,18 +510,13 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
                 req,
                 Ok((Source::Read(body, validators), meta)),
                 Path::new(rest),
-                "application/octet-stream",
+                ARTIFACT_TYPE,
                 true,
                 segments,
             ),
-            Some(Found::Opened(real, opened)) => file(
-                req,
-                from_disk(opened),
-                &real,
-                "application/octet-stream",
-                true,
-                segments,
-            ),
+            Some(Found::Opened(real, opened)) => {
+                file(req, from_disk(opened), &real, ARTIFACT_TYPE, true, segments)
+            }
             None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
         };
     }
