@@ -248,13 +248,22 @@ impl fmt::Display for Event {
 }
 
 /// A cheap handle; clones publish into the same journal.
+///
+/// A host of several clusters keeps one journal per cluster (node names repeat across
+/// clusters, and each cluster's orchestration reads only its own nodes' events); a service
+/// that answers for several clusters (DHCP on a shared segment) publishes through a routing
+/// journal, [`Journal::publish_in`].
 #[derive(Debug, Clone)]
 pub struct Journal {
     inner: Arc<Inner>,
+    /// The clusters' journals, by cluster id, for [`Journal::publish_in`].
+    routes: Arc<[(String, Journal)]>,
 }
 
 #[derive(Debug)]
 struct Inner {
+    /// The cluster this journal is, on a host of several: its log lines name it.
+    cluster: Option<String>,
     history: Mutex<VecDeque<Event>>,
     live: broadcast::Sender<Event>,
     refusals: Mutex<Refusals>,
@@ -330,13 +339,39 @@ impl Default for Journal {
 
 impl Journal {
     pub fn new() -> Self {
+        Self::named(None, Vec::new())
+    }
+
+    /// Cluster `id`'s journal on a host of several.
+    pub fn of_cluster(id: &str) -> Self {
+        Self::named(Some(id.to_owned()), Vec::new())
+    }
+
+    /// The journal of a service that answers for several clusters: [`Journal::publish_in`]
+    /// hands each event to its cluster's journal in `routes`.
+    pub fn routing(routes: Vec<(String, Journal)>) -> Self {
+        Self::named(None, routes)
+    }
+
+    fn named(cluster: Option<String>, routes: Vec<(String, Journal)>) -> Self {
         let (live, _) = broadcast::channel(FANOUT);
         Self {
             inner: Arc::new(Inner {
+                cluster,
                 history: Mutex::new(VecDeque::with_capacity(HISTORY)),
                 live,
                 refusals: Mutex::default(),
             }),
+            routes: routes.into(),
+        }
+    }
+
+    /// [`Journal::publish`] in cluster `cluster`'s journal when this one routes to it, else in
+    /// this one.
+    pub fn publish_in(&self, cluster: &str, node: Option<String>, kind: EventKind) {
+        match self.routes.iter().find(|(id, _)| id == cluster) {
+            Some((_, journal)) => journal.publish(node, kind),
+            None => self.publish(node, kind),
         }
     }
 
@@ -367,7 +402,10 @@ impl Journal {
             node,
             kind,
         };
-        tracing::info!(target: "journal", "{event}");
+        match &self.inner.cluster {
+            Some(cluster) => tracing::info!(target: "journal", "cluster {cluster}: {event}"),
+            None => tracing::info!(target: "journal", "{event}"),
+        }
         {
             let mut history = self.inner.history.lock().unwrap_or_else(|e| e.into_inner());
             if history.len() == HISTORY {

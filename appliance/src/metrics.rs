@@ -63,11 +63,13 @@ pub trait Sources: Send + Sync + std::fmt::Debug {
     /// bytes to the backend and to the client.
     fn backends(&self) -> Vec<BackendSample>;
     /// Each node's install phase.
-    fn phases(&self) -> Vec<(String, &'static str)>;
+    fn phases(&self) -> Vec<PhaseSample>;
 }
 
 #[derive(Debug, Clone)]
 pub struct BackendSample {
+    /// The cluster, on a host of several (its series get a `cluster` label); `None` alone.
+    pub cluster: Option<String>,
     pub frontend: &'static str,
     pub node: String,
     pub addr: String,
@@ -437,20 +439,28 @@ fn unescape_help(text: &str) -> String {
     out
 }
 
+/// A node's install phase, sampled at scrape time.
+#[derive(Debug, Clone)]
+pub struct PhaseSample {
+    /// As [`BackendSample::cluster`].
+    pub cluster: Option<String>,
+    pub node: String,
+    pub phase: &'static str,
+}
+
 #[derive(Debug)]
 struct Sampled(Arc<OnceLock<Box<dyn Sources>>>);
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BackendLabels {
-    frontend: String,
-    backend: String,
-    addr: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PhaseLabels {
-    node: String,
-    phase: String,
+/// A sampled series' labels: `cluster` first when there is one.
+fn labels(
+    cluster: Option<&String>,
+    rest: [(&'static str, String); 2],
+) -> Vec<(&'static str, String)> {
+    cluster
+        .map(|c| ("cluster", c.clone()))
+        .into_iter()
+        .chain(rest)
+        .collect()
 }
 
 impl Collector for Sampled {
@@ -459,10 +469,13 @@ impl Collector for Sampled {
             return Ok(());
         };
         let backends = sources.backends();
-        let labels = |b: &BackendSample| BackendLabels {
-            frontend: b.frontend.into(),
-            backend: b.node.clone(),
-            addr: b.addr.clone(),
+        let backend_labels = |b: &BackendSample| {
+            let mut l = labels(
+                b.cluster.as_ref(),
+                [("frontend", b.frontend.into()), ("backend", b.node.clone())],
+            );
+            l.push(("addr", b.addr.clone()));
+            l
         };
         type Pick = fn(&BackendSample) -> u64;
         let gauges: [(&str, &str, Pick); 3] = [
@@ -485,7 +498,7 @@ impl Collector for Sampled {
         for (name, help, pick) in gauges {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for b in &backends {
-                let l = labels(b);
+                let l = backend_labels(b);
                 let value = i64::try_from(pick(b)).unwrap_or(i64::MAX);
                 ConstGauge::new(value).encode(family.encode_family(&l)?)?;
             }
@@ -508,7 +521,7 @@ impl Collector for Sampled {
         for (name, help, pick) in counters {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for b in &backends {
-                let l = labels(b);
+                let l = backend_labels(b);
                 ConstCounter::new(pick(b)).encode(family.encode_family(&l)?)?;
             }
         }
@@ -518,11 +531,11 @@ impl Collector for Sampled {
             None,
             MetricType::Gauge,
         )?;
-        for (node, phase) in sources.phases() {
-            let l = PhaseLabels {
-                node,
-                phase: phase.into(),
-            };
+        for p in sources.phases() {
+            let l = labels(
+                p.cluster.as_ref(),
+                [("node", p.node), ("phase", p.phase.into())],
+            );
             ConstGauge::new(1i64).encode(family.encode_family(&l)?)?;
         }
         Ok(())
@@ -666,6 +679,7 @@ app_mystery NaN
     impl Sources for Fixed {
         fn backends(&self) -> Vec<BackendSample> {
             vec![BackendSample {
+                cluster: None,
                 frontend: "api",
                 node: "master-0".into(),
                 addr: "10.0.0.2:6443".into(),
@@ -678,8 +692,12 @@ app_mystery NaN
             }]
         }
 
-        fn phases(&self) -> Vec<(String, &'static str)> {
-            vec![("master-0".into(), "installing")]
+        fn phases(&self) -> Vec<PhaseSample> {
+            vec![PhaseSample {
+                cluster: None,
+                node: "master-0".into(),
+                phase: "installing",
+            }]
         }
     }
 

@@ -5,6 +5,7 @@
 mod api;
 mod boot;
 mod boot_support;
+mod clusters;
 mod day2;
 mod dhcp;
 mod dhcp_support;

@@ -27,14 +27,19 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::{Location, Spanned};
 
 use super::diagnostic::{Problems, RenderStyle, Severity, Source};
-use super::raw::{RawConfig, Text};
-use super::{Config, InstallCheck, LoadError};
+use super::raw::{RawConfig, RawRunAs, Text};
+use super::{Config, InstallCheck, LoadError, RunAs};
 use crate::records::is_host_label;
 
 /// A host file that loaded: every cluster file valid, no conflict between them.
 #[derive(Debug)]
 pub struct Host {
     pub clusters: Vec<Member>,
+    /// Where the host keeps its state: the lease journals at the top, each cluster's install
+    /// state under `clusters/<id>/`.
+    pub state_dir: PathBuf,
+    /// The account the services run as once their sockets are bound.
+    pub run_as: Option<RunAs>,
     /// Warnings, file by file (the host file first).
     pub warnings: HostProblems,
 }
@@ -138,6 +143,11 @@ struct RawHost {
     version: Spanned<u32>,
     /// `None`: `clusters:` with nothing after it.
     clusters: Spanned<Option<Vec<Spanned<Entry>>>>,
+    /// The host's keys, stated here once (a cluster file in a host may not state them).
+    #[serde(default)]
+    state_dir: Option<Text>,
+    #[serde(default)]
+    run_as: Option<RawRunAs>,
 }
 
 /// One entry of `clusters:`: a path, or `{ file, id }`.
@@ -226,6 +236,14 @@ pub(super) fn parse(
             "empty",
         );
     }
+    let state_dir = match &raw.state_dir {
+        None => PathBuf::from(super::validate::DEFAULT_STATE_DIR),
+        Some(s) => super::validate::state_dir(&mut host, dir, s),
+    };
+    let run_as = raw
+        .run_as
+        .as_ref()
+        .and_then(|r| super::validate::run_as(&mut host, r));
     let mut members = Vec::new();
     let mut clusters = Vec::new();
     // Each file once: a file listed twice would clash with itself in every rule.
@@ -334,6 +352,8 @@ pub(super) fn parse(
         return Err(LoadError::Host(problems));
     }
     Ok(Host {
+        state_dir,
+        run_as,
         clusters: members
             .into_iter()
             .map(|m| Member {

@@ -322,7 +322,7 @@ pub enum IngressCheck {
 }
 
 /// Where each service listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listen {
     pub dns: Vec<SocketAddr>,
     pub dhcp: Vec<SocketAddr>,

@@ -78,6 +78,8 @@ pub struct Outgoing {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acked {
+    /// The cluster that answered ([`DhcpPlan::cluster`]).
+    pub cluster: String,
     pub mac: MacAddr,
     pub ip: Ipv4Addr,
     /// The node's name when it has a reservation.
@@ -104,12 +106,14 @@ pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Op
     if req.opcode() != Opcode::BootRequest || req.htype() != HType::Eth || req.hlen() != 6 {
         return None;
     }
+    let mac = MacAddr(req.chaddr()[..6].try_into().ok()?);
+    // On a segment several clusters share, the client's own cluster answers.
+    let plan = plan.for_mac(mac);
     let giaddr = req.giaddr();
     // Relayed requests must come from a relay on the cluster subnet: it is the only one served.
     if !giaddr.is_unspecified() && !plan.subnet.contains(&giaddr) {
         return None;
     }
-    let mac = MacAddr(req.chaddr()[..6].try_into().ok()?);
     let reservation = plan.reservations.iter().find(|r| r.mac == mac);
     match req.opts().msg_type()? {
         MessageType::Discover => {
@@ -461,7 +465,8 @@ fn reply(
     fit(&mut m, req, &requested);
     Outgoing {
         to: destination(req, msg_type),
-        acked: (msg_type == MessageType::Ack && !ip.is_unspecified()).then_some(Acked {
+        acked: (msg_type == MessageType::Ack && !ip.is_unspecified()).then(|| Acked {
+            cluster: plan.cluster.clone(),
             mac,
             ip,
             node,

@@ -259,7 +259,8 @@ impl Server<'_> {
         for out in acks {
             send(self.socket, &out.message, out.to).await;
             if let Some(acked) = out.acked {
-                self.journal.publish(
+                self.journal.publish_in(
+                    &acked.cluster,
                     acked.node,
                     EventKind::DhcpAck {
                         mac: acked.mac,

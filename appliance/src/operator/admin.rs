@@ -23,7 +23,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use super::{OpError, Operator};
+use super::{Clusters, OpError, Operator};
 use crate::journal::Journal;
 use crate::lb::pool::Pools;
 use crate::orchestration::Orchestrator;
@@ -50,16 +50,16 @@ pub fn bind(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixListene
 /// go to the supervisor.
 pub fn start(
     listener: std::os::unix::net::UnixListener,
-    parts: Operator,
+    parts: Clusters,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
-    let token = parts.shutdown.clone();
+    let token = parts.host().shutdown.clone();
     Ok(Box::pin(serve(listener, parts, token)))
 }
 
 async fn serve(
     listener: UnixListener,
-    parts: Operator,
+    parts: Clusters,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     loop {
@@ -77,7 +77,7 @@ async fn serve(
         let parts = parts.clone();
         tokio::spawn(async move {
             // `cluster down` waits for the provider to destroy every machine.
-            let limit = if parts.orchestration().is_ok() {
+            let limit = if parts.host().orchestration().is_ok() {
                 Duration::from_secs(600)
             } else {
                 Duration::from_secs(5)
@@ -227,16 +227,46 @@ fn json<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
-async fn session(stream: UnixStream, op: &Operator) -> std::io::Result<()> {
+async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     BufReader::new(read).take_line(&mut line).await?;
-    let reply = match Request::parse(&line) {
-        Ok(request) => respond(op, request).await,
+    let (cluster, line) = addressed(&line);
+    let reply = match Request::parse(line) {
+        Ok(request) => match clusters_operator(clusters, cluster, &request) {
+            Ok(op) => respond(op, request).await,
+            Err(e) => reply::<String>(Err(e)),
+        },
         Err(usage) => format!("error: {usage}\n"),
     };
     write.write_all(reply.as_bytes()).await?;
     write.shutdown().await
+}
+
+/// A request line's cluster (`@ID REQUEST`, as `okd-appliance --cluster ID` sends it) and the
+/// request.
+fn addressed(line: &str) -> (Option<&str>, &str) {
+    let line = line.trim_start();
+    match line.strip_prefix('@') {
+        Some(rest) => {
+            let (id, request) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            (Some(id), request)
+        }
+        None => (None, line),
+    }
+}
+
+/// Who answers `request`: the host's operator for what is the host's (reload, the pair), else
+/// the named cluster's, or the only one's.
+fn clusters_operator<'a>(
+    clusters: &'a Clusters,
+    cluster: Option<&str>,
+    request: &Request,
+) -> Result<&'a Operator, OpError> {
+    match (request, cluster) {
+        (Request::Reload | Request::Ha(_), None) => Ok(clusters.host()),
+        _ => clusters.pick(cluster),
+    }
 }
 
 trait TakeLine {

@@ -36,6 +36,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixListener};
 
+use super::Clusters;
 use super::Operator as Parts;
 #[cfg(test)]
 use super::status_page;
@@ -131,13 +132,13 @@ pub fn bind_local(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixL
 pub fn start(
     local: std::os::unix::net::UnixListener,
     tcp: Option<std::net::TcpListener>,
-    parts: Parts,
+    parts: Clusters,
 ) -> anyhow::Result<Running> {
     let local = UnixListener::from_std(local).context("adopting the API socket")?;
-    let token = parts.shutdown.clone();
+    let token = parts.host().shutdown.clone();
     let mut tasks: Vec<Running> = vec![Box::pin(serve_local(local, parts.clone(), token.clone()))];
     if let Some(listener) = tcp {
-        let plan = parts.plan.load();
+        let plan = parts.host().plan.load();
         let api = plan
             .api
             .as_ref()
@@ -189,7 +190,7 @@ fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
 
 async fn serve_local(
     listener: UnixListener,
-    parts: Parts,
+    parts: Clusters,
     token: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     let access = Access { token: None };
@@ -217,7 +218,7 @@ async fn serve_tcp(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     access: Access,
-    parts: Parts,
+    parts: Clusters,
     token: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     loop {
@@ -243,7 +244,7 @@ async fn serve_tcp(
     }
 }
 
-async fn connection<I>(io: TokioIo<I>, parts: Parts, access: Access)
+async fn connection<I>(io: TokioIo<I>, parts: Clusters, access: Access)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -273,7 +274,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     full(status, "text/plain; charset=utf-8", body.into())
 }
 
-async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Response<Body> {
+async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) -> Response<Body> {
     match access.admit(req.method(), req.uri(), req.headers()) {
         Admitted::Yes => {}
         Admitted::SetCookie(token) => {
@@ -299,6 +300,23 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
     }
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // `/api/v1/clusters/ID/...` is cluster ID's `/api/v1/...`; without it, the only cluster's.
+    let (cluster, segments): (Option<&str>, Vec<&str>) = match segments.as_slice() {
+        ["api", "v1", "clusters", id, rest @ ..] => (
+            Some(*id),
+            ["api", "v1"]
+                .into_iter()
+                .chain(rest.iter().copied())
+                .collect(),
+        ),
+        _ => (None, segments),
+    };
+    let parts = match (segments.as_slice(), clusters.pick(cluster)) {
+        // The metrics are the host's.
+        (["metrics"], _) => clusters.host(),
+        (_, Ok(parts)) => parts,
+        (_, Err(e)) => return op_error(&e),
+    };
     match (req.method(), segments.as_slice()) {
         (&Method::GET, [""]) => {
             let status = parts.status();
@@ -349,11 +367,7 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
             };
             match outcome {
                 Ok(done) => text(StatusCode::OK, format!("{done}\n")),
-                Err(e) => text(
-                    StatusCode::from_u16(e.http_status())
-                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    format!("{e}\n"),
-                ),
+                Err(e) => op_error(&e),
             }
         }
         (_, ["api", "v1", "nodes", _, _]) | (_, ["api", "v1", "status" | "events"]) => {
@@ -361,6 +375,14 @@ async fn handle(req: Request<Incoming>, parts: &Parts, access: &Access) -> Respo
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// An operation's error, with its status.
+fn op_error(e: &super::OpError) -> Response<Body> {
+    text(
+        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        format!("{e}\n"),
+    )
 }
 
 /// Counts a client on the event stream for as long as its stream lives.

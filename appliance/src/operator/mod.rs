@@ -58,14 +58,22 @@ pub enum OpError {
     /// Tried, and it failed here.
     #[error("{0}")]
     Failed(String),
+    /// A request for one cluster, without naming which, to an appliance serving several.
+    #[error("this appliance serves several clusters ({}): name one with --cluster ID", .0.join(", "))]
+    WhichCluster(Vec<String>),
+    #[error("no cluster has the id {id} (this appliance serves {})", ids.join(", "))]
+    NoCluster { id: String, ids: Vec<String> },
 }
 
 impl OpError {
     /// The HTTP status the API answers it with.
     pub fn http_status(&self) -> u16 {
         match self {
-            OpError::NoBackend(_) | OpError::NoNode(_) => 404,
-            OpError::Standby(_) | OpError::NotPaired | OpError::Refused(_) => 409,
+            OpError::NoBackend(_) | OpError::NoNode(_) | OpError::NoCluster { .. } => 404,
+            OpError::Standby(_)
+            | OpError::NotPaired
+            | OpError::Refused(_)
+            | OpError::WhichCluster(_) => 409,
             OpError::NoOrchestration(_) | OpError::Stopping => 503,
             OpError::Failed(_) => 500,
         }
@@ -418,6 +426,45 @@ impl Operator {
             Ok(Err(why)) => Err(OpError::Failed(why)),
             Err(e) => Err(OpError::Failed(format!("the health check failed: {e}"))),
         }
+    }
+}
+
+/// The operators of the clusters a running appliance serves, in the host file's order (one,
+/// for a cluster file). What the fronts ask of one cluster goes to the one they name, or to
+/// the only one; what is the host's (reload, the pair, metrics) to any.
+#[derive(Clone, Debug)]
+pub struct Clusters(Arc<[(String, Operator)]>);
+
+impl Clusters {
+    /// `operators` must not be empty: a running appliance serves at least one cluster.
+    pub fn new(operators: Vec<(String, Operator)>) -> Clusters {
+        assert!(!operators.is_empty(), "an appliance serves a cluster");
+        Clusters(operators.into())
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.0.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Cluster `id`'s operator; without an id, the only cluster's.
+    pub fn pick(&self, id: Option<&str>) -> Result<&Operator, OpError> {
+        match (id, &*self.0) {
+            (None, [(_, only)]) => Ok(only),
+            (None, _) => Err(OpError::WhichCluster(self.ids())),
+            (Some(id), all) => all
+                .iter()
+                .find(|(i, _)| i == id)
+                .map(|(_, op)| op)
+                .ok_or_else(|| OpError::NoCluster {
+                    id: id.to_owned(),
+                    ids: self.ids(),
+                }),
+        }
+    }
+
+    /// For what is the host's: reload, the pair, metrics, shutdown.
+    pub fn host(&self) -> &Operator {
+        &self.0[0].1
     }
 }
 

@@ -332,6 +332,8 @@ pub fn collect(
 /// What `/metrics` reads at scrape time: the load balancer's counters and each node's phase.
 #[derive(Debug)]
 pub struct Sampler {
+    /// The cluster's id on a host of several; `None` alone.
+    pub cluster: Option<String>,
     pub pools: crate::lb::SharedPools,
     pub orchestrator: Option<crate::orchestration::Orchestrator>,
     pub plan: crate::plan::Handle,
@@ -343,6 +345,7 @@ impl crate::metrics::Sources for Sampler {
         pools
             .served()
             .map(|(p, b)| crate::metrics::BackendSample {
+                cluster: self.cluster.clone(),
                 frontend: p.kind.name(),
                 node: b.name.clone(),
                 addr: b.addr.to_string(),
@@ -356,7 +359,7 @@ impl crate::metrics::Sources for Sampler {
             .collect()
     }
 
-    fn phases(&self) -> Vec<(String, &'static str)> {
+    fn phases(&self) -> Vec<crate::metrics::PhaseSample> {
         let progress = self.orchestrator.as_ref().map(|o| o.progress());
         self.plan
             .load()
@@ -368,9 +371,27 @@ impl crate::metrics::Sources for Sampler {
                     .map_or(crate::orchestration::phases::NodePhase::Defined, |p| {
                         p.node_phase(&b.node)
                     });
-                (b.node.clone(), phase.name())
+                crate::metrics::PhaseSample {
+                    cluster: self.cluster.clone(),
+                    node: b.node.clone(),
+                    phase: phase.name(),
+                }
             })
             .collect()
+    }
+}
+
+/// Every cluster's samples, one after the other.
+#[derive(Debug)]
+pub struct Samplers(pub Vec<Sampler>);
+
+impl crate::metrics::Sources for Samplers {
+    fn backends(&self) -> Vec<crate::metrics::BackendSample> {
+        self.0.iter().flat_map(|s| s.backends()).collect()
+    }
+
+    fn phases(&self) -> Vec<crate::metrics::PhaseSample> {
+        self.0.iter().flat_map(|s| s.phases()).collect()
     }
 }
 

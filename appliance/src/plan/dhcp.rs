@@ -14,6 +14,8 @@ pub use crate::config::Pool;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpPlan {
+    /// The cluster these answers are for: its name, or its id in a host file.
+    pub cluster: String,
     /// The server identifier (option 54): the appliance's address.
     pub server_id: Ipv4Addr,
     pub subnet: Ipv4Net,
@@ -37,6 +39,20 @@ pub struct DhcpPlan {
     pub http_boot_url: String,
     /// Sorted by IP address.
     pub reservations: Vec<Reservation>,
+    /// The other clusters on this segment, when one DHCP socket serves several (a host file):
+    /// a client reserved in one of them gets that cluster's answer, options and all.
+    pub others: Vec<DhcpPlan>,
+}
+
+impl DhcpPlan {
+    /// The plan that answers `mac`: the cluster that reserves it, or this one (its own nodes,
+    /// and its pool for anyone else).
+    pub fn for_mac(&self, mac: MacAddr) -> &DhcpPlan {
+        self.others
+            .iter()
+            .find(|o| o.reservations.iter().any(|r| r.mac == mac))
+            .unwrap_or(self)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +82,7 @@ pub fn derive(config: &Config) -> DhcpPlan {
         .collect();
     reservations.sort_by_key(|r| r.ip);
     DhcpPlan {
+        cluster: config.cluster.name.clone(),
         server_id: net.v4.appliance,
         subnet: net.v4.subnet,
         router: net.v4.gateway,
@@ -88,5 +105,6 @@ pub fn derive(config: &Config) -> DhcpPlan {
             super::boot::UEFI_BOOT_FILE
         ),
         reservations,
+        others: Vec::new(),
     }
 }

@@ -7,22 +7,22 @@
 //! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
 //! it started with. Nothing imports the supervisor but `main`.
 
+mod layout;
 mod privileges;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arc_swap::ArcSwap;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle};
-use crate::journal::{EventKind, Journal};
-use crate::plan::{self, Plan};
+use crate::config::{self, LoadError};
+use crate::plan::Plan;
 use crate::service::{self, Running};
 use crate::sockets::{self, BindError, BoundSocket, ListenerSpec, Proto, Service};
+use layout::Layout;
 pub use privileges::PrivilegeError;
 
 /// How long running services get to finish after SIGTERM.
@@ -46,6 +46,9 @@ pub enum ServeError {
     Signals(#[source] std::io::Error),
     #[error("high availability: {0}")]
     Ha(String),
+    /// Two clusters of a host file claim one thing `check` should have refused.
+    #[error("the host file's clusters conflict: {0}")]
+    Host(String),
     #[error("can't create the state directory {}", path.display())]
     StateDir {
         path: PathBuf,
@@ -119,27 +122,23 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
-    let loaded = load(config_path).await?;
-    log_warnings(&loaded.warnings);
-    let plan = Plan::derive(&loaded.config, next_serial(None));
-    log_missing_boot_files(&plan);
+    let mut layout = Layout::new(layout::load(config_path).await?)?;
+    for (_, i) in layout.clusters() {
+        log_missing_boot_files(&i.plan.load());
+    }
     raise_descriptor_limit();
 
     // The account first: a wrong run_as is a mistake to report before anything is bound.
-    let account = loaded
-        .config
-        .run_as
-        .as_ref()
-        .map(privileges::lookup)
-        .transpose()?;
-    let state_dir = &loaded.config.state_dir;
-    std::fs::create_dir_all(state_dir).map_err(|source| ServeError::StateDir {
-        path: state_dir.clone(),
-        source,
-    })?;
+    let account = layout.run_as.as_ref().map(privileges::lookup).transpose()?;
+    for dir in layout.state_dirs() {
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| ServeError::StateDir { path: dir, source })?;
+    }
+    let state_dir = layout.state_dir.clone();
 
     // In a pair: which host this is, before anything is bound.
-    let ha_host = match &plan.ha {
+    let ha = layout.instances[0].plan.load().ha.clone();
+    let ha_host = match &ha {
         Some(ha) => {
             let i = crate::ha::this_host(ha).map_err(ServeError::Ha)?;
             tracing::info!(
@@ -152,7 +151,15 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let sockets = sockets::bind_all(&listener_specs(&plan)).map_err(ServeError::Bind)?;
+    let mut specs = Vec::new();
+    let mut owners = Vec::new();
+    for (n, i) in layout.instances.iter().enumerate() {
+        let mine = listener_specs(&i.plan.load());
+        owners.extend(std::iter::repeat_n(n, mine.len()));
+        specs.extend(mine);
+    }
+    let sockets = sockets::bind_all(&specs).map_err(ServeError::Bind)?;
+    let api = layout.instances[0].plan.load().api.clone();
     let fixed = crate::operator::status::Fixed {
         started: SystemTime::now(),
         listeners: sockets
@@ -164,15 +171,14 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
             })
             .collect(),
         endpoints: Some(crate::operator::status::Endpoints {
-            admin_socket: crate::operator::admin::socket_path(&plan.state_dir)
+            admin_socket: crate::operator::admin::socket_path(&state_dir)
                 .display()
                 .to_string(),
-            api_socket: plan
-                .state_dir
+            api_socket: state_dir
                 .join(crate::operator::api::SOCKET_NAME)
                 .display()
                 .to_string(),
-            api_url: plan.api.as_ref().map(|a| format!("https://{}/", a.listen)),
+            api_url: api.as_ref().map(|a| format!("https://{}/", a.listen)),
         }),
     };
     for s in &sockets {
@@ -183,37 +189,38 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
             s.local_addr
         );
     }
+    let mut groups: Vec<Vec<BoundSocket>> = layout.instances.iter().map(|_| Vec::new()).collect();
+    for (socket, owner) in sockets.into_iter().zip(owners) {
+        groups[owner].push(socket);
+    }
 
     // The admin socket is a convenience (drain, status): without it the appliance still serves.
-    let admin_socket = match crate::operator::admin::bind(&loaded.config.state_dir) {
+    let admin_socket = match crate::operator::admin::bind(&state_dir) {
         Ok(l) => {
             tracing::info!(
                 "admin socket at {}",
-                crate::operator::admin::socket_path(&loaded.config.state_dir).display()
+                crate::operator::admin::socket_path(&state_dir).display()
             );
             Some(l)
         }
         Err(e) => {
             tracing::warn!(
                 "no admin socket in {}: {e} (okd-appliance lb drain/status will not reach this process)",
-                loaded.config.state_dir.display()
+                state_dir.display()
             );
             None
         }
     };
 
-    let journal = Journal::new();
     let active = match ha_host {
         Some((i, _)) => crate::ha::Activity::standby(i),
         None => crate::ha::Activity::always(),
     };
     let ha_host = ha_host.map(|(_, addr)| addr);
-    let serial = first_serial(&plan);
-    let handle: plan::Handle = Arc::new(ArcSwap::from_pointee(plan));
     let token = CancellationToken::new();
     let ctx = service::Context {
-        plan: Arc::clone(&handle),
-        journal: journal.clone(),
+        plan: Arc::clone(&layout.instances[0].plan),
+        journal: layout.instances[0].journal.clone(),
         shutdown: token.clone(),
         active,
         metrics: Arc::new(crate::metrics::Metrics::new()),
@@ -221,11 +228,18 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
-    let started = start_services(sockets, admin_socket, reload_requests, ha_host, fixed, &ctx)?;
-    let running_as = loaded.config.run_as.as_ref();
+    let front = Front {
+        admin_socket,
+        reloads: reload_requests,
+        ha_host,
+        fixed,
+        state_dir: state_dir.clone(),
+        api,
+    };
+    let started = start_services(&layout, groups, front, &ctx)?;
 
     if let Some(account) = account {
-        privileges::hand_over(state_dir, account)?;
+        privileges::hand_over(&state_dir, account)?;
         privileges::drop_to(account)?;
         tracing::info!("running as uid {} gid {}", account.uid, account.gid);
     }
@@ -234,7 +248,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     for (name, running) in started {
         services.spawn(async move { (name, running.await) });
     }
-    journal.publish(None, EventKind::PlanLoaded { serial });
+    layout.plan_loaded();
     notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!("ready");
 
@@ -243,10 +257,10 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
             _ = sigterm.recv() => break Ok("SIGTERM"),
             _ = sigint.recv() => break Ok("SIGINT"),
             _ = sighup.recv() => {
-                let _ = reload(config_path, &handle, running_as, &journal).await;
+                let _ = layout.reload(config_path).await;
             }
             Some(request) = reloads.recv() => {
-                let outcome = reload(config_path, &handle, running_as, &journal).await;
+                let outcome = layout.reload(config_path).await;
                 // The asker may have given up waiting; the log has the outcome anyway.
                 let _ = request.reply.send(outcome);
             }
@@ -272,75 +286,104 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     outcome.map(|_| ())
 }
 
-/// Hands each service its sockets and starts it; nothing serves until the caller spawns them.
-fn start_services(
-    sockets: Vec<BoundSocket>,
+/// What the operator's fronts (the admin socket, the API) are started with.
+struct Front {
     admin_socket: Option<std::os::unix::net::UnixListener>,
     reloads: tokio::sync::mpsc::Sender<crate::operator::ReloadRequest>,
     ha_host: Option<std::net::Ipv4Addr>,
     fixed: crate::operator::status::Fixed,
-    ctx: &service::Context,
+    state_dir: PathBuf,
+    api: Option<config::Api>,
+}
+
+/// Hands each instance its sockets and starts its services; nothing serves until the caller
+/// spawns them.
+fn start_services(
+    layout: &Layout,
+    groups: Vec<Vec<BoundSocket>>,
+    front: Front,
+    base: &service::Context,
 ) -> Result<Vec<(&'static str, Running)>, ServeError> {
-    let mut sockets = sockets;
-    let mut take = |of: &[Service]| -> Vec<BoundSocket> {
-        sockets
-            .extract_if(.., |b| of.contains(&b.spec.service))
-            .collect()
-    };
-    let dns = take(&[Service::Dns]);
-    let dhcp = take(&[Service::Dhcp]);
-    let tftp = take(&[Service::Tftp]);
-    let http = take(&[Service::Http]);
-    let lb = take(&[
-        Service::KubeApi,
-        Service::MachineConfig,
-        Service::IngressHttps,
-        Service::IngressHttp,
-    ]);
-    let pools = crate::lb::shared_pools(&ctx.plan.load());
-    let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
-    if !dns.is_empty() {
-        started.push(("dns", crate::dns::start(dns, ctx)));
-    }
-    if !dhcp.is_empty() {
-        started.push(("dhcp", crate::dhcp::start(dhcp, ctx)));
-    }
-    if !tftp.is_empty() {
-        started.push(("tftp", crate::tftp::start(tftp, ctx)));
-    }
-    if !http.is_empty() {
-        started.push(("http", crate::http::start(http, ctx)));
-    }
-    if !lb.is_empty() {
-        started.push(("lb", crate::lb::start(lb, ctx, &pools)));
-    }
-    let mut running = Vec::with_capacity(started.len() + 1);
-    for (service, result) in started {
-        running.push((
-            service,
-            result.map_err(|source| ServeError::Service { service, source })?,
-        ));
-    }
-    // The install orchestration never keeps the services from starting: without it (an
-    // unreadable phase record) `cluster` requests say why.
-    let orchestration = match crate::orchestration::start(ctx, Arc::clone(&pools)) {
-        Ok((orchestrator, tracker)) => {
-            running.push(("orchestration", tracker));
-            Ok(orchestrator)
+    let mut running = Vec::new();
+    let mut operators = Vec::new();
+    let mut samplers = Vec::new();
+    for (instance, sockets) in layout.instances.iter().zip(groups) {
+        let ctx = service::Context {
+            plan: Arc::clone(&instance.plan),
+            journal: instance.journal.clone(),
+            ..base.clone()
+        };
+        let cluster = instance.role.cluster().map(|id| {
+            let pools = crate::lb::shared_pools(&ctx.plan.load());
+            (id, pools)
+        });
+        let mut sockets = sockets;
+        let mut take = |of: &[Service]| -> Vec<BoundSocket> {
+            sockets
+                .extract_if(.., |b| of.contains(&b.spec.service))
+                .collect()
+        };
+        let dns = take(&[Service::Dns]);
+        let dhcp = take(&[Service::Dhcp]);
+        let tftp = take(&[Service::Tftp]);
+        let http = take(&[Service::Http]);
+        let lb = take(&[
+            Service::KubeApi,
+            Service::MachineConfig,
+            Service::IngressHttps,
+            Service::IngressHttp,
+        ]);
+        let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
+        if !dns.is_empty() {
+            started.push(("dns", crate::dns::start(dns, &ctx)));
         }
-        Err(e) => {
-            tracing::error!("install orchestration unavailable: {e:#}");
-            Err(format!("{e:#}"))
+        if !dhcp.is_empty() {
+            started.push(("dhcp", crate::dhcp::start(dhcp, &ctx)));
         }
-    };
-    ctx.metrics
-        .attach(Box::new(crate::operator::status::Sampler {
+        if !tftp.is_empty() {
+            started.push(("tftp", crate::tftp::start(tftp, &ctx)));
+        }
+        if !http.is_empty() {
+            started.push(("http", crate::http::start(http, &ctx)));
+        }
+        if let (false, Some((_, pools))) = (lb.is_empty(), &cluster) {
+            started.push(("lb", crate::lb::start(lb, &ctx, pools)));
+        }
+        for (service, result) in started {
+            running.push((
+                service,
+                result.map_err(|source| ServeError::Service { service, source })?,
+            ));
+        }
+        let Some((id, pools)) = cluster else {
+            continue;
+        };
+        // The install orchestration never keeps the services from starting: without it (an
+        // unreadable phase record) `cluster` requests say why.
+        let orchestration = match crate::orchestration::start(&ctx, Arc::clone(&pools)) {
+            Ok((orchestrator, tracker)) => {
+                running.push(("orchestration", tracker));
+                Ok(orchestrator)
+            }
+            Err(e) => {
+                tracing::error!("install orchestration of cluster {id} unavailable: {e:#}");
+                Err(format!("{e:#}"))
+            }
+        };
+        samplers.push(crate::operator::status::Sampler {
+            cluster: layout.host_mode().then(|| id.to_owned()),
             pools: Arc::clone(&pools),
             orchestrator: orchestration.as_ref().ok().cloned(),
             plan: Arc::clone(&ctx.plan),
-        }));
-    // A pair's replication: without it a failover loses state, so it must start.
-    if let (Some(host), Some(ha)) = (ha_host, ctx.plan.load().ha.clone()) {
+        });
+        operators.push((id.to_owned(), ctx, pools, orchestration));
+    }
+    base.metrics
+        .attach(Box::new(crate::operator::status::Samplers(samplers)));
+    // A pair's replication (a cluster file's only): without it a failover loses state, so it
+    // must start.
+    let (_, ctx, pools, orchestration) = &operators[0];
+    if let (Some(host), Some(ha)) = (front.ha_host, ctx.plan.load().ha.clone()) {
         let peer = if ha.hosts[0] == host {
             ha.hosts[1]
         } else {
@@ -355,7 +398,7 @@ fn start_services(
             listener,
             peer,
             ctx,
-            Arc::clone(&pools),
+            Arc::clone(pools),
             orchestration.as_ref().ok().cloned(),
         )
         .map_err(|source| ServeError::Service {
@@ -364,7 +407,41 @@ fn start_services(
         })?;
         running.push(("replication", replication));
     }
-    let parts = crate::operator::Operator::new(ctx, pools, reloads, orchestration, ha_host, fixed);
+    let parts = operators
+        .into_iter()
+        .map(|(id, ctx, pools, orchestration)| {
+            let op = crate::operator::Operator::new(
+                &ctx,
+                pools,
+                front.reloads.clone(),
+                orchestration,
+                front.ha_host,
+                front.fixed.clone(),
+            );
+            (id, op)
+        })
+        .collect();
+    let parts = crate::operator::Clusters::new(parts);
+    start_fronts(
+        front.admin_socket,
+        &front.state_dir,
+        front.api.as_ref(),
+        parts,
+        &mut running,
+    )?;
+    Ok(running)
+}
+
+/// The admin socket and the HTTP API: the local socket always, TCP (TLS and a token) when
+/// configured; a TCP API that can't start (no token, a bad certificate) is an error to fix, not
+/// to skip.
+fn start_fronts(
+    admin_socket: Option<std::os::unix::net::UnixListener>,
+    state_dir: &Path,
+    api: Option<&config::Api>,
+    parts: crate::operator::Clusters,
+    running: &mut Vec<(&'static str, Running)>,
+) -> Result<(), ServeError> {
     if let Some(listener) = admin_socket {
         // The admin socket is a convenience: without it the appliance still serves.
         match crate::operator::admin::start(listener, parts.clone()) {
@@ -372,10 +449,7 @@ fn start_services(
             Err(e) => tracing::warn!("admin socket unusable: {e:#}"),
         }
     }
-    // The HTTP API: the local socket always, TCP (TLS and a token) when configured; a TCP API
-    // that can't start (no token, a bad certificate) is an error to fix, not to skip.
-    let plan = ctx.plan.load();
-    let tcp = match &plan.api {
+    let tcp = match api {
         Some(api) => {
             Some(
                 crate::sockets::bind_tcp(api.listen).map_err(|e| ServeError::Service {
@@ -386,43 +460,40 @@ fn start_services(
         }
         None => None,
     };
-    match crate::operator::api::bind_local(&plan.state_dir) {
+    let socket = state_dir.join(crate::operator::api::SOCKET_NAME);
+    match crate::operator::api::bind_local(state_dir) {
         Ok(local) => {
-            let api = crate::operator::api::start(local, tcp, parts).map_err(|source| {
+            let started = crate::operator::api::start(local, tcp, parts).map_err(|source| {
                 ServeError::Service {
                     service: "api",
                     source,
                 }
             })?;
-            running.push(("api", api));
-            match &plan.api {
+            running.push(("api", started));
+            match api {
                 Some(api) => tracing::info!(
                     "API and status page at https://{}/ (TLS and the token in {}); locally at {}",
                     api.listen,
                     api.token_file.display(),
-                    plan.state_dir
-                        .join(crate::operator::api::SOCKET_NAME)
-                        .display()
+                    socket.display()
                 ),
                 None => tracing::info!(
                     "API at {} (local socket; api.listen puts it and the status page on TCP)",
-                    plan.state_dir
-                        .join(crate::operator::api::SOCKET_NAME)
-                        .display()
+                    socket.display()
                 ),
             }
         }
         Err(e) if tcp.is_none() => {
-            tracing::warn!("no API socket in {}: {e}", plan.state_dir.display());
+            tracing::warn!("no API socket in {}: {e}", state_dir.display());
         }
         Err(e) => {
             return Err(ServeError::Service {
                 service: "api",
-                source: anyhow::anyhow!("the API socket in {}: {e}", plan.state_dir.display()),
+                source: anyhow::anyhow!("the API socket in {}: {e}", state_dir.display()),
             });
         }
     }
-    Ok(running)
+    Ok(())
 }
 
 fn service_failure(
@@ -439,93 +510,6 @@ fn service_failure(
             source: anyhow::anyhow!("task failed: {e}"),
         },
     }
-}
-
-async fn load(path: &Path) -> Result<config::Loaded, LoadError> {
-    let path: PathBuf = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let files = RealFiles {
-            now: SystemTime::now(),
-        };
-        // Ignition problems never stop DNS, DHCP or the load balancer: warnings here, and the
-        // HTTP service refuses the fetches it can't honour.
-        config::load(&path, InstallCheck::Warn(&files))
-    })
-    .await
-    .expect("config loading does not panic")
-}
-
-/// Re-reads the config; swaps in the new plan, or keeps the old one and says why. `Ok` and
-/// `Err` carry the one line that tells the operator (and `okd-appliance reload`) the outcome.
-async fn reload(
-    path: &Path,
-    handle: &plan::Handle,
-    running_as: Option<&config::RunAs>,
-    journal: &Journal,
-) -> Result<String, String> {
-    notify_reloading();
-    tracing::info!("reloading {}", path.display());
-    let outcome = match load(path).await {
-        Ok(loaded) => {
-            log_warnings(&loaded.warnings);
-            let current = handle.load();
-            let same_serial = Plan::derive(&loaded.config, first_serial(&current));
-            let restart = needs_restart(
-                &current,
-                &same_serial,
-                running_as,
-                loaded.config.run_as.as_ref(),
-            );
-            // What a service would only find out after the swap (and then keep its old
-            // setting, while the operator was told "reloaded"): refused here, by its key.
-            let unusable = (same_serial.lb.check_ca != current.lb.check_ca)
-                .then(|| crate::lb::check::initial_tls(&same_serial).err())
-                .flatten();
-            if !restart.is_empty() {
-                Err(format!(
-                    "reload refused: {} changed, which takes a restart; still serving plan {}",
-                    restart.join(", "),
-                    first_serial(&current)
-                ))
-            } else if let Some(e) = unusable {
-                Err(format!(
-                    "reload refused: {e:#}; still serving plan {}",
-                    first_serial(&current)
-                ))
-            } else if same_serial == **current {
-                Ok(format!(
-                    "config unchanged: still serving plan {}",
-                    first_serial(&current)
-                ))
-            } else {
-                let plan = Plan::derive(&loaded.config, next_serial(Some(first_serial(&current))));
-                log_missing_boot_files(&plan);
-                let serial = first_serial(&plan);
-                handle.store(Arc::new(plan));
-                journal.publish(None, EventKind::PlanLoaded { serial });
-                Ok(format!("reloaded: now serving plan {serial}"))
-            }
-        }
-        Err(e) => {
-            for line in e
-                .render(RenderStyle::Plain)
-                .lines()
-                .filter(|l| !l.is_empty())
-            {
-                tracing::error!("{line}");
-            }
-            Err(format!(
-                "reload failed: {}; still serving the previous plan",
-                e.summary()
-            ))
-        }
-    };
-    match &outcome {
-        Ok(line) => tracing::info!("{line}"),
-        Err(line) => tracing::error!("{line}"),
-    }
-    notify(&[sd_notify::NotifyState::Ready]);
-    outcome
 }
 
 /// The config keys whose change a running appliance can't apply, because what they govern is
@@ -611,19 +595,6 @@ fn log_missing_boot_files(plan: &Plan) {
     }
 }
 
-fn log_warnings(warnings: &config::Problems) {
-    if warnings.is_empty() {
-        return;
-    }
-    for line in warnings
-        .render(RenderStyle::Plain)
-        .lines()
-        .filter(|l| !l.is_empty())
-    {
-        tracing::warn!("{line}");
-    }
-}
-
 fn first_serial(plan: &Plan) -> u32 {
     plan.zones.first().map_or(0, |z| z.soa().serial)
 }
@@ -657,6 +628,7 @@ fn notify_reloading() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{InstallCheck, RenderStyle};
 
     #[test]
     fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-pub(super) const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
+pub(in crate::config) const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
 pub(super) const DEFAULT_INSTALL_DEV: &str = "/dev/sda";
 /// Debian's `ipxe` package puts undionly.kpxe and ipxe.efi here.
 pub(super) const DEFAULT_IPXE_DIR: &str = "/usr/lib/ipxe";

@@ -22,6 +22,7 @@ use super::diagnostic::{Problems, Severity};
 use super::model::*;
 use super::raw::*;
 use crate::records::{RecordData, is_domain_name, is_host_domain, is_host_label};
+pub(super) use defaults::DEFAULT_STATE_DIR;
 use defaults::*;
 pub use exposure::secret_files;
 
@@ -286,16 +287,7 @@ impl Validator<'_> {
         let run_as = raw.run_as.as_ref().and_then(|r| self.run_as(r));
         let state_dir = match &raw.state_dir {
             None => PathBuf::from(DEFAULT_STATE_DIR),
-            Some(s) if s.value.trim().is_empty() => {
-                self.p.error(
-                    "config::state-dir",
-                    s.referenced,
-                    "state_dir is empty",
-                    "here",
-                );
-                PathBuf::new()
-            }
-            Some(s) => resolve(dir, &s.value),
+            Some(s) => state_dir(self.p, dir, s),
         };
         let config = Config {
             cluster: cluster?,
@@ -361,28 +353,45 @@ impl Validator<'_> {
     }
 
     fn run_as(&mut self, raw: &RawRunAs) -> Option<RunAs> {
-        let valid = |s: &str| {
-            !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == ':' || c == '/')
-        };
-        if !valid(&raw.user.value) {
-            self.p.error(
-                "config::run-as",
-                raw.user.referenced,
-                "not a user name",
-                "user",
-            );
-            return None;
-        }
-        if let Some(g) = raw.group.as_ref().filter(|g| !valid(&g.value)) {
-            self.p
-                .error("config::run-as", g.referenced, "not a group name", "group");
-            return None;
-        }
-        Some(RunAs {
-            user: raw.user.value.clone(),
-            group: raw.group.as_ref().map(|g| g.value.clone()),
-        })
+        run_as(self.p, raw)
     }
+}
+
+/// `state_dir`, relative to `dir`; an empty one is an error.
+pub(in crate::config) fn state_dir(p: &mut Problems, dir: &Path, raw: &Text) -> PathBuf {
+    if raw.value.trim().is_empty() {
+        p.error(
+            "config::state-dir",
+            raw.referenced,
+            "state_dir is empty",
+            "here",
+        );
+        return PathBuf::new();
+    }
+    resolve(dir, &raw.value)
+}
+
+/// `run_as`, if its names can be account names.
+pub(in crate::config) fn run_as(p: &mut Problems, raw: &RawRunAs) -> Option<RunAs> {
+    let valid =
+        |s: &str| !s.is_empty() && !s.contains(|c: char| c.is_whitespace() || c == ':' || c == '/');
+    if !valid(&raw.user.value) {
+        p.error(
+            "config::run-as",
+            raw.user.referenced,
+            "not a user name",
+            "user",
+        );
+        return None;
+    }
+    if let Some(g) = raw.group.as_ref().filter(|g| !valid(&g.value)) {
+        p.error("config::run-as", g.referenced, "not a group name", "group");
+        return None;
+    }
+    Some(RunAs {
+        user: raw.user.value.clone(),
+        group: raw.group.as_ref().map(|g| g.value.clone()),
+    })
 }
 
 /// Records the first place a key was seen; returns it when this is a second sighting.

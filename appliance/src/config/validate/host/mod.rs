@@ -26,6 +26,7 @@ pub(in crate::config) fn conflicts(
     members: &[Listed],
 ) -> Vec<(Option<usize>, Problem)> {
     let mut out = Vec::new();
+    host_keys(members, &mut out);
     ids(host_src, members, &mut out);
     domains(members, &mut out);
     macs(members, &mut out);
@@ -112,6 +113,50 @@ impl<K: std::hash::Hash + Eq> FirstUse<K> {
         if let Some((j, first)) = self.claim(key, i, at) {
             let (m, other) = (&members[i], &members[j]);
             let p = second_use(m, other, code, (at, first), message(other), hint);
+            out.push((Some(i), p));
+        }
+    }
+}
+
+/// A key that is the host's, stated in a cluster file: one process has one state directory
+/// and one account, and the cluster files would disagree.
+fn host_keys(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    for (i, m) in members.iter().enumerate() {
+        let raw = &m.raw;
+        let stated = [
+            (
+                "state_dir",
+                raw.state_dir.as_ref().map(|s| s.referenced),
+                true,
+            ),
+            (
+                "run_as",
+                raw.run_as.as_ref().map(|r| r.user.referenced),
+                true,
+            ),
+            ("api", raw.api.as_ref().map(|a| a.referenced), false),
+            ("ha", raw.ha.as_ref().map(|h| h.referenced), false),
+        ];
+        for (key, at, movable) in stated {
+            let Some(at) = at else { continue };
+            let hint = if movable {
+                format!(
+                    "`{key}` is the host's: move it to the host file, which states it once for every cluster"
+                )
+            } else {
+                format!(
+                    "a host file has no `{key}` yet: serve this cluster from its own file to use it"
+                )
+            };
+            let mut p = Problem::new(
+                &m.src,
+                Severity::Error,
+                "host::host-key-in-cluster",
+                at,
+                format!("`{key}` in a cluster file of a host file"),
+                "here",
+            );
+            p.hint(&hint);
             out.push((Some(i), p));
         }
     }

@@ -1,0 +1,275 @@
+//! The views of config/hosts/two-labs.yml and one-subnet.yml: what each service instance serves,
+//! and DHCP on a shared segment answering each client as its own cluster.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
+
+use super::*;
+use crate::config::{InstallCheck, Target};
+use crate::dhcp::leases::Leases;
+use crate::dhcp::reply::{State, handle};
+use crate::plan::DhcpPlan;
+use crate::vocabulary::MacAddr;
+
+fn views(file: &str) -> HostViews {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../config/hosts")
+        .join(file);
+    let Ok(Target::Host(host)) = crate::config::load_any(&path, InstallCheck::Skip) else {
+        panic!("config/hosts/{file} does not load as a host");
+    };
+    HostViews::derive(&host, 1, None).expect("a checked host")
+}
+
+fn mac(s: &str) -> MacAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn dns_answers_every_zone_on_every_clusters_address() {
+    let v = views("two-labs.yml");
+    let dns: Vec<String> = v.dns.listen.dns.iter().map(|a| a.to_string()).collect();
+    assert_eq!(dns, ["10.0.0.1:53", "10.0.20.1:53"]);
+    let origins: Vec<&str> = v.dns.zones.iter().map(|z| z.origin.as_str()).collect();
+    assert_eq!(
+        origins,
+        [
+            "okd.lab.example.com.",
+            "test.lab.example.com.",
+            "0.0.10.in-addr.arpa.",
+            "20.0.10.in-addr.arpa."
+        ]
+    );
+    // DNS serves nothing else.
+    let l = &v.dns.listen;
+    assert!(l.dhcp.is_empty() && l.tftp.is_empty() && l.http.is_empty() && l.api.is_empty());
+    // Both subnets may recurse.
+    for net in ["10.0.0.0/24", "10.0.20.0/24"] {
+        let net: IpNet = net.parse().unwrap();
+        assert!(
+            v.dns.resolver.recursion_allowed.contains(&net),
+            "{net}: {:?}",
+            v.dns.resolver.recursion_allowed
+        );
+    }
+}
+
+#[test]
+fn each_cluster_serves_its_own_http_and_frontends_and_keeps_its_state_apart() {
+    let v = views("two-labs.yml");
+    let ids: Vec<&str> = v.clusters.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["okd", "test"]);
+    for ((id, plan), ip) in v.clusters.iter().zip(["10.0.0.1", "10.0.20.1"]) {
+        assert_eq!(
+            plan.state_dir,
+            Path::new("/var/lib/okd-appliance/clusters").join(id)
+        );
+        let http: Vec<String> = plan
+            .listen
+            .http
+            .iter()
+            .map(|a| a.ip().to_string())
+            .collect();
+        assert_eq!(http, [ip], "{id}");
+        assert!(plan.listen.api.iter().all(|a| a.ip().to_string() == ip));
+        let l = &plan.listen;
+        assert!(
+            l.dns.is_empty() && l.dhcp.is_empty() && l.tftp.is_empty(),
+            "{id}"
+        );
+        assert!(plan.zones.is_empty(), "only DNS has zones");
+    }
+    let tftp: Vec<String> = v.tftp.listen.tftp.iter().map(|a| a.to_string()).collect();
+    assert_eq!(tftp, ["10.0.0.1:69", "10.0.20.1:69"]);
+}
+
+#[test]
+fn a_segment_per_interface_and_a_shared_segment_answers_each_mac_for_its_cluster() {
+    let v = views("two-labs.yml");
+    let segments: Vec<(Option<&str>, &Path)> = v
+        .dhcp
+        .iter()
+        .map(|p| (p.interface.as_deref(), p.state_dir.as_path()))
+        .collect();
+    assert_eq!(
+        segments,
+        [
+            (
+                Some("ens19"),
+                Path::new("/var/lib/okd-appliance/dhcp/ens19")
+            ),
+            (
+                Some("ens19.20"),
+                Path::new("/var/lib/okd-appliance/dhcp/ens19.20")
+            ),
+        ]
+    );
+    assert!(v.dhcp.iter().all(|p| p.dhcp.others.is_empty()));
+
+    let v = views("one-subnet.yml");
+    let [segment] = v.dhcp.as_slice() else {
+        panic!("one interface, one segment: {:?}", v.dhcp.len());
+    };
+    // okd has the pool: it answers strangers; ci's reservations ride along.
+    assert_eq!(
+        segment.dhcp.server_id,
+        "10.0.0.1".parse::<std::net::Ipv4Addr>().unwrap()
+    );
+    assert!(segment.dhcp.pool.is_some());
+    assert_eq!(segment.dhcp.others.len(), 1);
+    let ci = segment.dhcp.for_mac(mac("52:54:00:00:21:02"));
+    assert_eq!(ci.server_id.to_string(), "10.0.0.21");
+    assert_eq!(
+        ci.dns_servers,
+        ["10.0.0.21".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert_eq!(ci.domain_name, "ci.lab.example.com");
+    let okd = segment.dhcp.for_mac(mac("52:54:00:00:00:02"));
+    assert_eq!(okd.domain_name, "okd.lab.example.com");
+    let stranger = segment.dhcp.for_mac(mac("52:54:00:99:99:99"));
+    assert_eq!(stranger.server_id.to_string(), "10.0.0.1");
+    // The shared reverse zone once, with both clusters' PTRs.
+    let reverse: Vec<&str> = v
+        .dns
+        .zones
+        .iter()
+        .filter(|z| z.network.is_some())
+        .map(|z| z.origin.as_str())
+        .collect();
+    assert_eq!(reverse, ["0.0.10.in-addr.arpa."]);
+}
+
+#[test]
+fn a_zone_transfer_is_allowed_only_to_clients_every_cluster_allows() {
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    let a = [net("10.0.0.0/16"), net("192.0.2.0/24")];
+    let b = [net("10.0.1.0/24"), net("10.0.0.0/24")];
+    // A's /16 is wider than anything B allows; B's two /24s are inside A's /16.
+    assert_eq!(
+        everyones(&[&b, &a]),
+        [net("10.0.1.0/24"), net("10.0.0.0/24")]
+    );
+    assert_eq!(everyones(&[&a, &b]), Vec::<IpNet>::new());
+    assert_eq!(everyones(&[&a]), a);
+    assert_eq!(everyones(&[]), Vec::<IpNet>::new());
+}
+
+// DHCP on config/hosts/one-subnet.yml's segment: okd (10.0.0.1, with the pool) and ci
+// (10.0.0.21).
+
+/// config/hosts/one-subnet.yml's segment: okd (10.0.0.1, with the pool) and ci (10.0.0.21).
+fn segment() -> DhcpPlan {
+    views("one-subnet.yml").dhcp[0].dhcp.clone()
+}
+
+const CI_MASTER: [u8; 6] = [0x52, 0x54, 0, 0, 0x21, 2];
+const OKD_MASTER: [u8; 6] = [0x52, 0x54, 0, 0, 0, 2];
+const STRANGER: [u8; 6] = [0x52, 0x54, 0, 0x99, 0, 1];
+
+fn message(mac: [u8; 6], kind: MessageType, opts: Vec<DhcpOption>) -> Message {
+    let z = Ipv4Addr::UNSPECIFIED;
+    let mut m = Message::new_with_id(7, z, z, z, z, &mac);
+    m.opts_mut().insert(DhcpOption::MessageType(kind));
+    for o in opts {
+        m.opts_mut().insert(o);
+    }
+    m
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn a_client_of_each_cluster_gets_its_own_clusters_answer() {
+    let plan = segment();
+    let mut state = State::new(Leases::in_memory());
+    let offer = handle(
+        &message(CI_MASTER, MessageType::Discover, vec![]),
+        &plan,
+        &mut state,
+        10,
+    )
+    .unwrap()
+    .message;
+    assert_eq!(offer.yiaddr(), ip("10.0.0.22"));
+    let o = |code| offer.opts().get(code).cloned();
+    assert_eq!(
+        o(OptionCode::ServerIdentifier),
+        Some(DhcpOption::ServerIdentifier(ip("10.0.0.21")))
+    );
+    assert_eq!(
+        o(OptionCode::DomainNameServer),
+        Some(DhcpOption::DomainNameServer(vec![ip("10.0.0.21")]))
+    );
+    assert_eq!(
+        o(OptionCode::DomainName),
+        Some(DhcpOption::DomainName("ci.lab.example.com".into()))
+    );
+    // The REQUEST for ci's offer is acknowledged as ci.
+    let req = message(
+        CI_MASTER,
+        MessageType::Request,
+        vec![
+            DhcpOption::ServerIdentifier(ip("10.0.0.21")),
+            DhcpOption::RequestedIpAddress(ip("10.0.0.22")),
+        ],
+    );
+    let ack = handle(&req, &plan, &mut state, 11).unwrap();
+    assert_eq!(ack.message.opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(ack.acked.unwrap().node.as_deref(), Some("master-0"));
+
+    // okd's node, on the same socket, is okd's.
+    let offer = handle(
+        &message(OKD_MASTER, MessageType::Discover, vec![]),
+        &plan,
+        &mut state,
+        12,
+    )
+    .unwrap()
+    .message;
+    assert_eq!(offer.yiaddr(), ip("10.0.0.2"));
+    assert_eq!(
+        offer.opts().get(OptionCode::ServerIdentifier),
+        Some(&DhcpOption::ServerIdentifier(ip("10.0.0.1")))
+    );
+
+    // A stranger gets okd's pool (okd has it), from okd.
+    let offer = handle(
+        &message(STRANGER, MessageType::Discover, vec![]),
+        &plan,
+        &mut state,
+        13,
+    )
+    .unwrap()
+    .message;
+    let pool = plan.pool.unwrap();
+    assert!(pool.contains(offer.yiaddr()), "{}", offer.yiaddr());
+    assert_eq!(
+        offer.opts().get(OptionCode::ServerIdentifier),
+        Some(&DhcpOption::ServerIdentifier(ip("10.0.0.1")))
+    );
+}
+
+#[test]
+fn a_request_naming_the_other_clusters_server_is_not_answered() {
+    let plan = segment();
+    let mut state = State::new(Leases::in_memory());
+    // A client of okd that took "ci's offer" (there was none): another server's business.
+    for (mac, server, wanted) in [
+        (OKD_MASTER, "10.0.0.21", "10.0.0.2"),
+        (CI_MASTER, "10.0.0.1", "10.0.0.22"),
+    ] {
+        let req = message(
+            mac,
+            MessageType::Request,
+            vec![
+                DhcpOption::ServerIdentifier(ip(server)),
+                DhcpOption::RequestedIpAddress(ip(wanted)),
+            ],
+        );
+        assert!(handle(&req, &plan, &mut state, 5).is_none(), "{server}");
+    }
+}
