@@ -571,3 +571,57 @@ fn check_and_render_show_where_a_single_nodes_names_point() {
     }
     assert!(conf.contains("server sno-0 10.40.0.10:6443"), "{conf}");
 }
+
+/// The operator commands take a host file and `--cluster ID`: needed only when the host lists
+/// several clusters, checked against its ids before anything is asked.
+#[test]
+fn operator_commands_name_a_host_files_cluster() {
+    let host = fixture("config/hosts/two-labs.yml");
+    let out = run(&["nodes", "list", "--cluster", "test", &host]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("master-0 (master): vm master-0.test.lab.example.com"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(".okd."), "only test's machines: {stdout}");
+
+    let out = run(&["nodes", "list", &host]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("lists several clusters (okd, test): name one with --cluster ID"),
+        "{stderr}"
+    );
+    for args in [
+        &["nodes", "list", "--cluster", "nope", host.as_str()][..],
+        &["status", "--cluster", "nope", host.as_str()],
+        &["cluster", "status", "--cluster", "nope", host.as_str()],
+        &[
+            "lb",
+            "drain",
+            "master-0",
+            "--cluster",
+            "nope",
+            host.as_str(),
+        ],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("has no cluster nope (its clusters: okd, test)"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A cluster file is its own cluster: another id is a usage error.
+    let out = run(&[
+        "nodes",
+        "list",
+        "--cluster",
+        "okd",
+        &fixture("config/hosts/test.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is cluster test's config, not okd's"));
+}

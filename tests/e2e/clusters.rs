@@ -606,8 +606,73 @@ fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
         expect_balanced_to(ns, okd.appliance, "okd-master-0");
         expect_balanced_to(ns, test.appliance, "test-master-0");
     }
+    expect_operator_per_cluster(&dir.path().join("state"), &test_m0, &okd_m0);
     app.assert_running()
         .expect("okd-appliance is still running");
+}
+
+/// The operator surface names a cluster: the CLI with `--cluster`, the admin socket with
+/// `@ID`, the API with `/api/v1/clusters/ID/`; without one, several clusters are a usage error
+/// (exit 2, HTTP 409) that lists them. The metrics label each cluster's series.
+fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_m0: &Reserved) {
+    let state_arg = state.display().to_string();
+    let cli = |args: &[&str]| {
+        let mut argv: Vec<&str> = args.to_vec();
+        argv.extend(["--state-dir", state_arg.as_str()]);
+        appliance(argv)
+    };
+    let out = cli(&["lb", "status"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("serves several clusters (okd, test): name one with --cluster ID"),
+        "{stderr}"
+    );
+    let out = cli(&["lb", "status", "--cluster", "test"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(&format!("{}:6443", test_m0.ip)), "{stdout}");
+    assert!(!stdout.contains(&format!("{}:6443", okd_m0.ip)), "{stdout}");
+    let out = cli(&["status", "--cluster", "okd", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains(&okd_m0.mac.to_ascii_lowercase()), "{json}");
+    assert!(!json.contains(&test_m0.mac.to_ascii_lowercase()), "{json}");
+    let out = cli(&["lb", "drain", "master-0", "--cluster", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster has the id nope"));
+
+    let socket = state.join("api.sock").display().to_string();
+    let api = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--unix-socket", &socket])
+            .args(["-o", "/dev/stderr", "-w", "%{http_code}"])
+            .arg(format!("http://appliance{path}"))
+            .output()
+            .expect("curl runs");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, body) = api("/api/v1/status");
+    assert_eq!(code, "409", "{body}");
+    assert!(body.contains("okd, test"), "{body}");
+    let (code, body) = api("/api/v1/clusters/test/status");
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains(&test_m0.mac.to_ascii_lowercase()), "{body}");
+    let (code, _) = api("/api/v1/clusters/nope/status");
+    assert_eq!(code, "404");
+    let (code, body) = api("/metrics");
+    assert_eq!(code, "200");
+    for cluster in ["okd", "test"] {
+        let label = format!("cluster=\"{cluster}\"");
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with("okd_appliance_lb_backend_up{") && l.contains(&label)),
+            "no lb_backend_up series with {label} in\n{body}"
+        );
+    }
 }
 
 fn okd_on_the_shared_segment() -> Cluster {

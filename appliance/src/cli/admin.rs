@@ -100,20 +100,27 @@ pub fn reload(target: &Target) -> ExitCode {
     call(target, "reload")
 }
 
+/// Whether the admin socket's `reply` refuses a request for naming no node or cluster it knows,
+/// or no cluster where it serves several: the asker's usage to fix (exit 2).
+pub fn usage_refused(reply: &str) -> bool {
+    reply.starts_with("error: no ") || reply.starts_with("error: this appliance serves several")
+}
+
 /// Sends one request to the running appliance's admin socket and prints its reply.
 fn call(target: &Target, request: &str) -> ExitCode {
-    let state_dir = match target.state_dir() {
-        Ok(dir) => dir,
+    let appliance = match target.appliance() {
+        Ok(a) => a,
         Err(code) => return code,
     };
-    let state_dir = state_dir.as_path();
-    match okd_appliance::operator::admin::call(state_dir, request) {
+    let state_dir = appliance.state_dir.as_path();
+    match okd_appliance::operator::admin::call(state_dir, &appliance.ask(request)) {
         Ok(reply) if reply.starts_with("ok") => {
             print!("{reply}");
             ExitCode::SUCCESS
         }
-        // A node the appliance does not know: a usage error, 2, as `nodes` says it.
-        Ok(reply) if reply.starts_with("error: no ") => {
+        // A node or cluster the appliance does not know, or no cluster named where several
+        // are served: a usage error, 2, as `nodes` says it.
+        Ok(reply) if usage_refused(&reply) => {
             eprint!("{reply}");
             ExitCode::from(2)
         }

@@ -4,7 +4,6 @@
 //! Exit codes: 0 done, 1 the appliance refused or can't be reached (or the orchestration
 //! stopped short, for `wait`), 2 usage, 6 `wait` timed out.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,7 +12,7 @@ use okd_appliance::operator::admin;
 use okd_appliance::orchestration::RunStatus;
 use okd_appliance::orchestration::phases::{ClusterPhase, Step};
 
-use super::Target;
+use super::{Appliance, Target};
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
@@ -68,11 +67,11 @@ pub fn run(action: &ClusterAction) -> ExitCode {
         | ClusterAction::Scale { target, .. }
         | ClusterAction::Down { target, .. } => target,
     };
-    let state_dir = match target.state_dir() {
-        Ok(dir) => dir,
+    let appliance = match target.appliance() {
+        Ok(a) => a,
         Err(code) => return code,
     };
-    let dir = state_dir.as_path();
+    let dir = &appliance;
     let quick = Duration::from_secs(10);
     match action {
         ClusterAction::Up { .. } => request(dir, "cluster up", quick),
@@ -101,8 +100,8 @@ pub enum WaitFor {
 }
 
 /// One request; prints the reply's text (without its `ok`) or the error.
-fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
-    match call(state_dir, request, limit) {
+fn request(appliance: &Appliance, request: &str, limit: Duration) -> ExitCode {
+    match call(appliance, request, limit) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -111,13 +110,15 @@ fn request(state_dir: &Path, request: &str, limit: Duration) -> ExitCode {
     }
 }
 
-fn call(state_dir: &Path, request: &str, limit: Duration) -> Result<String, ExitCode> {
-    match admin::call_waiting(state_dir, request, limit) {
+fn call(appliance: &Appliance, request: &str, limit: Duration) -> Result<String, ExitCode> {
+    let state_dir = appliance.state_dir.as_path();
+    match admin::call_waiting(state_dir, &appliance.ask(request), limit) {
         Ok(reply) => match reply.strip_prefix("ok") {
             Some(rest) => Ok(rest.trim_start_matches(':').trim_start().to_owned()),
             None => {
                 eprint!("{reply}");
-                Err(ExitCode::from(1))
+                let usage = super::admin::usage_refused(&reply);
+                Err(ExitCode::from(if usage { 2 } else { 1 }))
             }
         },
         Err(e) => {
@@ -130,8 +131,8 @@ fn call(state_dir: &Path, request: &str, limit: Duration) -> Result<String, Exit
     }
 }
 
-fn status_of(state_dir: &Path) -> Result<(RunStatus, String), ExitCode> {
-    let json = call(state_dir, "cluster status", Duration::from_secs(10))?;
+fn status_of(appliance: &Appliance) -> Result<(RunStatus, String), ExitCode> {
+    let json = call(appliance, "cluster status", Duration::from_secs(10))?;
     match serde_json::from_str(&json) {
         Ok(s) => Ok((s, json)),
         Err(e) => {
@@ -141,8 +142,8 @@ fn status_of(state_dir: &Path) -> Result<(RunStatus, String), ExitCode> {
     }
 }
 
-fn status(state_dir: &Path, json: bool) -> ExitCode {
-    let (status, raw) = match status_of(state_dir) {
+fn status(appliance: &Appliance, json: bool) -> ExitCode {
+    let (status, raw) = match status_of(appliance) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -155,7 +156,7 @@ fn status(state_dir: &Path, json: bool) -> ExitCode {
 }
 
 /// Waits until the cluster reached `target`; bounded by `timeout`.
-fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
+fn wait(appliance: &Appliance, target: WaitFor, timeout: Duration) -> ExitCode {
     let want = match target {
         WaitFor::BootstrapComplete => ClusterPhase::BootstrapComplete,
         WaitFor::InstallComplete => ClusterPhase::Installed,
@@ -163,7 +164,7 @@ fn wait(state_dir: &Path, target: WaitFor, timeout: Duration) -> ExitCode {
     let start = Instant::now();
     let mut last = String::new();
     loop {
-        let status = match status_of(state_dir) {
+        let status = match status_of(appliance) {
             Ok((s, _)) => s,
             Err(code) => return code,
         };

@@ -142,25 +142,84 @@ pub enum Command {
     },
 }
 
-/// Which running appliance to talk to: the one serving a config file (its `state_dir`, relative
-/// to the file), or the one whose state directory is named.
+/// Which running appliance to talk to, and which of its clusters.
+#[derive(Debug, Args)]
+pub struct Target {
+    #[command(flatten)]
+    at: Where,
+    /// The cluster to ask about, by its id in the host file: needed only when the appliance
+    /// serves several.
+    #[arg(long, value_name = "ID")]
+    cluster: Option<String>,
+}
+
+/// The appliance serving a config file (its `state_dir`, relative to the file), or the one
+/// whose state directory is named.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
-pub struct Target {
-    /// The cluster config the appliance serves.
+struct Where {
+    /// The config the appliance serves: a cluster config, or a host file.
     file: Option<PathBuf>,
     /// The running appliance's `state_dir` (where its admin socket is), instead of a config.
     #[arg(long)]
     state_dir: Option<PathBuf>,
 }
 
+/// A running appliance's admin socket, and the cluster the requests are for.
+#[derive(Debug)]
+pub struct Appliance {
+    pub state_dir: PathBuf,
+    cluster: Option<String>,
+}
+
+impl Appliance {
+    /// `request` as the admin socket takes it: `@ID request` for a named cluster.
+    pub fn ask(&self, request: &str) -> String {
+        match &self.cluster {
+            Some(id) => format!("@{id} {request}"),
+            None => request.to_owned(),
+        }
+    }
+}
+
 impl Target {
-    /// The state directory: from the flag, or from the config (which must be valid).
-    fn state_dir(&self) -> Result<PathBuf, ExitCode> {
-        match (&self.state_dir, &self.file) {
-            (Some(dir), _) => Ok(dir.clone()),
-            (None, Some(file)) => Ok(load(file, InstallCheck::Skip)?.config.state_dir),
+    /// The appliance: its state directory from the flag, or from the config (which must be
+    /// valid; a host file's cluster ids are checked against `--cluster` here).
+    fn appliance(&self) -> Result<Appliance, ExitCode> {
+        let state_dir = match (&self.at.state_dir, &self.at.file) {
+            (Some(dir), _) => dir.clone(),
+            (None, Some(file)) => self.state_dir_of(file)?,
             (None, None) => unreachable!("clap requires one of them"),
+        };
+        Ok(Appliance {
+            state_dir,
+            cluster: self.cluster.clone(),
+        })
+    }
+
+    fn state_dir_of(&self, file: &Path) -> Result<PathBuf, ExitCode> {
+        match config::load_any(file, InstallCheck::Skip) {
+            Ok(config::Target::Cluster(loaded)) => {
+                eprint!("{}", loaded.warnings.warnings_line());
+                Ok(loaded.config.state_dir)
+            }
+            Ok(config::Target::Host(host)) => {
+                eprint!("{}", host.warnings.warnings_line());
+                let ids: Vec<&str> = host.clusters.iter().map(|m| m.id.as_str()).collect();
+                if let Some(id) = self.cluster.as_deref().filter(|id| !ids.contains(id)) {
+                    eprintln!(
+                        "error: {} has no cluster {id} (its clusters: {})",
+                        file.display(),
+                        ids.join(", ")
+                    );
+                    return Err(ExitCode::from(2));
+                }
+                Ok(host.state_dir)
+            }
+            Err(e) => {
+                eprint!("{}", e.render(style()));
+                Err(ExitCode::from(1))
+            }
         }
     }
 }

@@ -47,9 +47,13 @@ pub enum NodesAction {
 
 #[derive(Debug, Args)]
 pub struct NodeTargets {
-    /// The nodes to act on (all when none is named), then the cluster config (YAML).
+    /// The nodes to act on (all when none is named), then the cluster config (YAML) or a host
+    /// file.
     #[arg(value_name = "[NAME]... FILE", required = true, num_args = 1..)]
     args: Vec<String>,
+    /// With a host file of several clusters: the cluster whose machines these are, by its id.
+    #[arg(long, value_name = "ID")]
+    cluster: Option<String>,
 }
 
 /// `nodes ACTION [NAME]... FILE`.
@@ -62,7 +66,12 @@ pub fn command(action: NodesAction) -> ExitCode {
         NodesAction::Reset(t) => (Verb::Reset, t, false),
         NodesAction::Destroy { targets, yes } => (Verb::Destroy, targets, yes),
     };
-    run(verb, &targets.args, yes, super::style())
+    run(
+        verb,
+        (&targets.args, targets.cluster.as_deref()),
+        yes,
+        super::style(),
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +97,13 @@ impl Verb {
     }
 }
 
-/// `args` is `[NAME...] FILE`.
-fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> ExitCode {
+/// `args` is `[NAME...] FILE`; `cluster`, the cluster of a host file.
+fn run(
+    verb: Verb,
+    (args, cluster): (&[String], Option<&str>),
+    yes: bool,
+    style: config::RenderStyle,
+) -> ExitCode {
     let Some((file, names)) = args.split_last() else {
         eprintln!("error: the cluster config file is missing");
         return ExitCode::from(2);
@@ -100,7 +114,7 @@ fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> Ex
         );
         return ExitCode::from(2);
     }
-    let loaded = match config::load(
+    let loaded = match config::load_any(
         Path::new(file),
         // Machines are made before or after `openshift-install create ignition-configs`: the
         // ignition files need not exist yet; credential files are checked for real.
@@ -114,8 +128,11 @@ fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> Ex
             return ExitCode::from(1);
         }
     };
-    eprint!("{}", loaded.warnings.warnings_line());
-    let plan = Plan::derive(&loaded.config, 1).control;
+    let (config, appliance) = match one_cluster(loaded, cluster, file) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let plan = Plan::derive(&config, 1).control;
     let machines = match select(&plan, names) {
         Ok(m) => m,
         Err(code) => return code,
@@ -145,12 +162,7 @@ fn run(verb: Verb, args: &[String], yes: bool, style: config::RenderStyle) -> Ex
     };
     runtime.block_on(async {
         match AnyProvider::from_plan(&plan) {
-            Ok(Some(provider)) => {
-                let appliance = Appliance {
-                    state_dir: loaded.config.state_dir.clone(),
-                };
-                act(&Arc::new(provider), &plan, &machines, verb, appliance).await
-            }
+            Ok(Some(provider)) => act(&Arc::new(provider), &plan, &machines, verb, appliance).await,
             Ok(None) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -250,11 +262,68 @@ async fn act<P: Provider>(
     summarize(&reports, verb)
 }
 
+/// The cluster `--cluster` names in a host file (or the only one), or a cluster file's; with
+/// the running appliance that serves it.
+fn one_cluster(
+    loaded: config::Target,
+    cluster: Option<&str>,
+    file: &str,
+) -> Result<(config::Config, Appliance), ExitCode> {
+    match loaded {
+        config::Target::Cluster(loaded) => {
+            eprint!("{}", loaded.warnings.warnings_line());
+            if let Some(id) = cluster.filter(|id| **id != loaded.config.cluster.name) {
+                eprintln!(
+                    "error: {file} is cluster {}'s config, not {id}'s",
+                    loaded.config.cluster.name
+                );
+                return Err(ExitCode::from(2));
+            }
+            let state_dir = loaded.config.state_dir.clone();
+            let appliance = Appliance {
+                state_dir,
+                cluster: None,
+            };
+            Ok((loaded.config, appliance))
+        }
+        config::Target::Host(host) => {
+            eprint!("{}", host.warnings.warnings_line());
+            let ids: Vec<String> = host.clusters.iter().map(|m| m.id.clone()).collect();
+            let picked = match (cluster, host.clusters.len()) {
+                (Some(id), _) => host.clusters.into_iter().find(|m| m.id == id),
+                (None, 1) => host.clusters.into_iter().next(),
+                (None, _) => {
+                    eprintln!(
+                        "error: {file} lists several clusters ({}): name one with --cluster ID",
+                        ids.join(", ")
+                    );
+                    return Err(ExitCode::from(2));
+                }
+            };
+            let Some(member) = picked else {
+                eprintln!(
+                    "error: {file} has no cluster {} (its clusters: {})",
+                    cluster.unwrap_or_default(),
+                    ids.join(", ")
+                );
+                return Err(ExitCode::from(2));
+            };
+            let appliance = Appliance {
+                state_dir: host.state_dir,
+                cluster: Some(member.id),
+            };
+            Ok((member.config, appliance))
+        }
+    }
+}
+
 /// The running appliance serving this config, if any: each machine action is recorded in its
 /// journal too (through its admin socket), where it moves the node's install phase and shows
 /// on its status page, as the orchestration's own actions do.
 struct Appliance {
     state_dir: std::path::PathBuf,
+    /// The cluster's id, when the appliance serves a host file.
+    cluster: Option<String>,
 }
 
 /// What telling the appliance of one action came to.
@@ -282,7 +351,10 @@ impl Appliance {
                 .unwrap_or(0);
             text.truncate(cut);
         }
-        let request = format!("machine {node} {action} {outcome} {text}");
+        let mut request = format!("machine {node} {action} {outcome} {text}");
+        if let Some(id) = &self.cluster {
+            request = format!("@{id} {request}");
+        }
         let state_dir = self.state_dir.clone();
         let sent = tokio::task::spawn_blocking(move || {
             okd_appliance::operator::admin::call(&state_dir, &request)

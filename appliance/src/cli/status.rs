@@ -4,7 +4,6 @@
 //! Exit codes: 0 shown, 1 the appliance can't be reached (or the config is invalid).
 
 use std::io::IsTerminal as _;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
@@ -13,18 +12,19 @@ use comfy_table::{Cell, Color, Table};
 use okd_appliance::operator::admin;
 use okd_appliance::operator::status::Status;
 
-use super::Target;
+use super::{Appliance, Target};
 
 /// `status FILE|--state-dir DIR [--json]`.
 pub fn command(target: &Target, json: bool) -> ExitCode {
-    match target.state_dir() {
-        Ok(dir) => run(&dir, json),
+    match target.appliance() {
+        Ok(appliance) => run(&appliance, json),
         Err(code) => code,
     }
 }
 
-fn run(state_dir: &Path, json: bool) -> ExitCode {
-    let reply = match admin::call(state_dir, "status") {
+fn run(appliance: &Appliance, json: bool) -> ExitCode {
+    let state_dir = appliance.state_dir.as_path();
+    let reply = match admin::call(state_dir, &appliance.ask("status")) {
         Ok(r) => r,
         Err(e) => {
             eprintln!(
@@ -36,7 +36,11 @@ fn run(state_dir: &Path, json: bool) -> ExitCode {
     };
     let Some(body) = reply.strip_prefix("ok\n") else {
         eprint!("{reply}");
-        return ExitCode::from(1);
+        return ExitCode::from(if super::admin::usage_refused(&reply) {
+            2
+        } else {
+            1
+        });
     };
     if json {
         print!("{body}");

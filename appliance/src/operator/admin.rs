@@ -406,6 +406,20 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn a_request_may_name_its_cluster_first() {
+        assert_eq!(
+            addressed("@test lb drain master-0\n"),
+            (Some("test"), "lb drain master-0\n")
+        );
+        assert_eq!(addressed("lb status"), (None, "lb status"));
+        assert_eq!(addressed("  @okd status"), (Some("okd"), "status"));
+        // An id alone is a request with no words: the parser's usage error.
+        let (id, rest) = addressed("@okd");
+        assert_eq!(id, Some("okd"));
+        assert!(Request::parse(rest).is_err());
+    }
     use crate::install_state;
     use arc_swap::ArcSwap;
 
