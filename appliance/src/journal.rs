@@ -256,8 +256,9 @@ impl fmt::Display for Event {
 #[derive(Debug, Clone)]
 pub struct Journal {
     inner: Arc<Inner>,
-    /// The clusters' journals, by cluster id, for [`Journal::publish_in`].
-    routes: Arc<[(String, Journal)]>,
+    /// The clusters' journals, by cluster id, for [`Journal::publish_in`]; a reload that adds
+    /// or removes a cluster replaces them.
+    routes: Arc<arc_swap::ArcSwap<Vec<(String, Journal)>>>,
 }
 
 #[derive(Debug)]
@@ -362,14 +363,19 @@ impl Journal {
                 live,
                 refusals: Mutex::default(),
             }),
-            routes: routes.into(),
+            routes: Arc::new(arc_swap::ArcSwap::from_pointee(routes)),
         }
+    }
+
+    /// Routes [`Journal::publish_in`] to `routes` from now on.
+    pub fn reroute(&self, routes: Vec<(String, Journal)>) {
+        self.routes.store(Arc::new(routes));
     }
 
     /// [`Journal::publish`] in cluster `cluster`'s journal when this one routes to it, else in
     /// this one.
     pub fn publish_in(&self, cluster: &str, node: Option<String>, kind: EventKind) {
-        match self.routes.iter().find(|(id, _)| id == cluster) {
+        match self.routes.load().iter().find(|(id, _)| id == cluster) {
             Some((_, journal)) => journal.publish(node, kind),
             None => self.publish(node, kind),
         }

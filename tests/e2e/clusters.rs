@@ -31,36 +31,36 @@ use crate::dns_support::{DigRun, dig_in, start_appliance};
 use crate::lb_support::Conn;
 use crate::support::appliance;
 
-const BASE_DOMAIN: &str = "lab.example.com";
+pub(crate) const BASE_DOMAIN: &str = "lab.example.com";
 /// How long a client may take to get a lease from a server that answers at once.
-const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the balancer may take to see a backend up (rise 2 at 200 ms, plus start-up).
-const UP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const UP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One cluster file of a host.
 #[derive(Debug, Clone)]
-struct Cluster {
-    name: &'static str,
+pub(crate) struct Cluster {
+    pub(crate) name: &'static str,
     /// `network.interface`: the services namespace's bridge of the cluster's segment.
-    interface: &'static str,
-    subnet: &'static str,
-    appliance: Ipv4Addr,
-    gateway: Ipv4Addr,
-    pool: Option<(Ipv4Addr, Ipv4Addr)>,
-    nodes: Vec<Reserved>,
+    pub(crate) interface: &'static str,
+    pub(crate) subnet: &'static str,
+    pub(crate) appliance: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
+    pub(crate) pool: Option<(Ipv4Addr, Ipv4Addr)>,
+    pub(crate) nodes: Vec<Reserved>,
 }
 
 impl Cluster {
-    fn domain(&self) -> String {
+    pub(crate) fn domain(&self) -> String {
         format!("{}.{BASE_DOMAIN}", self.name)
     }
 
     /// `label.<cluster domain>.`
-    fn fqdn(&self, label: &str) -> String {
+    pub(crate) fn fqdn(&self, label: &str) -> String {
         format!("{label}.{}.", self.domain())
     }
 
-    fn node(&self, name: &str) -> Reserved {
+    pub(crate) fn node(&self, name: &str) -> Reserved {
         *self
             .nodes
             .iter()
@@ -68,12 +68,12 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no {name} in {}", self.name))
     }
 
-    fn http(&self) -> String {
+    pub(crate) fn http(&self) -> String {
         format!("http://{}:8080", self.appliance)
     }
 
     /// This cluster's `master.ign`: tells the clusters apart by content.
-    fn master_ign(&self) -> String {
+    pub(crate) fn master_ign(&self) -> String {
         format!(
             r#"{{"ignition":{{"version":"3.2.0"}},"passwd":{{"users":[{{"name":"core-{}"}}]}}}}"#,
             self.name
@@ -83,7 +83,7 @@ impl Cluster {
     /// Writes `DIR/NAME.yml` and its ignition directory `DIR/NAME-install`. Every listener is
     /// the default (the cluster's appliance address, DHCP on its interface); the health checks
     /// are fast and plain TCP, since the backends are `lb_peer.py`.
-    fn write(&self, dir: &Path) {
+    pub(crate) fn write(&self, dir: &Path) {
         let install = dir.join(format!("{}-install", self.name));
         write_install_dir(&install).expect("install dir");
         std::fs::write(install.join("master.ign"), self.master_ign()).expect("master.ign");
@@ -124,7 +124,12 @@ lb:
     }
 }
 
-fn reserved(name: &'static str, role: &'static str, mac: &'static str, ip: Ipv4Addr) -> Reserved {
+pub(crate) fn reserved(
+    name: &'static str,
+    role: &'static str,
+    mac: &'static str,
+    ip: Ipv4Addr,
+) -> Reserved {
     Reserved {
         name,
         role,
@@ -136,7 +141,7 @@ fn reserved(name: &'static str, role: &'static str, mac: &'static str, ip: Ipv4A
 /// Writes every cluster file and `DIR/host.yml` listing them (the first by path, the others
 /// as `{ file, id }`), with the host's state under `DIR/state`. `okd-appliance check` must
 /// accept it.
-fn write_host(dir: &Path, clusters: &[&Cluster]) -> PathBuf {
+pub(crate) fn write_host(dir: &Path, clusters: &[&Cluster]) -> PathBuf {
     let mut entries = String::new();
     for (i, c) in clusters.iter().enumerate() {
         c.write(dir);
@@ -170,9 +175,9 @@ fn write_host(dir: &Path, clusters: &[&Cluster]) -> PathBuf {
 /// A node namespace whose `eth0` is a port of `bridge` (the topology's own `br0` or another
 /// bridge of the services namespace), with `cidr` on it when given.
 #[derive(Debug)]
-struct Attached {
-    _veth: Veth,
-    ns: Netns,
+pub(crate) struct Attached {
+    pub(crate) _veth: Veth,
+    pub(crate) ns: Netns,
 }
 
 impl std::ops::Deref for Attached {
@@ -183,7 +188,7 @@ impl std::ops::Deref for Attached {
     }
 }
 
-fn attach(bridge: &Bridge, prefix: &str, cidr: Option<&str>) -> Attached {
+pub(crate) fn attach(bridge: &Bridge, prefix: &str, cidr: Option<&str>) -> Attached {
     let ns = Netns::new(prefix).expect("node namespace");
     // The services-side port reuses the node namespace's unique name (<= 15 characters).
     let port = ns.name().to_owned();
@@ -197,22 +202,22 @@ fn attach(bridge: &Bridge, prefix: &str, cidr: Option<&str>) -> Attached {
 
 /// A route in `ns` to `subnet` through the services namespace's `via` (which holds every
 /// appliance address, so nothing is forwarded: the other address is local there).
-fn route(ns: &Netns, subnet: &str, via: Ipv4Addr) {
+pub(crate) fn route(ns: &Netns, subnet: &str, via: Ipv4Addr) {
     ns.ip(["route", "add", subnet, "via", &via.to_string()])
         .expect("route");
 }
 
 /// A running busybox udhcpc: its hook and the process.
-struct Client {
-    hook: Hook,
-    process: Process,
-    label: String,
+pub(crate) struct Client {
+    pub(crate) hook: Hook,
+    pub(crate) process: Process,
+    pub(crate) label: String,
 }
 
 impl Client {
     /// busybox udhcpc in `ns` with MAC `mac`, `extra` options before the rest; runs on after
     /// its lease (to renew) until dropped.
-    fn start(ns: &Netns, dir: &Path, label: &str, mac: &str, extra: &[&str]) -> Client {
+    pub(crate) fn start(ns: &Netns, dir: &Path, label: &str, mac: &str, extra: &[&str]) -> Client {
         ns.ip(["link", "set", "dev", "eth0", "address", mac])
             .expect("mac");
         let hook = Hook::new(dir, label);
@@ -230,7 +235,7 @@ impl Client {
     }
 
     /// The first hook call with one of `reasons` after the first `skip` calls.
-    fn wait(&self, skip: usize, reasons: &[&str]) -> HookCall {
+    pub(crate) fn wait(&self, skip: usize, reasons: &[&str]) -> HookCall {
         self.hook
             .wait(skip, reasons, BIND_TIMEOUT)
             .unwrap_or_else(|| {
@@ -244,7 +249,7 @@ impl Client {
     }
 
     /// SIGUSR1: renew now (a unicast REQUEST to the server identifier), and the `renew` call.
-    fn renew(&self) -> HookCall {
+    pub(crate) fn renew(&self) -> HookCall {
         let seen = self.hook.calls().len();
         let pid = Pid::from_raw(i32::try_from(self.process.pid()).expect("pid"));
         kill(pid, Signal::SIGUSR1).expect("SIGUSR1");
@@ -255,13 +260,13 @@ impl Client {
 }
 
 /// busybox udhcpc in `ns` with MAC `mac` until its first `bound` (it quits then, `-q`).
-fn lease(ns: &Netns, dir: &Path, label: &str, mac: &str) -> HookCall {
+pub(crate) fn lease(ns: &Netns, dir: &Path, label: &str, mac: &str) -> HookCall {
     Client::start(ns, dir, label, mac, &["-q"]).wait(0, &["bound"])
 }
 
 /// busybox udhcpc in `ns` with MAC `mac` gives up: three DISCOVERs a second apart go
 /// unanswered (`-n`: exit with failure), and the hook never saw `bound`.
-fn no_lease(ns: &Netns, dir: &Path, label: &str, mac: &str) {
+pub(crate) fn no_lease(ns: &Netns, dir: &Path, label: &str, mac: &str) {
     ns.ip(["link", "set", "dev", "eth0", "address", mac])
         .expect("mac");
     let hook = Hook::new(dir, label);
@@ -289,7 +294,7 @@ fn no_lease(ns: &Netns, dir: &Path, label: &str, mac: &str) {
 
 /// What a udhcpc `bound` call must say for `node` of `cluster`.
 #[track_caller]
-fn expect_lease(bound: &HookCall, cluster: &Cluster, node: &Reserved) {
+pub(crate) fn expect_lease(bound: &HookCall, cluster: &Cluster, node: &Reserved) {
     bound.expect(&[
         ("ip", node.ip.to_string()),
         ("subnet", "255.255.255.0".into()),
@@ -302,14 +307,14 @@ fn expect_lease(bound: &HookCall, cluster: &Cluster, node: &Reserved) {
 }
 
 /// The lease journal of the segment on `interface`, as it is on disk now.
-fn journal(dir: &Path, interface: &str) -> Journal {
+pub(crate) fn journal(dir: &Path, interface: &str) -> Journal {
     let path = dir.join("state/dhcp").join(interface).join("dhcp-leases");
     Journal::parse(&std::fs::read_to_string(path).unwrap_or_default())
 }
 
 /// Waits until the journal of `interface` holds a live lease of `ip` to `mac`.
 #[track_caller]
-fn expect_journaled(dir: &Path, interface: &str, ip: Ipv4Addr, mac: &str) {
+pub(crate) fn expect_journaled(dir: &Path, interface: &str, ip: Ipv4Addr, mac: &str) {
     let ok = wait_until(Duration::from_secs(3), || {
         journal(dir, interface)
             .lines
@@ -325,7 +330,7 @@ fn expect_journaled(dir: &Path, interface: &str, ip: Ipv4Addr, mac: &str) {
 
 /// `dig @server ARGS` from `ns`: a positive authoritative answer, returned.
 #[track_caller]
-fn answer(ns: &Netns, server: Ipv4Addr, args: &[&str]) -> DigRun {
+pub(crate) fn answer(ns: &Netns, server: Ipv4Addr, args: &[&str]) -> DigRun {
     let run = dig_in(ns, "dig", IpAddr::V4(server), args);
     let r = run.last();
     assert_eq!(
@@ -344,7 +349,7 @@ fn answer(ns: &Netns, server: Ipv4Addr, args: &[&str]) -> DigRun {
 /// At `server`, `cluster`'s api, api-int, *.apps and node names resolve to its addresses, and
 /// each node's address to its name.
 #[track_caller]
-fn expect_names(ns: &Netns, server: Ipv4Addr, cluster: &Cluster) {
+pub(crate) fn expect_names(ns: &Netns, server: Ipv4Addr, cluster: &Cluster) {
     let a = |name: &str| answer(ns, server, &[name, "A"]).last().rdata("A");
     let frontend = vec![cluster.appliance.to_string()];
     assert_eq!(a(&cluster.fqdn("api")), frontend, "api at {server}");
@@ -373,7 +378,7 @@ fn expect_names(ns: &Netns, server: Ipv4Addr, cluster: &Cluster) {
 }
 
 /// `node`'s iPXE script on its cluster's HTTP server.
-fn script_url(cluster: &Cluster, node: &Reserved) -> String {
+pub(crate) fn script_url(cluster: &Cluster, node: &Reserved) -> String {
     format!(
         "{}/boot/{}.ipxe",
         cluster.http(),
@@ -382,7 +387,7 @@ fn script_url(cluster: &Cluster, node: &Reserved) -> String {
 }
 
 /// `curl` from `ns`: the status code and the body.
-fn get(ns: &Netns, url: &str) -> (String, String) {
+pub(crate) fn get(ns: &Netns, url: &str) -> (String, String) {
     let out = ns
         .exec([
             "curl",
@@ -403,7 +408,7 @@ fn get(ns: &Netns, url: &str) -> (String, String) {
 /// `node` of `cluster`, at its own address in `ns`, gets its ignition from its cluster's HTTP
 /// server, pointing at its cluster's role config, which is the cluster's own `master.ign`.
 #[track_caller]
-fn expect_own_ignition(ns: &Netns, cluster: &Cluster, node: &Reserved) {
+pub(crate) fn expect_own_ignition(ns: &Netns, cluster: &Cluster, node: &Reserved) {
     let url = format!("{}/ignition/{}.ign", cluster.http(), node.name);
     let (code, body) = get(ns, &url);
     assert_eq!(code, "200", "GET {url} from {}: {body}", node.ip);
@@ -426,7 +431,7 @@ fn expect_own_ignition(ns: &Netns, cluster: &Cluster, node: &Reserved) {
 }
 
 /// An `lb_peer.py` backend named `name` on `ip:6443` in `ns`, accepting before this returns.
-fn backend(ns: &Netns, name: &str, ip: Ipv4Addr) -> Process {
+pub(crate) fn backend(ns: &Netns, name: &str, ip: Ipv4Addr) -> Process {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/lb_peer.py");
     let ip = ip.to_string();
     let peer = ns
@@ -442,7 +447,7 @@ fn backend(ns: &Netns, name: &str, ip: Ipv4Addr) -> Process {
 
 /// Waits until the appliance logged that `node`'s API backend is up.
 #[track_caller]
-fn wait_up(app: &Process, node: &Reserved) {
+pub(crate) fn wait_up(app: &Process, node: &Reserved) {
     let line = format!("{}: api backend {}:6443 is up", node.name, node.ip);
     assert!(
         wait_until(UP_TIMEOUT, || app.stderr().contains(&line)),
@@ -453,7 +458,7 @@ fn wait_up(app: &Process, node: &Reserved) {
 
 /// From `ns`, connections to `frontend:6443` reach the backend `name` (the only one up there).
 #[track_caller]
-fn expect_balanced_to(ns: &Netns, frontend: Ipv4Addr, name: &str) {
+pub(crate) fn expect_balanced_to(ns: &Netns, frontend: Ipv4Addr, name: &str) {
     let addr = SocketAddr::from((frontend, 6443));
     for _ in 0..3 {
         let mut conn = Conn::open(ns, addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
@@ -462,7 +467,7 @@ fn expect_balanced_to(ns: &Netns, frontend: Ipv4Addr, name: &str) {
     }
 }
 
-fn okd_on_its_own_segment() -> Cluster {
+pub(crate) fn okd_on_its_own_segment() -> Cluster {
     let ip = |n| Ipv4Addr::new(10, 98, 1, n);
     Cluster {
         name: "okd",
@@ -479,7 +484,7 @@ fn okd_on_its_own_segment() -> Cluster {
     }
 }
 
-fn test_on_its_own_segment() -> Cluster {
+pub(crate) fn test_on_its_own_segment() -> Cluster {
     let ip = |n| Ipv4Addr::new(10, 98, 2, n);
     Cluster {
         name: "test",
@@ -497,7 +502,7 @@ fn test_on_its_own_segment() -> Cluster {
 }
 
 #[test]
-fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
+pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
     if !require_root() || !require_tools(&["dig", "busybox", "unshare", "curl", "python3"]) {
         return;
     }
@@ -614,7 +619,7 @@ fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
 /// The operator surface names a cluster: the CLI with `--cluster`, the admin socket with
 /// `@ID`, the API with `/api/v1/clusters/ID/`; without one, several clusters are a usage error
 /// (exit 2, HTTP 409) that lists them. The metrics label each cluster's series.
-fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_m0: &Reserved) {
+pub(crate) fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_m0: &Reserved) {
     let state_arg = state.display().to_string();
     let cli = |args: &[&str]| {
         let mut argv: Vec<&str> = args.to_vec();
@@ -675,7 +680,7 @@ fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_m0: &Reserv
     }
 }
 
-fn okd_on_the_shared_segment() -> Cluster {
+pub(crate) fn okd_on_the_shared_segment() -> Cluster {
     let ip = |n| Ipv4Addr::new(10, 98, 3, n);
     Cluster {
         name: "okd",
@@ -692,7 +697,7 @@ fn okd_on_the_shared_segment() -> Cluster {
     }
 }
 
-fn ci_on_the_shared_segment() -> Cluster {
+pub(crate) fn ci_on_the_shared_segment() -> Cluster {
     let ip = |n| Ipv4Addr::new(10, 98, 3, n);
     Cluster {
         name: "ci",
@@ -710,7 +715,7 @@ fn ci_on_the_shared_segment() -> Cluster {
 }
 
 #[test]
-fn two_clusters_sharing_one_subnet_each_get_their_own_answers() {
+pub(crate) fn two_clusters_sharing_one_subnet_each_get_their_own_answers() {
     if !require_root() || !require_tools(&["dig", "busybox", "unshare", "curl"]) {
         return;
     }

@@ -234,7 +234,7 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
     let (cluster, line) = addressed(&line);
     let reply = match Request::parse(line) {
         Ok(request) => match clusters_operator(clusters, cluster, &request) {
-            Ok(op) => respond(op, request).await,
+            Ok(op) => respond(&op, request).await,
             Err(e) => reply::<String>(Err(e)),
         },
         Err(usage) => format!("error: {usage}\n"),
@@ -258,11 +258,11 @@ fn addressed(line: &str) -> (Option<&str>, &str) {
 
 /// Who answers `request`: the host's operator for what is the host's (reload, the pair), else
 /// the named cluster's, or the only one's.
-fn clusters_operator<'a>(
-    clusters: &'a Clusters,
+fn clusters_operator(
+    clusters: &Clusters,
     cluster: Option<&str>,
     request: &Request,
-) -> Result<&'a Operator, OpError> {
+) -> Result<Operator, OpError> {
     match (request, cluster) {
         (Request::Reload | Request::Ha(_), None) => Ok(clusters.host()),
         _ => clusters.pick(cluster),

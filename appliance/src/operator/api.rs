@@ -317,6 +317,7 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
         (_, Ok(parts)) => parts,
         (_, Err(e)) => return op_error(&e),
     };
+    let parts = &parts;
     match (req.method(), segments.as_slice()) {
         (&Method::GET, [""]) => {
             let status = parts.status();

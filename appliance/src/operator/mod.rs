@@ -430,31 +430,44 @@ impl Operator {
 }
 
 /// The operators of the clusters a running appliance serves, in the host file's order (one,
-/// for a cluster file). What the fronts ask of one cluster goes to the one they name, or to
-/// the only one; what is the host's (reload, the pair, metrics) to any.
+/// for a cluster file); a reload that adds or removes a cluster replaces the list. What the
+/// fronts ask of one cluster goes to the one they name, or to the only one; what is the host's
+/// (reload, the pair, metrics) to the first.
 #[derive(Clone, Debug)]
-pub struct Clusters(Arc<[(String, Operator)]>);
+pub struct Clusters(Arc<arc_swap::ArcSwap<Vec<(String, Operator)>>>);
 
 impl Clusters {
     /// `operators` must not be empty: a running appliance serves at least one cluster.
     pub fn new(operators: Vec<(String, Operator)>) -> Clusters {
         assert!(!operators.is_empty(), "an appliance serves a cluster");
-        Clusters(operators.into())
+        Clusters(Arc::new(arc_swap::ArcSwap::from_pointee(operators)))
+    }
+
+    /// Serves `operators` from now on (a reload added or removed a cluster).
+    pub fn replace(&self, operators: Vec<(String, Operator)>) {
+        assert!(!operators.is_empty(), "an appliance serves a cluster");
+        self.0.store(Arc::new(operators));
+    }
+
+    /// The clusters' ids and operators, in order.
+    pub fn all(&self) -> Arc<Vec<(String, Operator)>> {
+        self.0.load_full()
     }
 
     pub fn ids(&self) -> Vec<String> {
-        self.0.iter().map(|(id, _)| id.clone()).collect()
+        self.0.load().iter().map(|(id, _)| id.clone()).collect()
     }
 
     /// Cluster `id`'s operator; without an id, the only cluster's.
-    pub fn pick(&self, id: Option<&str>) -> Result<&Operator, OpError> {
-        match (id, &*self.0) {
-            (None, [(_, only)]) => Ok(only),
+    pub fn pick(&self, id: Option<&str>) -> Result<Operator, OpError> {
+        let all = self.0.load();
+        match (id, all.as_slice()) {
+            (None, [(_, only)]) => Ok(only.clone()),
             (None, _) => Err(OpError::WhichCluster(self.ids())),
             (Some(id), all) => all
                 .iter()
                 .find(|(i, _)| i == id)
-                .map(|(_, op)| op)
+                .map(|(_, op)| op.clone())
                 .ok_or_else(|| OpError::NoCluster {
                     id: id.to_owned(),
                     ids: self.ids(),
@@ -463,8 +476,8 @@ impl Clusters {
     }
 
     /// For what is the host's: reload, the pair, metrics, shutdown.
-    pub fn host(&self) -> &Operator {
-        &self.0[0].1
+    pub fn host(&self) -> Operator {
+        self.0.load()[0].1.clone()
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
@@ -330,7 +331,7 @@ pub fn collect(
 }
 
 /// What `/metrics` reads at scrape time: the load balancer's counters and each node's phase.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Sampler {
     /// The cluster's id on a host of several; `None` alone.
     pub cluster: Option<String>,
@@ -381,17 +382,24 @@ impl crate::metrics::Sources for Sampler {
     }
 }
 
-/// Every cluster's samples, one after the other.
-#[derive(Debug)]
-pub struct Samplers(pub Vec<Sampler>);
+/// Every cluster's samples, one after the other; a reload that adds or removes a cluster
+/// replaces the list.
+#[derive(Debug, Clone, Default)]
+pub struct Samplers(Arc<arc_swap::ArcSwap<Vec<Sampler>>>);
+
+impl Samplers {
+    pub fn replace(&self, samplers: Vec<Sampler>) {
+        self.0.store(Arc::new(samplers));
+    }
+}
 
 impl crate::metrics::Sources for Samplers {
     fn backends(&self) -> Vec<crate::metrics::BackendSample> {
-        self.0.iter().flat_map(|s| s.backends()).collect()
+        self.0.load().iter().flat_map(|s| s.backends()).collect()
     }
 
     fn phases(&self) -> Vec<crate::metrics::PhaseSample> {
-        self.0.iter().flat_map(|s| s.phases()).collect()
+        self.0.load().iter().flat_map(|s| s.phases()).collect()
     }
 }
 

@@ -1,54 +1,46 @@
-//! What `serve` runs for a config file: one plan handle per service instance.
+//! What `serve` runs for a config file: one [`Instance`] per plan, and how a reload changes
+//! them.
 //!
 //! A cluster file is one instance that runs every service, as it always did. A host file
 //! (docs/design/several-clusters.md) is one DNS instance with every cluster's zones, one DHCP
 //! instance per segment, one TFTP instance, and per cluster an instance of HTTP, the load
 //! balancer and the orchestration ([`HostViews`]).
+//!
+//! A reload of a host file may add and remove clusters: a removed cluster's instance is
+//! cancelled (its listeners close, its orchestration stops between steps), an added one's
+//! sockets are bound and its services started, and every other instance only gets its new
+//! plan, so its listeners, connections, leases and running `cluster up` go on. DNS and TFTP
+//! addresses stay bound until a restart: a removed cluster's address keeps answering for the
+//! others, and a cluster added back finds it bound.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
 
-use super::{ServeError, first_serial, log_missing_boot_files, needs_restart, next_serial};
+use super::instance::{Instance, Role, Task, Wing};
+use super::{ServeError, first_serial, listener_specs, log_missing_boot_files, needs_restart};
+use super::{next_serial, notify, notify_reloading};
 use crate::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle, Target};
 use crate::journal::{EventKind, Journal};
+use crate::operator::Clusters;
+use crate::operator::status::Samplers;
 use crate::plan::views::HostViews;
-use crate::plan::{self, Plan, host::HostPlan};
+use crate::plan::{Plan, host::HostPlan};
+use crate::service;
+use crate::sockets::{self, BoundSocket, ListenerSpec};
 
-/// What one instance serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Role {
-    /// A cluster file: every service, for its one cluster.
-    Everything(String),
-    Dns,
-    Dhcp,
-    Tftp,
-    /// HTTP, the load balancer and the orchestration of the cluster with this id.
-    Cluster(String),
-}
-
-impl Role {
-    /// The cluster this instance is, with its orchestration, pools and operator.
-    pub(super) fn cluster(&self) -> Option<&str> {
-        match self {
-            Role::Everything(id) | Role::Cluster(id) => Some(id),
-            Role::Dns | Role::Dhcp | Role::Tftp => None,
-        }
-    }
-}
-
-#[derive(Debug)]
-pub(super) struct Instance {
-    pub role: Role,
-    pub plan: plan::Handle,
-    /// A cluster's own journal; for DNS, DHCP and TFTP, one that routes to the clusters'.
-    pub journal: Journal,
+/// The plans a config file gives each instance, in order.
+struct Derived {
+    plans: Vec<(Role, Plan)>,
+    run_as: Option<config::RunAs>,
+    /// A host file's indexes and zones.
+    host: Option<HostPlan>,
 }
 
 /// Every instance, and the host's keys.
-#[derive(Debug)]
 pub(super) struct Layout {
     pub instances: Vec<Instance>,
     pub state_dir: PathBuf,
@@ -56,67 +48,96 @@ pub(super) struct Layout {
     /// A host file's indexes and zones (for the next reload's serials); `None` for a cluster
     /// file.
     host: Option<HostPlan>,
+    /// The appliance's token; each instance's is a child.
+    pub root: CancellationToken,
+    /// The journal DNS, DHCP and TFTP publish in: it routes to the clusters' journals.
+    host_journal: Journal,
+    /// The DNS and TFTP addresses bound so far.
+    bound: Vec<(crate::sockets::Service, SocketAddr)>,
+    /// Once started: what a started instance is made with, and the operator wing's lists.
+    started: Option<Started>,
+}
+
+struct Started {
+    base: service::Context,
+    wing: Wing,
+    clusters: Clusters,
+    samplers: Samplers,
 }
 
 impl Layout {
-    /// The layout of what `path` loaded as.
-    pub(super) fn new(target: Target) -> Result<Layout, ServeError> {
-        log_warnings(&warnings(&target));
-        match target {
-            Target::Cluster(loaded) => {
-                let plan = Plan::derive(&loaded.config, next_serial(None));
-                let id = loaded.config.cluster.name.clone();
-                Ok(Layout {
-                    instances: vec![Instance {
-                        role: Role::Everything(id),
-                        plan: Arc::new(ArcSwap::from_pointee(plan)),
-                        journal: Journal::new(),
-                    }],
-                    state_dir: loaded.config.state_dir,
-                    run_as: loaded.config.run_as,
-                    host: None,
-                })
-            }
-            Target::Host(host) => {
-                let views = HostViews::derive(&host, next_serial(None), None)
-                    .map_err(|e| ServeError::Host(e.to_string()))?;
-                let handle = |p: Plan| Arc::new(ArcSwap::from_pointee(p));
-                let clusters: Vec<Instance> = views
-                    .clusters
-                    .into_iter()
-                    .map(|(id, p)| Instance {
-                        journal: Journal::of_cluster(&id),
-                        role: Role::Cluster(id),
-                        plan: handle(p),
-                    })
-                    .collect();
-                let routes = clusters
-                    .iter()
-                    .filter_map(|i| Some((i.role.cluster()?.to_owned(), i.journal.clone())))
-                    .collect();
-                let host_journal = Journal::routing(routes);
-                let shared = |role: Role, p: Plan| Instance {
-                    role,
-                    plan: handle(p),
-                    journal: host_journal.clone(),
-                };
-                let mut instances = vec![shared(Role::Dns, views.dns)];
-                instances.extend(views.dhcp.into_iter().map(|p| shared(Role::Dhcp, p)));
-                instances.push(shared(Role::Tftp, views.tftp));
-                instances.extend(clusters);
-                Ok(Layout {
-                    instances,
-                    state_dir: host.state_dir,
-                    run_as: host.run_as,
-                    host: Some(views.host),
-                })
-            }
+    /// The layout of what the config file loaded as.
+    pub(super) fn new(target: &Target) -> Result<Layout, ServeError> {
+        log_warnings(&warnings(target));
+        let derived = derive(target, next_serial(None), None).map_err(ServeError::Host)?;
+        let state_dir = match target {
+            Target::Cluster(loaded) => loaded.config.state_dir.clone(),
+            Target::Host(host) => host.state_dir.clone(),
+        };
+        let root = CancellationToken::new();
+        let host_journal = Journal::routing(Vec::new());
+        let mut layout = Layout {
+            instances: Vec::new(),
+            state_dir,
+            run_as: derived.run_as,
+            host: derived.host,
+            root,
+            host_journal,
+            bound: Vec::new(),
+            started: None,
+        };
+        for (role, plan) in derived.plans {
+            let instance = layout.instance(role, plan);
+            layout.instances.push(instance);
         }
+        layout.reroute();
+        Ok(layout)
+    }
+
+    /// A new instance of `role`, with its own journal if it is a host's cluster.
+    fn instance(&self, role: Role, plan: Plan) -> Instance {
+        let journal = match &role {
+            Role::Everything(_) => Journal::new(),
+            Role::Cluster(id) => Journal::of_cluster(id),
+            Role::Dns | Role::Dhcp(_) | Role::Tftp => self.host_journal.clone(),
+        };
+        Instance::new(role, plan, journal, &self.root)
+    }
+
+    /// Points the host journal at the clusters' journals.
+    fn reroute(&self) {
+        let routes = self
+            .clusters()
+            .map(|(id, i)| (id.to_owned(), i.journal.clone()))
+            .collect();
+        self.host_journal.reroute(routes);
     }
 
     /// Whether this is a host file's layout (its clusters named in metrics and logs).
     pub(super) fn host_mode(&self) -> bool {
         self.host.is_some()
+    }
+
+    /// Every listener the instances ask for, with the instance it is for.
+    pub(super) fn specs(&mut self) -> Vec<(usize, ListenerSpec)> {
+        let mut specs = Vec::new();
+        for (n, i) in self.instances.iter().enumerate() {
+            for spec in listener_specs(&i.plan.load()) {
+                specs.push((n, spec));
+            }
+        }
+        self.note_bound(specs.iter().map(|(_, s)| s));
+        specs
+    }
+
+    /// Remembers the DNS and TFTP addresses among `specs`.
+    fn note_bound<'a>(&mut self, specs: impl Iterator<Item = &'a ListenerSpec>) {
+        use crate::sockets::Service;
+        for s in specs.filter(|s| matches!(s.service, Service::Dns | Service::Tftp)) {
+            if !self.bound.contains(&(s.service, s.addr)) {
+                self.bound.push((s.service, s.addr));
+            }
+        }
     }
 
     /// Says in every cluster's journal which plan is served now.
@@ -151,132 +172,320 @@ impl Layout {
         dirs
     }
 
-    /// Re-reads the config; swaps in the new plans, or keeps the old ones and says why. `Ok`
-    /// and `Err` carry the one line that tells the operator (and `okd-appliance reload`) the
-    /// outcome.
-    pub(super) async fn reload(&mut self, path: &Path) -> Result<String, String> {
-        super::notify_reloading();
+    /// Starts every instance on its sockets (`groups`, in instance order) and the operator
+    /// wing's lists; returns the tasks to spawn and the clusters' operators.
+    pub(super) fn start(
+        &mut self,
+        groups: Vec<Vec<BoundSocket>>,
+        base: service::Context,
+        wing: Wing,
+    ) -> Result<(Vec<Task>, Clusters), ServeError> {
+        let mut tasks = Vec::new();
+        for (instance, sockets) in self.instances.iter_mut().zip(groups) {
+            tasks.extend(instance.start(sockets, &base, &wing)?);
+        }
+        let samplers = Samplers::default();
+        base.metrics.attach(Box::new(samplers.clone()));
+        let clusters = Clusters::new(self.operators());
+        samplers.replace(self.samplers());
+        self.started = Some(Started {
+            base,
+            wing,
+            clusters: clusters.clone(),
+            samplers,
+        });
+        Ok((tasks, clusters))
+    }
+
+    fn operators(&self) -> Vec<(String, crate::operator::Operator)> {
+        self.clusters()
+            .filter_map(|(id, i)| Some((id.to_owned(), i.operator.clone()?)))
+            .collect()
+    }
+
+    fn samplers(&self) -> Vec<crate::operator::status::Sampler> {
+        self.clusters()
+            .filter_map(|(_, i)| i.sampler.clone())
+            .collect()
+    }
+
+    /// Re-reads the config; swaps in the new plans (adding and removing clusters), or keeps
+    /// the old ones and says why. `Ok` and `Err` carry the one line that tells the operator
+    /// (and `okd-appliance reload`) the outcome; the tasks are an added cluster's, to spawn.
+    pub(super) async fn reload(&mut self, path: &Path) -> (Result<String, String>, Vec<Task>) {
+        notify_reloading();
         tracing::info!("reloading {}", path.display());
         let current = self.serial();
-        let outcome = match load(path).await {
-            Ok(target) => self.apply(&target, current),
+        let (outcome, tasks) = match load(path).await {
+            Ok(target) => match self.apply(&target, current) {
+                Ok((line, tasks)) => (Ok(line), tasks),
+                Err(line) => (
+                    Err(format!("{line}; still serving plan {current}")),
+                    Vec::new(),
+                ),
+            },
             Err(e) => {
                 let rendered = e.render(RenderStyle::Plain);
                 for line in rendered.lines().filter(|l| !l.is_empty()) {
                     tracing::error!("{line}");
                 }
-                Err(format!(
+                let line = format!(
                     "reload failed: {}; still serving the previous plan",
                     e.summary()
-                ))
+                );
+                (Err(line), Vec::new())
             }
         };
         match &outcome {
             Ok(line) => tracing::info!("{line}"),
             Err(line) => tracing::error!("{line}"),
         }
-        super::notify(&[sd_notify::NotifyState::Ready]);
-        outcome
+        notify(&[sd_notify::NotifyState::Ready]);
+        (outcome, tasks)
     }
 
-    /// The plans `target` gives each instance, at `serial` (`previous`: the host plan whose
-    /// zone serials carry over), with their roles in this layout's order; or why they can't
-    /// replace this layout's.
-    fn next(&self, target: &Target, serial: u32) -> Result<(Vec<Plan>, Option<HostPlan>), String> {
-        let (roles, plans, run_as, host) = match target {
-            Target::Cluster(loaded) => {
-                let role = Role::Everything(loaded.config.cluster.name.clone());
-                let plan = Plan::derive(&loaded.config, serial);
-                (vec![role], vec![plan], loaded.config.run_as.clone(), None)
-            }
-            Target::Host(host) => {
-                let views = HostViews::derive(host, serial, self.host.as_ref())
-                    .map_err(|e| format!("reload refused: {e}; still serving the previous plan"))?;
-                let mut roles = vec![Role::Dns];
-                let mut plans = vec![views.dns];
-                roles.extend(views.dhcp.iter().map(|_| Role::Dhcp));
-                plans.extend(views.dhcp);
-                roles.push(Role::Tftp);
-                plans.push(views.tftp);
-                for (id, p) in views.clusters {
-                    roles.push(Role::Cluster(id));
-                    plans.push(p);
-                }
-                (roles, plans, host.run_as.clone(), Some(views.host))
-            }
-        };
-        let now: Vec<&Role> = self.instances.iter().map(|i| &i.role).collect();
-        if roles.iter().collect::<Vec<_>>() != now {
-            let names = |rs: &[&Role]| {
-                rs.iter()
-                    .filter_map(|r| r.cluster())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let next: Vec<&Role> = roles.iter().collect();
-            return Err(format!(
-                "reload refused: the clusters or segments changed (serving {}, the file lists {}), which takes a restart",
-                names(&now),
-                names(&next)
-            ));
+    /// Whether `derived` can replace this layout at a reload: the keys that take a restart.
+    fn restart_keys(&self, derived: &Derived) -> Vec<String> {
+        let single = |plans: &[&Role]| matches!(plans, [Role::Everything(_)]);
+        let next_roles: Vec<&Role> = derived.plans.iter().map(|(r, _)| r).collect();
+        let now_roles: Vec<&Role> = self.instances.iter().map(|i| &i.role).collect();
+        if single(&now_roles) != single(&next_roles) {
+            return vec!["the file's kind (a cluster file or a host file)".to_owned()];
         }
-        let mut restart = Vec::new();
-        for (i, plan) in self.instances.iter().zip(&plans) {
-            let keys = needs_restart(&i.plan.load(), plan, self.run_as.as_ref(), run_as.as_ref());
-            for key in keys {
-                let key = match i.role.cluster() {
-                    Some(id) if self.host.is_some() => format!("{key} of cluster {id}"),
+        let mut keys = Vec::new();
+        for (role, plan) in &derived.plans {
+            let Some(i) = self.kept(role) else { continue };
+            let current = i.plan.load();
+            let mut next = plan.clone();
+            // DNS and TFTP bind what an added cluster brings and keep what a removed one had.
+            if matches!(role, Role::Dns | Role::Tftp) {
+                next.listen = current.listen.clone();
+            }
+            for key in needs_restart(
+                &current,
+                &next,
+                self.run_as.as_ref(),
+                derived.run_as.as_ref(),
+            ) {
+                let key = match role.cluster() {
+                    Some(id) if self.host_mode() => format!("{key} of cluster {id}"),
                     _ => key,
                 };
-                if !restart.contains(&key) {
-                    restart.push(key);
+                if !keys.contains(&key) {
+                    keys.push(key);
                 }
             }
         }
+        keys
+    }
+
+    /// This layout's instance of `role` (any cluster file's, for a cluster file's).
+    fn kept(&self, role: &Role) -> Option<&Instance> {
+        self.instances.iter().find(|i| match (&i.role, role) {
+            (Role::Everything(_), Role::Everything(_)) => true,
+            (a, b) => a == b,
+        })
+    }
+
+    fn apply(&mut self, target: &Target, current: u32) -> Result<(String, Vec<Task>), String> {
+        log_warnings(&warnings(target));
+        // At the current serial first: a reload that changes nothing keeps it.
+        let same = derive(target, current, self.host.as_ref())
+            .map_err(|e| format!("reload refused: {e}"))?;
+        let restart = self.restart_keys(&same);
         if !restart.is_empty() {
             return Err(format!(
                 "reload refused: {} changed, which takes a restart",
                 restart.join(", ")
             ));
         }
-        Ok((plans, host))
-    }
-
-    fn apply(&mut self, target: &Target, current: u32) -> Result<String, String> {
-        let still = |e: String| format!("{e}; still serving plan {current}");
-        log_warnings(&warnings(target));
-        // At the current serial first: a reload that changes nothing keeps it.
-        let (same, _) = self.next(target, current).map_err(still)?;
-        let unchanged = self
-            .instances
-            .iter()
-            .zip(&same)
-            .all(|(i, p)| **i.plan.load() == *p);
+        let unchanged = same.plans.len() == self.instances.len()
+            && same
+                .plans
+                .iter()
+                .all(|(role, p)| self.kept(role).is_some_and(|i| **i.plan.load() == *p));
         if unchanged {
-            return Ok(format!("config unchanged: still serving plan {current}"));
+            return Ok((
+                format!("config unchanged: still serving plan {current}"),
+                Vec::new(),
+            ));
         }
         // What a service would only find out after the swap (and then keep its old setting,
         // while the operator was told "reloaded"): refused here, by its key.
-        for (i, p) in self.instances.iter().zip(&same) {
-            if p.lb.check_ca != i.plan.load().lb.check_ca
-                && let Err(e) = crate::lb::check::initial_tls(p)
-            {
-                return Err(still(format!("reload refused: {e:#}")));
+        for (role, p) in &same.plans {
+            let changed = self
+                .kept(role)
+                .is_none_or(|i| p.lb.check_ca != i.plan.load().lb.check_ca);
+            if changed && role.cluster().is_some() {
+                crate::lb::check::initial_tls(p).map_err(|e| format!("reload refused: {e:#}"))?;
             }
         }
-        let (plans, host) = self
-            .next(target, next_serial(Some(current)))
-            .map_err(still)?;
-        for (i, plan) in self.instances.iter().zip(plans) {
-            if i.role.cluster().is_some() {
-                log_missing_boot_files(&plan);
-            }
-            i.plan.store(Arc::new(plan));
-        }
-        self.host = host;
+        let next = derive(target, next_serial(Some(current)), self.host.as_ref())
+            .map_err(|e| format!("reload refused: {e}"))?;
+        let tasks = self.replace(next)?;
         let serial = self.serial();
         self.plan_loaded();
-        Ok(format!("reloaded: now serving plan {serial}"))
+        Ok((format!("reloaded: now serving plan {serial}"), tasks))
+    }
+
+    /// Binds what `next` adds, then swaps the plans in: kept instances get theirs, removed
+    /// ones are cancelled, added ones start. Nothing changes when a socket can't be bound.
+    fn replace(&mut self, next: Derived) -> Result<Vec<Task>, String> {
+        // The sockets first: a reload that can't bind changes nothing.
+        let mut specs: Vec<(Option<usize>, ListenerSpec)> = Vec::new();
+        for (n, (role, plan)) in next.plans.iter().enumerate() {
+            match self.kept(role) {
+                None => {
+                    for s in listener_specs(plan) {
+                        let known = self.bound.contains(&(s.service, s.addr));
+                        if !known {
+                            specs.push((Some(n), s));
+                        }
+                    }
+                }
+                Some(_) if matches!(role, Role::Dns | Role::Tftp) => {
+                    for s in listener_specs(plan) {
+                        if !self.bound.contains(&(s.service, s.addr)) {
+                            specs.push((Some(n), s));
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let only: Vec<ListenerSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
+        let bound = sockets::bind_all(&only).map_err(|errors| {
+            let each: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            format!("reload refused: {}", each.join("; "))
+        })?;
+        for s in &bound {
+            tracing::info!(
+                "listening for {}/{} on {}",
+                s.spec.service.name(),
+                s.spec.proto,
+                s.local_addr
+            );
+        }
+        self.note_bound(only.iter());
+        let mut groups: Vec<Vec<BoundSocket>> = next.plans.iter().map(|_| Vec::new()).collect();
+        for ((owner, _), socket) in specs.into_iter().zip(bound) {
+            if let Some(n) = owner {
+                groups[n].push(socket);
+            }
+        }
+        let Some(started) = self.started.take() else {
+            return Err("reload refused: the appliance has not started yet".to_owned());
+        };
+        let outcome = self.swap(next, groups, &started);
+        self.reroute();
+        started.clusters.replace(self.operators());
+        started.samplers.replace(self.samplers());
+        self.started = Some(started);
+        outcome
+    }
+
+    fn swap(
+        &mut self,
+        next: Derived,
+        groups: Vec<Vec<BoundSocket>>,
+        started: &Started,
+    ) -> Result<Vec<Task>, String> {
+        let mut old = std::mem::take(&mut self.instances);
+        let mut tasks = Vec::new();
+        for ((role, plan), sockets) in next.plans.into_iter().zip(groups) {
+            let at = old.iter().position(|i| match (&i.role, &role) {
+                (Role::Everything(_), Role::Everything(_)) => true,
+                (a, b) => a == b,
+            });
+            match at.map(|n| old.remove(n)) {
+                Some(instance) => {
+                    if role.cluster().is_some() {
+                        log_missing_boot_files(&plan);
+                    }
+                    instance.plan.store(Arc::new(plan));
+                    if !sockets.is_empty() {
+                        // DNS or TFTP on an address an added cluster brought.
+                        let ctx = instance.context(&started.base);
+                        let more = match role {
+                            Role::Dns => crate::dns::start(sockets, &ctx).map(|r| ("dns", r)),
+                            _ => crate::tftp::start(sockets, &ctx).map(|r| ("tftp", r)),
+                        };
+                        match more {
+                            Ok((name, running)) => tasks.push(Task {
+                                name,
+                                token: instance.token.clone(),
+                                running,
+                            }),
+                            Err(e) => tracing::error!("{e:#}"),
+                        }
+                    }
+                    self.instances.push(instance);
+                }
+                None => {
+                    if let Some(id) = role.cluster() {
+                        tracing::info!("cluster {id} added");
+                        log_missing_boot_files(&plan);
+                        let dir = plan.state_dir.clone();
+                        std::fs::create_dir_all(&dir)
+                            .map_err(|e| format!("can't create {}: {e}", dir.display()))?;
+                    }
+                    let mut instance = self.instance(role, plan);
+                    match instance.start(sockets, &started.base, &started.wing) {
+                        Ok(more) => tasks.extend(more),
+                        Err(e) => {
+                            // Its sockets are closed with it; the others go on.
+                            tracing::error!("{:#}", anyhow::Error::new(e));
+                            instance.token.cancel();
+                            continue;
+                        }
+                    }
+                    self.instances.push(instance);
+                }
+            }
+        }
+        for gone in old {
+            match gone.role.cluster() {
+                Some(id) => tracing::info!(
+                    "cluster {id} removed: its listeners close, its orchestration stops; its state stays in {}",
+                    gone.plan.load().state_dir.display()
+                ),
+                None => tracing::info!("{:?} instance retired", gone.role),
+            }
+            gone.token.cancel();
+        }
+        self.host = next.host;
+        Ok(tasks)
+    }
+}
+
+/// The plans `target` gives each instance at `serial` (`previous`: the host plan whose zone
+/// serials carry over).
+fn derive(target: &Target, serial: u32, previous: Option<&HostPlan>) -> Result<Derived, String> {
+    match target {
+        Target::Cluster(loaded) => {
+            let role = Role::Everything(loaded.config.cluster.name.clone());
+            Ok(Derived {
+                plans: vec![(role, Plan::derive(&loaded.config, serial))],
+                run_as: loaded.config.run_as.clone(),
+                host: None,
+            })
+        }
+        Target::Host(host) => {
+            let views = HostViews::derive(host, serial, previous).map_err(|e| e.to_string())?;
+            let mut plans = vec![(Role::Dns, views.dns)];
+            for p in views.dhcp {
+                plans.push((Role::Dhcp(p.interface.clone()), p));
+            }
+            plans.push((Role::Tftp, views.tftp));
+            for (id, p) in views.clusters {
+                plans.push((Role::Cluster(id), p));
+            }
+            Ok(Derived {
+                plans,
+                run_as: host.run_as.clone(),
+                host: Some(views.host),
+            })
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
 //! it started with. Nothing imports the supervisor but `main`.
 
+mod instance;
 mod layout;
 mod privileges;
 
@@ -16,12 +17,12 @@ use std::time::{Duration, SystemTime};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, LoadError};
 use crate::plan::Plan;
 use crate::service::{self, Running};
 use crate::sockets::{self, BindError, BoundSocket, ListenerSpec, Proto, Service};
+use instance::Task;
 use layout::Layout;
 pub use privileges::PrivilegeError;
 
@@ -122,7 +123,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
-    let mut layout = Layout::new(layout::load(config_path).await?)?;
+    let mut layout = Layout::new(&layout::load(config_path).await?)?;
     for (_, i) in layout.clusters() {
         log_missing_boot_files(&i.plan.load());
     }
@@ -151,13 +152,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let mut specs = Vec::new();
-    let mut owners = Vec::new();
-    for (n, i) in layout.instances.iter().enumerate() {
-        let mine = listener_specs(&i.plan.load());
-        owners.extend(std::iter::repeat_n(n, mine.len()));
-        specs.extend(mine);
-    }
+    let (owners, specs): (Vec<usize>, Vec<ListenerSpec>) = layout.specs().into_iter().unzip();
     let sockets = sockets::bind_all(&specs).map_err(ServeError::Bind)?;
     let api = layout.instances[0].plan.load().api.clone();
     let fixed = crate::operator::status::Fixed {
@@ -217,8 +212,8 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         None => crate::ha::Activity::always(),
     };
     let ha_host = ha_host.map(|(_, addr)| addr);
-    let token = CancellationToken::new();
-    let ctx = service::Context {
+    let token = layout.root.clone();
+    let base = service::Context {
         plan: Arc::clone(&layout.instances[0].plan),
         journal: layout.instances[0].journal.clone(),
         shutdown: token.clone(),
@@ -228,15 +223,21 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
-    let front = Front {
-        admin_socket,
+    let wing = instance::Wing {
         reloads: reload_requests,
         ha_host,
         fixed,
-        state_dir: state_dir.clone(),
-        api,
+        host_mode: layout.host_mode(),
     };
-    let started = start_services(&layout, groups, front, &ctx)?;
+    let (started, clusters) = layout.start(groups, base, wing)?;
+    let mut fronts = Vec::new();
+    start_fronts(
+        admin_socket,
+        &state_dir,
+        api.as_ref(),
+        clusters,
+        &mut fronts,
+    )?;
 
     if let Some(account) = account {
         privileges::hand_over(&state_dir, account)?;
@@ -245,8 +246,27 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     }
 
     let mut services = JoinSet::new();
-    for (name, running) in started {
-        services.spawn(async move { (name, running.await) });
+    let spawn = |services: &mut JoinSet<_>, task: Task| {
+        let Task {
+            name,
+            token,
+            running,
+        } = task;
+        services.spawn(async move { (name, token, running.await) });
+    };
+    for task in started {
+        spawn(&mut services, task);
+    }
+    for (name, running) in fronts {
+        let token = token.clone();
+        spawn(
+            &mut services,
+            Task {
+                name,
+                token,
+                running,
+            },
+        );
     }
     layout.plan_loaded();
     notify(&[sd_notify::NotifyState::Ready]);
@@ -257,14 +277,28 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
             _ = sigterm.recv() => break Ok("SIGTERM"),
             _ = sigint.recv() => break Ok("SIGINT"),
             _ = sighup.recv() => {
-                let _ = layout.reload(config_path).await;
+                let (_, added) = layout.reload(config_path).await;
+                for task in added {
+                    spawn(&mut services, task);
+                }
             }
             Some(request) = reloads.recv() => {
-                let outcome = layout.reload(config_path).await;
+                let (outcome, added) = layout.reload(config_path).await;
+                for task in added {
+                    spawn(&mut services, task);
+                }
                 // The asker may have given up waiting; the log has the outcome anyway.
                 let _ = request.reply.send(outcome);
             }
-            Some(done) = services.join_next() => break Err(service_failure(done)),
+            Some(done) = services.join_next() => match done {
+                // A removed cluster's services end with it.
+                Ok((name, instance, outcome)) if instance.is_cancelled() && !token.is_cancelled() => {
+                    if let Err(e) = outcome {
+                        tracing::warn!("{name} of a removed cluster: {e:#}");
+                    }
+                }
+                done => break Err(service_failure(done.map(|(name, _, outcome)| (name, outcome)))),
+            },
         }
     };
     notify(&[sd_notify::NotifyState::Stopping]);
@@ -284,152 +318,6 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     }
     tracing::info!("stopped");
     outcome.map(|_| ())
-}
-
-/// What the operator's fronts (the admin socket, the API) are started with.
-struct Front {
-    admin_socket: Option<std::os::unix::net::UnixListener>,
-    reloads: tokio::sync::mpsc::Sender<crate::operator::ReloadRequest>,
-    ha_host: Option<std::net::Ipv4Addr>,
-    fixed: crate::operator::status::Fixed,
-    state_dir: PathBuf,
-    api: Option<config::Api>,
-}
-
-/// Hands each instance its sockets and starts its services; nothing serves until the caller
-/// spawns them.
-fn start_services(
-    layout: &Layout,
-    groups: Vec<Vec<BoundSocket>>,
-    front: Front,
-    base: &service::Context,
-) -> Result<Vec<(&'static str, Running)>, ServeError> {
-    let mut running = Vec::new();
-    let mut operators = Vec::new();
-    let mut samplers = Vec::new();
-    for (instance, sockets) in layout.instances.iter().zip(groups) {
-        let ctx = service::Context {
-            plan: Arc::clone(&instance.plan),
-            journal: instance.journal.clone(),
-            ..base.clone()
-        };
-        let cluster = instance.role.cluster().map(|id| {
-            let pools = crate::lb::shared_pools(&ctx.plan.load());
-            (id, pools)
-        });
-        let mut sockets = sockets;
-        let mut take = |of: &[Service]| -> Vec<BoundSocket> {
-            sockets
-                .extract_if(.., |b| of.contains(&b.spec.service))
-                .collect()
-        };
-        let dns = take(&[Service::Dns]);
-        let dhcp = take(&[Service::Dhcp]);
-        let tftp = take(&[Service::Tftp]);
-        let http = take(&[Service::Http]);
-        let lb = take(&[
-            Service::KubeApi,
-            Service::MachineConfig,
-            Service::IngressHttps,
-            Service::IngressHttp,
-        ]);
-        let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
-        if !dns.is_empty() {
-            started.push(("dns", crate::dns::start(dns, &ctx)));
-        }
-        if !dhcp.is_empty() {
-            started.push(("dhcp", crate::dhcp::start(dhcp, &ctx)));
-        }
-        if !tftp.is_empty() {
-            started.push(("tftp", crate::tftp::start(tftp, &ctx)));
-        }
-        if !http.is_empty() {
-            started.push(("http", crate::http::start(http, &ctx)));
-        }
-        if let (false, Some((_, pools))) = (lb.is_empty(), &cluster) {
-            started.push(("lb", crate::lb::start(lb, &ctx, pools)));
-        }
-        for (service, result) in started {
-            running.push((
-                service,
-                result.map_err(|source| ServeError::Service { service, source })?,
-            ));
-        }
-        let Some((id, pools)) = cluster else {
-            continue;
-        };
-        // The install orchestration never keeps the services from starting: without it (an
-        // unreadable phase record) `cluster` requests say why.
-        let orchestration = match crate::orchestration::start(&ctx, Arc::clone(&pools)) {
-            Ok((orchestrator, tracker)) => {
-                running.push(("orchestration", tracker));
-                Ok(orchestrator)
-            }
-            Err(e) => {
-                tracing::error!("install orchestration of cluster {id} unavailable: {e:#}");
-                Err(format!("{e:#}"))
-            }
-        };
-        samplers.push(crate::operator::status::Sampler {
-            cluster: layout.host_mode().then(|| id.to_owned()),
-            pools: Arc::clone(&pools),
-            orchestrator: orchestration.as_ref().ok().cloned(),
-            plan: Arc::clone(&ctx.plan),
-        });
-        operators.push((id.to_owned(), ctx, pools, orchestration));
-    }
-    base.metrics
-        .attach(Box::new(crate::operator::status::Samplers(samplers)));
-    // A pair's replication (a cluster file's only): without it a failover loses state, so it
-    // must start.
-    let (_, ctx, pools, orchestration) = &operators[0];
-    if let (Some(host), Some(ha)) = (front.ha_host, ctx.plan.load().ha.clone()) {
-        let peer = if ha.hosts[0] == host {
-            ha.hosts[1]
-        } else {
-            ha.hosts[0]
-        };
-        let addr = crate::replication::listen_addr(host);
-        let listener = crate::sockets::bind_tcp(addr).map_err(|e| ServeError::Service {
-            service: "replication",
-            source: anyhow::anyhow!("binding {addr}: {e}"),
-        })?;
-        let replication = crate::replication::start(
-            listener,
-            peer,
-            ctx,
-            Arc::clone(pools),
-            orchestration.as_ref().ok().cloned(),
-        )
-        .map_err(|source| ServeError::Service {
-            service: "replication",
-            source,
-        })?;
-        running.push(("replication", replication));
-    }
-    let parts = operators
-        .into_iter()
-        .map(|(id, ctx, pools, orchestration)| {
-            let op = crate::operator::Operator::new(
-                &ctx,
-                pools,
-                front.reloads.clone(),
-                orchestration,
-                front.ha_host,
-                front.fixed.clone(),
-            );
-            (id, op)
-        })
-        .collect();
-    let parts = crate::operator::Clusters::new(parts);
-    start_fronts(
-        front.admin_socket,
-        &front.state_dir,
-        front.api.as_ref(),
-        parts,
-        &mut running,
-    )?;
-    Ok(running)
 }
 
 /// The admin socket and the HTTP API: the local socket always, TCP (TLS and a token) when

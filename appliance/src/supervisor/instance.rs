@@ -1,0 +1,235 @@
+//! One service instance: its plan handle, journal and cancellation token, starting its services
+//! on the sockets bound for it, and what a cluster's instance gives the operator wing (its
+//! orchestration, its [`Operator`], its metrics samples).
+//!
+//! Architecture invariant: an instance's tasks end when its token is cancelled, and its token
+//! is a child of the appliance's: a reload retires one instance (a removed cluster) without
+//! touching the others, and SIGTERM stops them all.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::ServeError;
+use crate::journal::Journal;
+use crate::operator::status::{Fixed, Sampler};
+use crate::operator::{Operator, ReloadRequest};
+use crate::plan;
+use crate::service::{self, Running};
+use crate::sockets::{BoundSocket, Service};
+
+/// What one instance serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A cluster file: every service, for its one cluster.
+    Everything(String),
+    Dns,
+    /// DHCP on one segment: the cluster interface it is bound to (`None`: no interface set).
+    Dhcp(Option<String>),
+    Tftp,
+    /// HTTP, the load balancer and the orchestration of the cluster with this id.
+    Cluster(String),
+}
+
+impl Role {
+    /// The cluster this instance is, with its orchestration, pools and operator.
+    pub(super) fn cluster(&self) -> Option<&str> {
+        match self {
+            Role::Everything(id) | Role::Cluster(id) => Some(id),
+            Role::Dns | Role::Dhcp(_) | Role::Tftp => None,
+        }
+    }
+}
+
+/// A running task and the instance it belongs to.
+pub(super) struct Task {
+    pub name: &'static str,
+    /// The instance's token: once it is cancelled, the task's end is expected.
+    pub token: CancellationToken,
+    pub running: Running,
+}
+
+#[derive(Debug)]
+pub(super) struct Instance {
+    pub role: Role,
+    pub plan: plan::Handle,
+    /// A cluster's own journal; for DNS, DHCP and TFTP, one that routes to the clusters'.
+    pub journal: Journal,
+    pub token: CancellationToken,
+    /// A cluster's, once started.
+    pub operator: Option<Operator>,
+    pub sampler: Option<Sampler>,
+}
+
+/// What every instance's operator is made with.
+#[derive(Debug, Clone)]
+pub(super) struct Wing {
+    pub reloads: tokio::sync::mpsc::Sender<ReloadRequest>,
+    pub ha_host: Option<std::net::Ipv4Addr>,
+    pub fixed: Fixed,
+    /// Whether the clusters are named in metrics (a host file).
+    pub host_mode: bool,
+}
+
+impl Instance {
+    pub(super) fn new(
+        role: Role,
+        plan: plan::Plan,
+        journal: Journal,
+        root: &CancellationToken,
+    ) -> Instance {
+        Instance {
+            role,
+            plan: Arc::new(arc_swap::ArcSwap::from_pointee(plan)),
+            journal,
+            token: root.child_token(),
+            operator: None,
+            sampler: None,
+        }
+    }
+
+    /// The context this instance's services run with.
+    pub(super) fn context(&self, base: &service::Context) -> service::Context {
+        service::Context {
+            plan: Arc::clone(&self.plan),
+            journal: self.journal.clone(),
+            shutdown: self.token.clone(),
+            ..base.clone()
+        }
+    }
+
+    /// Starts this instance's services on `sockets` (and a cluster's orchestration); nothing
+    /// serves until the caller spawns the tasks.
+    pub(super) fn start(
+        &mut self,
+        sockets: Vec<BoundSocket>,
+        base: &service::Context,
+        wing: &Wing,
+    ) -> Result<Vec<Task>, ServeError> {
+        let ctx = self.context(base);
+        let pools = self
+            .role
+            .cluster()
+            .map(|_| crate::lb::shared_pools(&ctx.plan.load()));
+        let mut sockets = sockets;
+        let mut take = |of: &[Service]| -> Vec<BoundSocket> {
+            sockets
+                .extract_if(.., |b| of.contains(&b.spec.service))
+                .collect()
+        };
+        let dns = take(&[Service::Dns]);
+        let dhcp = take(&[Service::Dhcp]);
+        let tftp = take(&[Service::Tftp]);
+        let http = take(&[Service::Http]);
+        let lb = take(&[
+            Service::KubeApi,
+            Service::MachineConfig,
+            Service::IngressHttps,
+            Service::IngressHttp,
+        ]);
+        let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
+        if !dns.is_empty() {
+            started.push(("dns", crate::dns::start(dns, &ctx)));
+        }
+        if !dhcp.is_empty() {
+            started.push(("dhcp", crate::dhcp::start(dhcp, &ctx)));
+        }
+        if !tftp.is_empty() {
+            started.push(("tftp", crate::tftp::start(tftp, &ctx)));
+        }
+        if !http.is_empty() {
+            started.push(("http", crate::http::start(http, &ctx)));
+        }
+        if let (false, Some(pools)) = (lb.is_empty(), &pools) {
+            started.push(("lb", crate::lb::start(lb, &ctx, pools)));
+        }
+        let mut tasks = Vec::new();
+        for (name, result) in started {
+            tasks.push(Task {
+                name,
+                token: self.token.clone(),
+                running: result.map_err(|source| ServeError::Service {
+                    service: name,
+                    source,
+                })?,
+            });
+        }
+        let (Some(id), Some(pools)) = (self.role.cluster(), pools) else {
+            return Ok(tasks);
+        };
+        // The install orchestration never keeps the services from starting: without it (an
+        // unreadable phase record) `cluster` requests say why.
+        let orchestration = match crate::orchestration::start(&ctx, Arc::clone(&pools)) {
+            Ok((orchestrator, tracker)) => {
+                tasks.push(Task {
+                    name: "orchestration",
+                    token: self.token.clone(),
+                    running: tracker,
+                });
+                Ok(orchestrator)
+            }
+            Err(e) => {
+                tracing::error!("install orchestration of cluster {id} unavailable: {e:#}");
+                Err(format!("{e:#}"))
+            }
+        };
+        self.sampler = Some(Sampler {
+            cluster: wing.host_mode.then(|| id.to_owned()),
+            pools: Arc::clone(&pools),
+            orchestrator: orchestration.as_ref().ok().cloned(),
+            plan: Arc::clone(&ctx.plan),
+        });
+        if let Some(task) = self.replication(&ctx, &pools, &orchestration, wing)? {
+            tasks.push(task);
+        }
+        self.operator = Some(Operator::new(
+            &ctx,
+            pools,
+            wing.reloads.clone(),
+            orchestration,
+            wing.ha_host,
+            wing.fixed.clone(),
+        ));
+        Ok(tasks)
+    }
+
+    /// A pair's replication (a cluster file's only): without it a failover loses state, so it
+    /// must start.
+    fn replication(
+        &self,
+        ctx: &service::Context,
+        pools: &crate::lb::SharedPools,
+        orchestration: &Result<crate::orchestration::Orchestrator, String>,
+        wing: &Wing,
+    ) -> Result<Option<Task>, ServeError> {
+        let (Some(host), Some(ha)) = (wing.ha_host, ctx.plan.load().ha.clone()) else {
+            return Ok(None);
+        };
+        let peer = if ha.hosts[0] == host {
+            ha.hosts[1]
+        } else {
+            ha.hosts[0]
+        };
+        let addr = crate::replication::listen_addr(host);
+        let listener = crate::sockets::bind_tcp(addr).map_err(|e| ServeError::Service {
+            service: "replication",
+            source: anyhow::anyhow!("binding {addr}: {e}"),
+        })?;
+        let replication = crate::replication::start(
+            listener,
+            peer,
+            ctx,
+            Arc::clone(pools),
+            orchestration.as_ref().ok().cloned(),
+        )
+        .map_err(|source| ServeError::Service {
+            service: "replication",
+            source,
+        })?;
+        Ok(Some(Task {
+            name: "replication",
+            token: self.token.clone(),
+            running: replication,
+        }))
+    }
+}

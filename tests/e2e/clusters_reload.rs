@@ -1,0 +1,166 @@
+//! `reload` adds and removes a cluster of a host file without touching the others
+//! (docs/design/several-clusters.md, step 10): two clusters on their own segments, as in
+//! clusters.rs. Cluster okd holds a TCP stream through its API frontend and a DHCP lease (a
+//! udhcpc that stays to renew) while test is removed from the host file and added back.
+//!
+//! - Removed: okd's stream still echoes and okd's client renews the same address; test's API
+//!   frontend and boot server refuse connections, its names are gone from DNS (at either
+//!   address: the removed cluster's DNS address stays bound until a restart, answering for the
+//!   others), the CLI no longer knows it, and its state directory is kept.
+//! - Added back: test's frontend balances to its master again, its boot server serves, DNS has
+//!   its names, and okd's stream (the same connection) still echoes.
+//! - The appliance is never restarted: one `ready` line in its log from start to end.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use harness::{Bridge, Topology, require_root, require_tools, wait_until};
+
+use crate::clusters::{
+    BIND_TIMEOUT, Client, attach, backend, expect_balanced_to, expect_lease, expect_names, get,
+    okd_on_its_own_segment, route, test_on_its_own_segment, wait_up, write_host,
+};
+use crate::dns_support::{dig_in, start_appliance};
+use crate::lb_support::Conn;
+use crate::support::appliance;
+
+/// `okd-appliance reload --state-dir DIR`: exit code and output.
+fn reload(state: &Path) -> (Option<i32>, String) {
+    let out = appliance(["reload".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// Whether a TCP connection to `addr` from `ns` is refused (or otherwise fails) within a second.
+fn refused(ns: &harness::Netns, addr: SocketAddr) -> bool {
+    ns.run(|| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err())
+        .unwrap_or(false)
+}
+
+#[test]
+fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
+    if !require_root() || !require_tools(&["dig", "busybox", "unshare", "curl", "python3"]) {
+        return;
+    }
+    let (okd, test) = (okd_on_its_own_segment(), test_on_its_own_segment());
+    let dir = tempfile::Builder::new()
+        .prefix("okd-e2e-clusters-reload-")
+        .tempdir()
+        .expect("tempdir");
+    let state = dir.path().join("state");
+    let host = write_host(dir.path(), &[&okd, &test]);
+    let topo = Topology::with_addrs("clr", "10.98.1.1/24", None).expect("topology");
+    let br1 = Bridge::create(topo.services(), "br1").expect("br1");
+    br1.add_addr("10.98.2.1/24").expect("br1 address");
+    let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
+    let okd_node = attach(topo.bridge(), "okm0", Some(&format!("{}/24", okd_m0.ip)));
+    route(&okd_node, test.subnet, okd.appliance);
+    let test_node = attach(&br1, "tsm0", Some(&format!("{}/24", test_m0.ip)));
+    route(&test_node, okd.subnet, test.appliance);
+    let seg1 = attach(topo.bridge(), "dh1", None);
+    let _okd_peer = backend(&okd_node, "okd-master-0", okd_m0.ip);
+    let _test_peer = backend(&test_node, "test-master-0", test_m0.ip);
+    let mut app = start_appliance(topo.services(), &host);
+    wait_up(&app, &okd_m0);
+    wait_up(&app, &test_m0);
+
+    // okd's held stream and lease.
+    let okd_api = SocketAddr::from((okd.appliance, 6443));
+    let mut held = Conn::open(&okd_node, okd_api).expect("connect to okd's API frontend");
+    assert_eq!(held.backend, "okd-master-0");
+    held.ping().expect("ping");
+    let okd_m1 = okd.node("master-1");
+    let client = Client::start(&seg1, dir.path(), "okd-m1", okd_m1.mac, &[]);
+    let bound = client.wait(0, &["bound"]);
+    expect_lease(&bound, &okd, &okd_m1);
+
+    // Remove test.
+    write_host(dir.path(), &[&okd]);
+    let (code, text) = reload(&state);
+    assert_eq!(code, Some(0), "{text}\n{}", app.log_tails());
+    assert!(text.contains("reloaded: now serving plan"), "{text}");
+    held.ping()
+        .expect("okd's stream goes on across test's removal");
+    let renewed = client.renew();
+    assert_eq!(
+        renewed.env.get("ip"),
+        Some(&okd_m1.ip.to_string()),
+        "{renewed:?}"
+    );
+    let test_api = SocketAddr::from((test.appliance, 6443));
+    let test_http = SocketAddr::from((test.appliance, 8080));
+    assert!(
+        wait_until(BIND_TIMEOUT, || refused(&test_node, test_api)
+            && refused(&test_node, test_http)),
+        "test's frontends still accept after its removal\n{}",
+        app.log_tails()
+    );
+    for (ns, server) in [(&okd_node, okd.appliance), (&test_node, test.appliance)] {
+        expect_names(ns, server, &okd);
+        let gone = dig_in(
+            ns,
+            "dig",
+            IpAddr::V4(server),
+            &["+norecurse", &test.fqdn("api"), "A"],
+        );
+        assert_ne!(
+            gone.last().status,
+            "NOERROR",
+            "test's name at {server}:\n{}",
+            gone.stdout
+        );
+    }
+    let out = appliance([
+        "lb".as_ref(),
+        "status".as_ref(),
+        "--cluster".as_ref(),
+        "test".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cluster has the id test"));
+    assert!(
+        state.join("clusters/test").is_dir(),
+        "a removed cluster's state is kept"
+    );
+
+    // Add test back.
+    write_host(dir.path(), &[&okd, &test]);
+    let (code, text) = reload(&state);
+    assert_eq!(code, Some(0), "{text}\n{}", app.log_tails());
+    let ups = |app: &harness::Process| {
+        let line = format!("{}: api backend {}:6443 is up", test_m0.name, test_m0.ip);
+        app.stderr().matches(&line).count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || ups(&app) >= 2),
+        "test's backend not up again\n{}",
+        app.log_tails()
+    );
+    expect_balanced_to(&test_node, test.appliance, "test-master-0");
+    let (code, body) = get(
+        &test_node,
+        &format!("{}/ignition/master-0.ign", test.http()),
+    );
+    assert_eq!(code, "200", "{body}");
+    expect_names(&okd_node, okd.appliance, &test);
+    held.ping()
+        .expect("okd's stream goes on across test's return");
+    assert_eq!(
+        app.stderr()
+            .lines()
+            .filter(|l| l.ends_with(" ready"))
+            .count(),
+        1,
+        "the appliance restarted\n{}",
+        app.log_tails()
+    );
+    app.assert_running()
+        .expect("okd-appliance is still running");
+}
