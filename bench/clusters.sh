@@ -65,6 +65,7 @@ BENCH_TMP=$(mktemp -d /tmp/okd-clusters.XXXXXX)
 W=$BENCH_TMP
 # Builds and test runs of others (no extra names: '' keeps shellcheck from reading a missing $1).
 NOISE_MAX=$(noise_count '')
+BUSY_START=$(busy_pct)
 note_noise() {
   local n
   n=$(noise_count '')
@@ -121,9 +122,10 @@ done
 log "check accepts every cluster file alone and host files of ${COUNTS// /, } clusters"
 
 # measure TAG VERIFY CONFIG...: starts one `okd-appliance serve` per CONFIG at once; the time
-# from the first exec to the last READY=1 in ms, then after IDLE seconds the sums of VmRSS,
-# VmHWM (KiB) and threads over the processes. With VERIFY=N (>0), then checks clusters
-# c0..c(N-1) answer DNS and accept HTTP connections. Prints "ready_ms rss_kib hwm_kib threads".
+# from the first exec to the last READY=1 in ms, then after IDLE seconds the sums over the
+# processes of VmRSS, VmHWM, Pss (smaps_rollup), RssAnon, RssFile (KiB) and threads. With
+# VERIFY=N (>0), then checks that clusters c0..c(N-1) answer DNS and accept HTTP connections.
+# Prints "ready_ms rss hwm pss anon file threads".
 measure() {
   local tag=$1 verify=$2
   shift 2
@@ -177,7 +179,7 @@ try:
                 pending.discard(key.data)
     ready = (time.monotonic() - start) * 1000
     time.sleep(idle)
-    rss = hwm = threads = 0
+    rss = hwm = pss = anon = file = threads = 0
     for child in children:
         if child.poll() is not None:
             fail(f"serve exited {child.returncode} while idle")
@@ -185,7 +187,11 @@ try:
             status = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
         rss += int(status["VmRSS"].split()[0])
         hwm += int(status["VmHWM"].split()[0])
+        anon += int(status["RssAnon"].split()[0])
+        file += int(status["RssFile"].split()[0])
         threads += int(status["Threads"])
+        with open(f"/proc/{child.pid}/smaps_rollup") as f:
+            pss += next(int(l.split()[1]) for l in f if l.startswith("Pss:"))
     # Every cluster must be served: its DNS answers api.cI with its appliance address, its
     # HTTP port accepts a connection.
     for i in range(verify):
@@ -213,7 +219,7 @@ try:
             fail(f"DNS at {ip}: no A {ip} for {name} (rcode {flags & 0xF}, {ancount} answers)")
         t = socket.create_connection((ip, 8080), timeout=2)
         t.close()
-    print(f"{ready:.1f} {rss} {hwm} {threads}")
+    print(f"{ready:.1f} {rss} {hwm} {pss} {anon} {file} {threads}")
 finally:
     for child in children:
         if child.poll() is None:
@@ -247,20 +253,26 @@ for n in "${COUNT_LIST[@]}"; do
     ((r == 1)) && verify=$n
     line=$(measure "one-$n-$r" "$verify" "$W/host-$n.yml") || die "one process, $n clusters, start $r failed"
     echo "$line" >>"$W/one-$n.txt"
-    read -r a b c d <<<"$line"
-    log "  start $r, one process: ready in $a ms; RSS $b KiB, peak $c KiB, $d threads"
+    read -r a b c d e f g <<<"$line"
+    log "  start $r, one process: ready in $a ms; KiB: RSS $b (anon $e, file $f), peak $c, PSS $d; $g threads"
     line=$(measure "sep-$n-$r" "$verify" "${seps[@]}") || die "$n processes, start $r failed"
     echo "$line" >>"$W/sep-$n.txt"
-    read -r a b c d <<<"$line"
-    log "  start $r, $n process(es): all ready in $a ms; RSS $b KiB, peak $c KiB, $d threads (sums)"
+    read -r a b c d e f g <<<"$line"
+    log "  start $r, $n process(es): all ready in $a ms; KiB: RSS $b (anon $e, file $f), peak $c, PSS $d; $g threads (sums)"
     note_noise
   done
-  printf '%s %s %s %s %s %s %s %s %s\n' "$n" \
-    "$(col "$W/one-$n.txt" 1 1)" "$(col "$W/one-$n.txt" 2 1024)" "$(col "$W/one-$n.txt" 3 1024)" \
-    "$(col "$W/one-$n.txt" 4 1)" \
-    "$(col "$W/sep-$n.txt" 1 1)" "$(col "$W/sep-$n.txt" 2 1024)" "$(col "$W/sep-$n.txt" 3 1024)" \
-    "$(col "$W/sep-$n.txt" 4 1)" >>"$W/rows.txt"
+  # rows.txt: N, then for one process and for the N processes each: ready ms; RSS, peak, PSS,
+  # anon, file MiB; threads (medians, column by column).
+  row=$n
+  for side in one sep; do
+    row+=" $(col "$W/$side-$n.txt" 1 1)"
+    for c in 2 3 4 5 6; do row+=" $(col "$W/$side-$n.txt" "$c" 1024)"; done
+    row+=" $(col "$W/$side-$n.txt" 7 1)"
+  done
+  echo "$row" >>"$W/rows.txt"
 done
+
+BUSY_END=$(busy_pct)
 
 report=$W/report.md
 {
@@ -269,9 +281,9 @@ report=$W/report.md
   [[ $RUNS == 7 ]] || knobs+="RUNS=$RUNS "
   [[ $IDLE == 3 ]] || knobs+="IDLE=$IDLE "
   cmd="sudo ${knobs}bash bench/clusters.sh"
-  noise="no other build, test run or VM was running"
+  noise="no other build, test run or VM was running, the machine was ${BUSY_START}% busy before the first start and ${BUSY_END}% after the last"
   if ((NOISE_MAX)); then
-    noise="other builds or test runs were running (up to $NOISE_MAX such processes between starts): the times are less reliable than the memory"
+    noise="other builds or test runs were running (up to $NOISE_MAX such processes between starts; the machine ${BUSY_START}% busy before the first start, ${BUSY_END}% after the last): the ready times are noisy, the memory is not"
   fi
   cat <<EOF
 ## Several clusters
@@ -283,21 +295,28 @@ addresses, MACs, ignition_dir and interface \`bondI\`, a veth in the script's na
 service bound), served by one \`okd-appliance serve host.yml\` and, in the same run, by N
 \`okd-appliance serve cI.yml\` processes started at once (each file with its own \`state_dir\`),
 the two alternating start by start; medians of $RUNS starts each. *Ready* is exec to READY=1 on
-the notify socket (for N processes: the first exec to the last READY=1); memory is read after
-${IDLE} s idle (VmRSS, and VmHWM, the peak so far); for N processes both are sums. *Ratio* is
-the one process's idle RSS over the N processes' sum.
+the notify socket (for N processes: the first exec to the last READY=1). Memory is read after
+${IDLE} s idle: VmRSS, VmHWM (the peak so far) and PSS (smaps_rollup: a page shared by k
+processes counts 1/k in each); for N processes, sums. The *ratio* is the one process's figure
+over the N processes' sum.
 
-| N | ready, 1 process | RSS idle | peak RSS | threads | ready, N processes | RSS idle, sum | peak RSS, sum | threads, sum | ratio RSS 1 / N |
-| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| N | ready, 1 process | RSS idle | peak RSS | PSS idle | ready, N processes | RSS idle, sum | peak RSS, sum | PSS idle, sum | ratio RSS | ratio PSS |
+| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 EOF
-  awk '{printf "| %d | %.1f ms | %.1f MiB | %.1f MiB | %d | %.1f ms | %.1f MiB | %.1f MiB | %d | %.2f |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $3 / $7}' "$W/rows.txt"
+  awk '{printf "| %d | %.1f ms | %.1f MiB | %.1f MiB | %.1f MiB | %.1f ms | %.1f MiB | %.1f MiB | %.1f MiB | %.2f | %.2f |\n", $1, $2, $3, $4, $5, $9, $10, $11, $12, $3 / $10, $5 / $12}' "$W/rows.txt"
+  echo
+  echo "What the resident memory is (medians; *anon* is RssAnon: heap and stacks; *file* is RssFile, nearly all of it the binary's own pages, which N processes share):"
+  echo
+  echo "| N | 1 process: anon | file | threads | N processes: anon, sum | file, sum | threads, sum |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk '{printf "| %d | %.1f MiB | %.1f MiB | %d | %.1f MiB | %.1f MiB | %d |\n", $1, $6, $7, $8, $13, $14, $15}' "$W/rows.txt"
   first=$(head -n 1 "$W/rows.txt")
   last=$(tail -n 1 "$W/rows.txt")
   awk -v a="$first" -v b="$last" 'BEGIN {
-    split(a, x, " "); split(b, y, " ")
-    if (y[1] > x[1]) {
-      printf "\nEach cluster past the first costs the one process %.2f MiB of idle RSS (from N = %d to %d)", (y[3] - x[3]) / (y[1] - x[1]), x[1], y[1]
-      printf " and adds %.2f ms to its start; a separate process costs %.2f MiB.\n", (y[2] - x[2]) / (y[1] - x[1]), (y[7] - x[7]) / (y[1] - x[1])
+    split(a, x, " "); split(b, y, " "); d = y[1] - x[1]
+    if (d > 0) {
+      printf "\nFrom N = %d to %d, each further cluster costs the one process %.2f MiB of idle RSS (%.2f MiB anon, %.2f MiB PSS) and %.2f ms of start;", x[1], y[1], (y[3] - x[3]) / d, (y[6] - x[6]) / d, (y[5] - x[5]) / d, (y[2] - x[2]) / d
+      printf " each further separate process costs %.2f MiB of RSS but %.2f MiB of PSS (%.2f MiB anon): the binary'"'"'s pages are shared.\n", (y[10] - x[10]) / d, (y[12] - x[12]) / d, (y[13] - x[13]) / d
     }
   }'
   echo

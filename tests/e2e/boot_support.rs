@@ -120,6 +120,36 @@ impl BootLab {
         }
     }
 
+    /// [`BootLab::start`] for a host file (`okd-appliance serve HOST.yml`, several clusters):
+    /// the bridge at `bridge4` only (no IPv6), the artifacts in `DIR/artifacts` as for
+    /// [`BootLab::start`], and `setup(topology, DIR)` adds what the clusters need to the
+    /// namespace (their other appliance addresses), writes the host file and its cluster files
+    /// into `DIR` (the host's `state_dir` should be `DIR/state`, [`BootLab::state_dir`]), and
+    /// returns the host file's path.
+    pub(crate) fn start_host(
+        prefix: &str,
+        builder: &InitramfsBuilder,
+        bridge4: &str,
+        setup: impl FnOnce(&Topology, &std::path::Path) -> std::path::PathBuf,
+    ) -> BootLab {
+        let topo = Topology::with_addrs(prefix, bridge4, None).expect("topology");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let image = builder.build().expect("test initramfs");
+        let artifacts = dir.path().join("artifacts");
+        image
+            .install_as(&artifacts, "kernel", "initramfs.img")
+            .expect("artifacts");
+        std::fs::write(artifacts.join("rootfs.img"), vec![0x5a; 1 << 20]).expect("rootfs");
+        let host = setup(&topo, dir.path());
+        let app = start_appliance_env(topo.services(), &host, &[]);
+        BootLab {
+            topo,
+            app,
+            dir,
+            _image: image,
+        }
+    }
+
     fn default_config() -> String {
         format!(
             r#"version: 1

@@ -668,6 +668,21 @@ pub(crate) fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_
     assert!(body.contains(&test_m0.mac.to_ascii_lowercase()), "{body}");
     let (code, _) = api("/api/v1/clusters/nope/status");
     assert_eq!(code, "404");
+    // The status page: a section per cluster, and each cluster's own live page.
+    let (code, body) = api("/");
+    assert_eq!(code, "200", "{body}");
+    for cluster in ["okd", "test"] {
+        let link = format!("<a href=\"/clusters/{cluster}/\">cluster {cluster}</a>");
+        assert!(body.contains(&link), "no {link} in\n{body}");
+    }
+    let (code, body) = api("/clusters/test/");
+    assert_eq!(code, "200", "{body}");
+    assert!(
+        body.contains("data-api=\"/api/v1/clusters/test\""),
+        "{body}"
+    );
+    assert!(body.contains(&format!("<td>{}</td>", test_m0.ip)), "{body}");
+    assert!(!body.contains(&format!("<td>{}</td>", okd_m0.ip)), "{body}");
     let (code, body) = api("/metrics");
     assert_eq!(code, "200");
     for cluster in ["okd", "test"] {

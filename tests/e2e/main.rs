@@ -4,6 +4,7 @@
 
 mod api;
 mod boot;
+mod boot_clusters;
 mod boot_support;
 mod clusters;
 mod clusters_reload;

@@ -565,7 +565,8 @@ impl fmt::Display for Outcome {
 }
 
 /// One `okd-e2e-result:` line: the outcome and the `key=value` fields `/init` recorded
-/// (`mac`, `ip`, `hostname`, `ignition` (HTTP status), `ignition_sha256`, `ignition_host`,
+/// (`mac`, `ip`, `hostname`, `dhcp_server` (the DHCP server identifier, with DHCP),
+/// `ignition` (HTTP status), `ignition_sha256`, `ignition_host`,
 /// `rootfs`, `rootfs_length`, `role`, `role_bytes`, `disk`, `step`, `detail`, `install_dev`;
 /// with `ip=` arguments for its NIC `ip_args` (how many), `ip4_method` (`auto` or
 /// `disabled`), `ip6_method` (`auto`, `manual` or `disabled`) and `ip_host`, and with a static

@@ -311,6 +311,44 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
         ),
         _ => (None, segments),
     };
+    let page = |parts: &Parts, of| {
+        full(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            super::status_page::render(
+                &parts.status(),
+                SystemTime::now(),
+                access.action_token().as_deref(),
+                of,
+            ),
+        )
+    };
+    match (req.method(), segments.as_slice()) {
+        // Several clusters: a section each, and each cluster's own page.
+        (&Method::GET, [""]) if clusters.ids().len() > 1 => {
+            let all: Vec<(String, super::status::Status)> = clusters
+                .all()
+                .iter()
+                .map(|(id, op)| (id.clone(), op.status()))
+                .collect();
+            let html = super::status_page::index(&all, SystemTime::now());
+            return full(StatusCode::OK, "text/html; charset=utf-8", html);
+        }
+        (&Method::GET, ["clusters", id, ""] | ["clusters", id]) => {
+            return match clusters.pick(Some(id)) {
+                Ok(parts) => {
+                    let api = format!("/api/v1/clusters/{id}");
+                    let of = super::status_page::PageOf {
+                        api: &api,
+                        cluster: Some(id),
+                    };
+                    page(&parts, of)
+                }
+                Err(e) => op_error(&e),
+            };
+        }
+        _ => {}
+    }
     let parts = match (segments.as_slice(), clusters.pick(cluster)) {
         // The metrics are the host's.
         (["metrics"], _) => clusters.host(),
@@ -319,18 +357,7 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
     };
     let parts = &parts;
     match (req.method(), segments.as_slice()) {
-        (&Method::GET, [""]) => {
-            let status = parts.status();
-            full(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                super::status_page::render(
-                    &status,
-                    SystemTime::now(),
-                    access.action_token().as_deref(),
-                ),
-            )
-        }
+        (&Method::GET, [""]) => page(parts, super::status_page::PageOf::ONLY),
         (&Method::GET, ["api", "v1", "status"]) => match serde_json::to_vec(&parts.status()) {
             Ok(json) => full(StatusCode::OK, "application/json", json),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),

@@ -307,7 +307,7 @@ pub fn collect(
             version: env!("CARGO_PKG_VERSION").to_owned(),
             started: secs(fixed.started),
             uptime_secs: secs(now).saturating_sub(secs(fixed.started)),
-            plan_serial: plan.zones.first().map_or(0, |z| z.soa().serial),
+            plan_serial: plan.serial,
             listeners: fixed.listeners.clone(),
             ha,
             cluster_phase: progress

@@ -95,7 +95,9 @@ ol#events{font-family:ui-monospace,monospace;font-size:12px;max-height:24em;over
 /// carries the page's action token in a header, which no other site can read or set.
 const SCRIPT: &str = r#"
 const list = document.getElementById('events');
-const stream = new EventSource('/api/v1/events?page');
+// The cluster's API: `/api/v1`, or `/api/v1/clusters/ID` on an appliance serving several.
+const api = document.body.dataset.api;
+const stream = new EventSource(api + '/events?page');
 let seen = 0, updates = 0, pending = null;
 stream.onmessage = (m) => {
   const e = JSON.parse(m.data);
@@ -136,7 +138,7 @@ document.getElementById('confirm-yes').onclick = async () => {
   const headers = {};
   if (document.body.dataset.action) headers['X-Okd-Appliance-Action'] = document.body.dataset.action;
   try {
-    const r = await fetch('/api/v1/nodes/' + encodeURIComponent(p.node) + '/' + p.action,
+    const r = await fetch(api + '/nodes/' + encodeURIComponent(p.node) + '/' + p.action,
       { method: 'POST', headers, credentials: 'same-origin' });
     let text = (r.ok ? '' : 'refused (' + r.status + '): ') + (await r.text()).trim();
     // The action token is made at the appliance's start: a page older than that must reload.
@@ -149,17 +151,41 @@ document.getElementById('confirm-yes').onclick = async () => {
 };
 "#;
 
+/// Where a cluster's page is and what it is called: `/api/v1` and no name for the only
+/// cluster; `/api/v1/clusters/ID` and the id on an appliance serving several.
+#[derive(Debug, Clone, Copy)]
+pub struct PageOf<'a> {
+    pub api: &'a str,
+    pub cluster: Option<&'a str>,
+}
+
+impl PageOf<'_> {
+    /// The only cluster's page, at `/`.
+    pub const ONLY: PageOf<'static> = PageOf {
+        api: "/api/v1",
+        cluster: None,
+    };
+}
+
 /// The whole page at `now`; `action_token`: what the page's actions carry (none on the local
 /// socket, which needs none).
-pub fn render(s: &Status, now: SystemTime, action_token: Option<&str>) -> String {
+pub fn render(s: &Status, now: SystemTime, action_token: Option<&str>, of: PageOf<'_>) -> String {
     let mut h = String::with_capacity(32 * 1024);
+    let title = match of.cluster {
+        Some(id) => format!("okd-appliance: cluster {}", esc(id)),
+        None => "okd-appliance".to_owned(),
+    };
     let _ = write!(
         h,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>okd-appliance</title>\
-         <style>{STYLE}</style></head><body data-events=\"0\" data-updates=\"0\" data-action=\"{}\">\
-         <h1>okd-appliance</h1>",
-        esc(action_token.unwrap_or_default())
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title>\
+         <style>{STYLE}</style></head><body data-events=\"0\" data-updates=\"0\" data-action=\"{}\" \
+         data-api=\"{}\"><h1>{title}</h1>",
+        esc(action_token.unwrap_or_default()),
+        esc(of.api)
     );
+    if of.cluster.is_some() {
+        h.push_str("<p><a href=\"/\">every cluster</a></p>");
+    }
     let parts = fragments(s, now);
     let part = |id: &str| {
         parts
@@ -183,6 +209,49 @@ pub fn render(s: &Status, now: SystemTime, action_token: Option<&str>) -> String
         part("nodes"),
         part("backends"),
     );
+    h
+}
+
+/// The page of an appliance serving several clusters: one section per cluster (its summary,
+/// each node's phase, its backends' states), each linking to the cluster's own page, which
+/// follows the install live and has the actions. It reloads itself every 10 s.
+pub fn index(clusters: &[(String, Status)], now: SystemTime) -> String {
+    let mut h = String::with_capacity(32 * 1024);
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>okd-appliance</title>\
+         <meta http-equiv=\"refresh\" content=\"10\"><style>{STYLE}</style></head><body>\
+         <h1>okd-appliance: {} clusters</h1>",
+        clusters.len()
+    );
+    let at = secs(now);
+    for (id, s) in clusters {
+        let id = esc(id);
+        let _ = write!(
+            h,
+            "<section id=\"cluster-{id}\"><h2><a href=\"/clusters/{id}/\">cluster {id}</a></h2>\
+             {}<table><tr><th>node</th><th>role</th><th>address</th><th>phase</th></tr>",
+            summary(s, at),
+        );
+        for n in &s.nodes {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"phase {}\">{}</td></tr>",
+                esc(&n.name),
+                esc(&n.role),
+                esc(&n.ip),
+                esc(&n.phase),
+                esc(&n.phase)
+            );
+        }
+        let up = s.backends.iter().filter(|b| b.state == "up").count();
+        let _ = write!(
+            h,
+            "</table><p>load balancer: {up} of {} backends up</p></section>",
+            s.backends.len()
+        );
+    }
+    h.push_str("</body></html>");
     h
 }
 

@@ -35,6 +35,9 @@ pub type Handle = Arc<ArcSwap<Plan>>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The serial it was derived with: the plan's number in logs and status (each zone's SOA
+    /// serial starts at it).
+    pub serial: u32,
     /// `<cluster>.<base_domain>`, without a trailing dot.
     pub cluster_domain: String,
     /// The forward zone first, then the reverse zones (IPv4, then IPv6).
@@ -104,6 +107,7 @@ impl Plan {
         let boot = boot::derive(config);
         let control = machines::derive(config, &boot);
         Plan {
+            serial,
             cluster_domain: config.cluster.domain(),
             zones: zones::derive(config, serial),
             resolver: ResolverPolicy {

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 use super::instance::{Instance, Role, Task, Wing};
-use super::{ServeError, first_serial, listener_specs, log_missing_boot_files, needs_restart};
+use super::{ServeError, listener_specs, log_missing_boot_files, needs_restart};
 use super::{next_serial, notify, notify_reloading};
 use crate::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle, Target};
 use crate::journal::{EventKind, Journal};
@@ -157,7 +157,7 @@ impl Layout {
 
     /// The serial the DNS instance serves (the first zone's).
     pub(super) fn serial(&self) -> u32 {
-        first_serial(&self.instances[0].plan.load())
+        self.instances[0].plan.load().serial
     }
 
     /// Every directory the instances keep state in, the host's first.

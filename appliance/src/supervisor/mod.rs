@@ -483,10 +483,6 @@ fn log_missing_boot_files(plan: &Plan) {
     }
 }
 
-fn first_serial(plan: &Plan) -> u32 {
-    plan.zones.first().map_or(0, |z| z.soa().serial)
-}
-
 /// Seconds since the epoch, and always past the previous serial so secondaries see a change.
 fn next_serial(previous: Option<u32>) -> u32 {
     let now = SystemTime::now()

@@ -214,6 +214,8 @@ elif [ "$ip4_method" = auto ]; then
         fail dhcp "no lease on $iface"
     ip=$(cat /run/okd-e2e/ip)
     hostname=$(cat /run/okd-e2e/hostname)
+    # Which server answered (several clusters may share the segment).
+    field dhcp_server "$(cat /run/okd-e2e/serverid)"
 else
     # ip= disabled IPv4 on this NIC: no DHCP, as NetworkManager would do none.
     ip=""

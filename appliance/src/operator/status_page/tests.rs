@@ -202,6 +202,7 @@ fn names_and_reasons_are_escaped_everywhere() {
         &s,
         SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 10),
         Some(evil),
+        PageOf::ONLY,
     );
     assert!(!page.contains("<img"), "{page}");
     assert!(!page.contains("\"'&<"), "{page}");
@@ -281,7 +282,7 @@ fn the_page_carries_its_parts_the_cluster_reason_and_the_action_token() {
         vec![at("bootstrapping", 0)],
     );
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 75);
-    let page = render(&s, now, Some("abc123"));
+    let page = render(&s, now, Some("abc123"), PageOf::ONLY);
     assert!(page.contains("data-action=\"abc123\""));
     for (id, html) in fragments(&s, now) {
         assert!(
@@ -304,13 +305,58 @@ fn the_page_carries_its_parts_the_cluster_reason_and_the_action_token() {
     assert!(page.contains("API: https://10.0.0.1:9443/ and local socket /var/lib/okd/api.sock &middot; admin socket: /var/lib/okd/admin.sock"));
     assert!(page.contains("data-action=\"reinstall\" data-node=\"mst0\""));
     // The stream the script follows asks for the page's parts; nothing is fetched from elsewhere.
-    assert!(page.contains("new EventSource('/api/v1/events?page')"));
+    assert!(page.contains("data-api=\"/api/v1\""));
+    assert!(page.contains("new EventSource(api + '/events?page')"));
     assert!(
         !page.contains("http://") && !page.contains("src="),
         "no external asset"
     );
-    let local = render(&s, now, None);
+    let local = render(&s, now, None, PageOf::ONLY);
     assert!(local.contains("data-action=\"\""));
+    // One cluster of several: its page follows and acts on its own API paths.
+    let of = PageOf {
+        api: "/api/v1/clusters/test",
+        cluster: Some("test"),
+    };
+    let one = render(&s, now, None, of);
+    assert!(one.contains("data-api=\"/api/v1/clusters/test\""), "{one}");
+    assert!(one.contains("<title>okd-appliance: cluster test</title>"));
+    assert!(one.contains("<a href=\"/\">every cluster</a>"));
+}
+
+#[test]
+fn several_clusters_get_a_section_each_linking_to_their_page() {
+    let okd = status(
+        vec![node("mst0", "master", vec![at("ignition", 0)])],
+        vec![backend("mst0", "up", None), backend("bst", "down", None)],
+        vec![at("bootstrapping", 0)],
+    );
+    let test = status(
+        vec![node("mst0", "master", vec![at("ready", 0)])],
+        vec![],
+        vec![],
+    );
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(T0 + 75);
+    let page = index(&[("okd".into(), okd), ("test".into(), test)], now);
+    assert!(
+        page.contains("<h1>okd-appliance: 2 clusters</h1>"),
+        "{page}"
+    );
+    for id in ["okd", "test"] {
+        assert!(
+            page.contains(&format!(
+                "<section id=\"cluster-{id}\"><h2><a href=\"/clusters/{id}/\">cluster {id}</a></h2>"
+            )),
+            "{page}"
+        );
+    }
+    assert!(page.contains("load balancer: 1 of 2 backends up"), "{page}");
+    assert!(
+        page.contains("<td class=\"phase ready\">ready</td>"),
+        "{page}"
+    );
+    // No actions here: they are on each cluster's page, with its script.
+    assert!(!page.contains("<button"), "{page}");
 }
 
 #[test]
