@@ -251,6 +251,23 @@ impl Metrics {
         let format = Format::negotiate(accept);
         (format.content_type(), self.encode(format))
     }
+
+    /// [`Metrics::exposition`] as cluster `cluster`'s boot server answers it on a host of
+    /// several: the host's series and `cluster`'s own, never another cluster's (its node names,
+    /// addresses and phases are not this cluster's nodes' business).
+    pub fn exposition_of(&self, accept: Option<&str>, cluster: &str) -> (&'static str, String) {
+        let (content_type, body) = self.exposition(accept);
+        let own = format!("cluster=\"{cluster}\"");
+        let mut out = String::with_capacity(body.len());
+        for line in body.split_inclusive('\n') {
+            let sample = !line.starts_with('#');
+            if sample && line.contains("cluster=\"") && !line.contains(&own) {
+                continue;
+            }
+            out.push_str(line);
+        }
+        (content_type, out)
+    }
 }
 
 /// The exposition formats `/metrics` speaks.
@@ -671,6 +688,47 @@ app_mystery NaN
 # TYPE app_up gauge
 ";
         assert_eq!(openmetrics_to_text(om), text);
+    }
+
+    #[test]
+    fn a_clusters_boot_server_shows_no_other_clusters_series() {
+        #[derive(Debug)]
+        struct Two;
+        impl Sources for Two {
+            fn backends(&self) -> Vec<BackendSample> {
+                Vec::new()
+            }
+            fn phases(&self) -> Vec<PhaseSample> {
+                ["okd", "test", "okd2"]
+                    .into_iter()
+                    .map(|c| PhaseSample {
+                        cluster: Some(c.into()),
+                        node: format!("{c}-master-0"),
+                        phase: "ready",
+                    })
+                    .collect()
+            }
+        }
+        let m = Metrics::new();
+        m.dns_answer(0, 1);
+        m.attach(Box::new(Two));
+        for accept in [None, Some("application/openmetrics-text; version=1.0.0")] {
+            let (_, all) = m.exposition(accept);
+            assert!(all.contains("test-master-0") && all.contains("okd2-master-0"));
+            let (_, okd) = m.exposition_of(accept, "okd");
+            assert!(okd.contains("node=\"okd-master-0\""), "{okd}");
+            assert!(!okd.contains("test-master-0"), "{okd}");
+            assert!(
+                !okd.contains("okd2-master-0"),
+                "a prefix is not the cluster: {okd}"
+            );
+            // The host's series and every family's description stay.
+            assert!(okd.contains("dns_answers"), "{okd}");
+            assert!(
+                okd.contains("# TYPE okd_appliance_install_phase gauge"),
+                "{okd}"
+            );
+        }
     }
 
     #[derive(Debug)]

@@ -224,7 +224,7 @@ fn boot_node(
         assert!(cmdline.contains(&arg), "no {arg} in `{cmdline}`");
     }
     assert!(
-        !cmdline.contains(&other.appliance.to_string()),
+        !cmdline.contains(&format!("//{}:", other.appliance)),
         "`{cmdline}` names {}'s appliance",
         other.name
     );

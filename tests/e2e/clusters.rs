@@ -611,6 +611,11 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
         expect_balanced_to(ns, okd.appliance, "okd-master-0");
         expect_balanced_to(ns, test.appliance, "test-master-0");
     }
+    // Each boot server's /metrics: its own cluster's series, never the other's.
+    let (code, body) = get(&okd_node, &format!("{}/metrics", okd.http()));
+    assert_eq!(code, "200");
+    assert!(body.contains("cluster=\"okd\""), "{body}");
+    assert!(!body.contains("cluster=\"test\""), "{body}");
     expect_operator_per_cluster(&dir.path().join("state"), &test_m0, &okd_m0);
     app.assert_running()
         .expect("okd-appliance is still running");

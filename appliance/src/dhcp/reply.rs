@@ -107,6 +107,10 @@ pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Op
         return None;
     }
     let mac = MacAddr(req.chaddr()[..6].try_into().ok()?);
+    // A node of a cluster whose DHCP is another server's, on a segment this socket serves.
+    if plan.silent.contains(&mac) {
+        return None;
+    }
     // On a segment several clusters share, the client's own cluster answers.
     let plan = plan.for_mac(mac);
     let giaddr = req.giaddr();

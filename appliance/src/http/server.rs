@@ -340,7 +340,12 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
     }
     if path == "/metrics" {
         let accept = req.headers().get(header::ACCEPT);
-        let (content_type, body) = metrics.exposition(accept.and_then(|v| v.to_str().ok()));
+        let accept = accept.and_then(|v| v.to_str().ok());
+        // On a host of several clusters, each boot server shows its own cluster's series.
+        let (content_type, body) = match plan.host_cluster.as_deref() {
+            Some(id) => metrics.exposition_of(accept, id),
+            None => metrics.exposition(accept),
+        };
         let mut r = Response::new(full(body));
         let headers = r.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

@@ -42,6 +42,9 @@ pub struct DhcpPlan {
     /// The other clusters on this segment, when one DHCP socket serves several (a host file):
     /// a client reserved in one of them gets that cluster's answer, options and all.
     pub others: Vec<DhcpPlan>,
+    /// The nodes of clusters on this segment whose DHCP is not the appliance's
+    /// (`listen.dhcp: []`): never answered, not even from the pool.
+    pub silent: Vec<MacAddr>,
 }
 
 impl DhcpPlan {
@@ -106,5 +109,6 @@ pub fn derive(config: &Config) -> DhcpPlan {
         ),
         reservations,
         others: Vec::new(),
+        silent: Vec::new(),
     }
 }

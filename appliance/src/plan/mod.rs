@@ -63,6 +63,9 @@ pub struct Plan {
     pub ha: Option<ha::HaPlan>,
     /// The HTTP API on TCP (TLS and a token), when configured.
     pub api: Option<crate::config::Api>,
+    /// The cluster's id when it is served as one of a host's clusters (its boot server's
+    /// `/metrics` then shows only its own series); `None` for a cluster file.
+    pub host_cluster: Option<String>,
 }
 
 /// The listeners as configured; with a pair, DNS also on each host's own address (the
@@ -128,6 +131,7 @@ impl Plan {
             orchestration: orchestration::derive(config),
             ha: ha::derive(config),
             api: config.api.clone(),
+            host_cluster: None,
         }
     }
 }

@@ -95,6 +95,7 @@ fn cluster(plan: &Plan, state_dir: &Path, id: &str) -> Plan {
     p.listen.tftp.clear();
     p.zones.clear();
     p.state_dir = cluster_state_dir(state_dir, id);
+    p.host_cluster = Some(id.to_owned());
     p
 }
 
@@ -161,7 +162,8 @@ fn only(plans: &[&Plan], host: &Host, pick: fn(&mut Listen) -> &mut Vec<SocketAd
 
 /// DHCP: one plan per cluster interface. The cluster with the dynamic pool (check allows one
 /// per segment) answers clients no cluster knows; every other cluster's reservations ride
-/// along and are answered with their own cluster's options.
+/// along and are answered with their own cluster's options. The nodes of a cluster on the
+/// segment without DHCP (`listen.dhcp: []`) are left to its own DHCP server.
 fn segments(plans: &[&Plan], host: &Host) -> Vec<Plan> {
     let mut interfaces: Vec<Option<&str>> = Vec::new();
     for p in plans {
@@ -190,6 +192,11 @@ fn segments(plans: &[&Plan], host: &Host) -> Vec<Plan> {
                 .enumerate()
                 .filter(|(i, _)| *i != base)
                 .map(|(_, o)| o.dhcp.clone())
+                .collect();
+            p.dhcp.silent = plans
+                .iter()
+                .filter(|o| o.listen.dhcp.is_empty() && o.interface.as_deref() == interface)
+                .flat_map(|o| o.dhcp.reservations.iter().map(|r| r.mac))
                 .collect();
             p
         })

@@ -273,3 +273,41 @@ fn a_request_naming_the_other_clusters_server_is_not_answered() {
         assert!(handle(&req, &plan, &mut state, 5).is_none(), "{server}");
     }
 }
+
+#[test]
+fn a_node_of_a_cluster_without_dhcp_on_the_segment_is_not_answered_from_the_pool() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/hosts/one-subnet.yml");
+    let Ok(Target::Host(mut host)) = crate::config::load_any(&path, InstallCheck::Skip) else {
+        panic!("one-subnet.yml loads as a host");
+    };
+    // ci leaves its DHCP to another server.
+    host.clusters[1].config.listen.dhcp.clear();
+    let v = HostViews::derive(&host, 1, None).unwrap();
+    let [segment] = v.dhcp.as_slice() else {
+        panic!("one segment");
+    };
+    assert!(segment.dhcp.others.is_empty());
+    let mut state = State::new(Leases::in_memory());
+    let discover = message(CI_MASTER, MessageType::Discover, vec![]);
+    assert!(
+        handle(&discover, &segment.dhcp, &mut state, 1).is_none(),
+        "ci's node got an answer from okd's pool"
+    );
+    // okd's own nodes and strangers are answered as before.
+    let okd = handle(
+        &message(OKD_MASTER, MessageType::Discover, vec![]),
+        &segment.dhcp,
+        &mut state,
+        2,
+    );
+    assert_eq!(okd.unwrap().message.yiaddr(), ip("10.0.0.2"));
+    assert!(
+        handle(
+            &message(STRANGER, MessageType::Discover, vec![]),
+            &segment.dhcp,
+            &mut state,
+            3
+        )
+        .is_some()
+    );
+}
