@@ -643,6 +643,17 @@ pub(crate) fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains(&format!("{}:6443", test_m0.ip)), "{stdout}");
     assert!(!stdout.contains(&format!("{}:6443", okd_m0.ip)), "{stdout}");
+    // `status` alone: every cluster's, one after the other.
+    let out = cli(&["status"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("== cluster okd") && stdout.contains("== cluster test"),
+        "{stdout}"
+    );
+    let out = cli(&["status", "--json"]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    assert!(all["okd"].is_object() && all["test"].is_object(), "{all}");
     let out = cli(&["status", "--cluster", "okd", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     let json = String::from_utf8_lossy(&out.stdout);

@@ -173,6 +173,19 @@ pub struct Appliance {
 }
 
 impl Appliance {
+    /// Whether `--cluster` named one.
+    pub fn names_a_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The same appliance, asked about cluster `id`.
+    pub fn for_cluster(&self, id: &str) -> Appliance {
+        Appliance {
+            state_dir: self.state_dir.clone(),
+            cluster: Some(id.to_owned()),
+        }
+    }
+
     /// `request` as the admin socket takes it: `@ID request` for a named cluster.
     pub fn ask(&self, request: &str) -> String {
         match &self.cluster {

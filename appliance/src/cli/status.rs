@@ -23,6 +23,79 @@ pub fn command(target: &Target, json: bool) -> ExitCode {
 }
 
 fn run(appliance: &Appliance, json: bool) -> ExitCode {
+    if !appliance.names_a_cluster() {
+        // An appliance serving several clusters: each one's status, one after the other.
+        let ids = match clusters(appliance) {
+            Ok(ids) => ids,
+            Err(code) => return code,
+        };
+        if ids.len() > 1 {
+            return every_cluster(appliance, &ids, json);
+        }
+    }
+    one(appliance, json)
+}
+
+/// The ids of the clusters the appliance serves (one, unnamed, for an appliance too old to
+/// answer `clusters`).
+fn clusters(appliance: &Appliance) -> Result<Vec<String>, ExitCode> {
+    let state_dir = appliance.state_dir.as_path();
+    match admin::call(state_dir, "clusters") {
+        Ok(reply) => Ok(reply
+            .strip_prefix("ok\n")
+            .map(|ids| ids.lines().map(str::to_owned).collect())
+            .unwrap_or_default()),
+        Err(e) => {
+            eprintln!(
+                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
+                admin::socket_path(state_dir).display()
+            );
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// Every cluster's status: a heading and its tables each, or one JSON object by id.
+fn every_cluster(appliance: &Appliance, ids: &[String], json: bool) -> ExitCode {
+    let mut all = serde_json::Map::new();
+    for id in ids {
+        let one = appliance.for_cluster(id);
+        let reply = match admin::call(&one.state_dir, &one.ask("status")) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: cluster {id}'s status: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let Some(body) = reply.strip_prefix("ok\n") else {
+            eprint!("cluster {id}: {reply}");
+            return ExitCode::from(1);
+        };
+        let status: serde_json::Value = match serde_json::from_str(body) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: cluster {id}'s status does not read: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        if !json {
+            let Ok(status) = serde_json::from_value::<Status>(status.clone()) else {
+                eprintln!("error: cluster {id}'s status does not read");
+                return ExitCode::from(1);
+            };
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            println!("== cluster {id}");
+            print!("{}", render(&status, SystemTime::now(), colour));
+        }
+        all.insert(id.clone(), status);
+    }
+    if json {
+        println!("{}", serde_json::Value::Object(all));
+    }
+    ExitCode::SUCCESS
+}
+
+fn one(appliance: &Appliance, json: bool) -> ExitCode {
     let state_dir = appliance.state_dir.as_path();
     let reply = match admin::call(state_dir, &appliance.ask("status")) {
         Ok(r) => r,

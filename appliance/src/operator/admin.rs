@@ -4,10 +4,12 @@
 //!
 //! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
 //! `journal`, `status` (JSON), `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`,
-//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`, and
+//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`, `clusters` (the ids of the
+//! clusters served, one a line), and
 //! `machine NODE ACTION ok|failed TEXT` (what `okd-appliance nodes` did to a node's machine, for
 //! this appliance's journal and the node's install phase).
-//! Replies start with
+//! A request may name its cluster first, `@ID REQUEST`; it must when the appliance serves
+//! several (a host file). Replies start with
 //! `ok` or `error: REASON`, followed by data lines.
 //!
 //! Architecture invariant: a front and nothing else. A line is parsed into a [`Request`]
@@ -180,7 +182,7 @@ impl Request {
             _ => {
                 return Err(
                     "unknown request (lb drain NODE | lb undrain NODE | lb status | \
-                            node reinstall NODE | reload | journal | \
+                            node reinstall NODE | reload | journal | status | clusters | \
                             machine NODE ACTION ok|failed TEXT)"
                         .into(),
                 );
@@ -233,6 +235,15 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
     BufReader::new(read).take_line(&mut line).await?;
     let (cluster, line) = addressed(&line);
     let reply = match Request::parse(line) {
+        // The host's own question: which clusters it serves, one id a line.
+        _ if cluster.is_none() && line.trim() == "clusters" => {
+            let mut out = String::from("ok\n");
+            for id in clusters.ids() {
+                out.push_str(&id);
+                out.push('\n');
+            }
+            out
+        }
         Ok(request) => match clusters_operator(clusters, cluster, &request) {
             Ok(op) => respond(&op, request).await,
             Err(e) => reply::<String>(Err(e)),
