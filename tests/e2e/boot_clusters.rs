@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use harness::initramfs::{BootResult, InitramfsBuilder, InstallMarker, Kernel};
 use harness::vm::{Firmware, NicRom, VmSpec};
-use harness::{Topology, require_tool, write_install_dir};
+use harness::{Topology, require_tool};
 
 use crate::boot_support::{
     BOOT_TIMEOUT, BootLab, DISK, assert_installed, kernel_cmdline, prerequisites, vm_slot,
@@ -74,19 +74,8 @@ fn test() -> Cluster {
 /// serial console) with its own ignition directory, whose `master.ign` is the cluster's own
 /// ([`Cluster::master_ign`]); the artifacts directory is shared.
 fn write_cluster(dir: &Path, c: &Cluster) {
-    let install = dir.join(format!("{}-install", c.name));
-    write_install_dir(&install).expect("install dir");
-    std::fs::write(install.join("master.ign"), c.master_ign()).expect("master.ign");
-    let nodes: String = c
-        .nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "  - {{ name: {}, role: {}, mac: \"{}\", ip: {} }}\n",
-                n.name, n.role, n.mac, n.ip
-            )
-        })
-        .collect();
+    c.write_ignition(dir);
+    let nodes = c.nodes_yaml();
     let text = format!(
         r#"version: 1
 cluster: {{ name: {name}, base_domain: {BASE_DOMAIN} }}

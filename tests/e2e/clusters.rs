@@ -83,12 +83,17 @@ impl Cluster {
     /// Writes `DIR/NAME.yml` and its ignition directory `DIR/NAME-install`. Every listener is
     /// the default (the cluster's appliance address, DHCP on its interface); the health checks
     /// are fast and plain TCP, since the backends are `lb_peer.py`.
-    pub(crate) fn write(&self, dir: &Path) {
+    /// Writes the ignition directory `DIR/NAME-install`, whose `master.ign` is this cluster's
+    /// own ([`Cluster::master_ign`]).
+    pub(crate) fn write_ignition(&self, dir: &Path) {
         let install = dir.join(format!("{}-install", self.name));
         write_install_dir(&install).expect("install dir");
         std::fs::write(install.join("master.ign"), self.master_ign()).expect("master.ign");
-        let nodes: String = self
-            .nodes
+    }
+
+    /// The `nodes:` entries, one a line.
+    pub(crate) fn nodes_yaml(&self) -> String {
+        self.nodes
             .iter()
             .map(|n| {
                 format!(
@@ -96,7 +101,12 @@ impl Cluster {
                     n.name, n.role, n.mac, n.ip
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    pub(crate) fn write(&self, dir: &Path) {
+        self.write_ignition(dir);
+        let nodes = self.nodes_yaml();
         let pool = self.pool.map_or_else(String::new, |(s, e)| {
             format!("  dhcp_pool: {{ start: {s}, end: {e} }}\n")
         });
@@ -467,6 +477,50 @@ pub(crate) fn expect_balanced_to(ns: &Netns, frontend: Ipv4Addr, name: &str) {
     }
 }
 
+/// okd and test on their own segments: the topology's `br0` (10.98.1.1) and a second bridge
+/// `br1` (10.98.2.1) of the services namespace; each cluster's master-0 at its reserved
+/// address (DNS client, ignition fetcher, an `lb_peer.py` API backend), reaching the other
+/// cluster's appliance address through the services namespace, which holds both; and a bare
+/// node on each segment for the DHCP clients.
+pub(crate) struct TwoSegments {
+    // Dropped in this order: the backends first, the topology last.
+    _peers: [Process; 2],
+    pub(crate) seg1: Attached,
+    pub(crate) seg2: Attached,
+    pub(crate) okd_node: Attached,
+    pub(crate) test_node: Attached,
+    _br1: Bridge,
+    pub(crate) topo: Topology,
+}
+
+impl TwoSegments {
+    pub(crate) fn start(prefix: &str, okd: &Cluster, test: &Cluster) -> TwoSegments {
+        let topo = Topology::with_addrs(prefix, "10.98.1.1/24", None).expect("topology");
+        let br1 = Bridge::create(topo.services(), "br1").expect("br1");
+        br1.add_addr("10.98.2.1/24").expect("br1 address");
+        let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
+        let okd_node = attach(topo.bridge(), "okm0", Some(&format!("{}/24", okd_m0.ip)));
+        route(&okd_node, test.subnet, okd.appliance);
+        let test_node = attach(&br1, "tsm0", Some(&format!("{}/24", test_m0.ip)));
+        route(&test_node, okd.subnet, test.appliance);
+        let seg1 = attach(topo.bridge(), "dh1", None);
+        let seg2 = attach(&br1, "dh2", None);
+        let peers = [
+            backend(&okd_node, "okd-master-0", okd_m0.ip),
+            backend(&test_node, "test-master-0", test_m0.ip),
+        ];
+        TwoSegments {
+            _peers: peers,
+            seg1,
+            seg2,
+            okd_node,
+            test_node,
+            _br1: br1,
+            topo,
+        }
+    }
+}
+
 pub(crate) fn okd_on_its_own_segment() -> Cluster {
     let ip = |n| Ipv4Addr::new(10, 98, 1, n);
     Cluster {
@@ -513,25 +567,10 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
         .expect("tempdir");
     let host = write_host(dir.path(), &[&okd, &test]);
 
-    // Segment 1 is the topology's br0, segment 2 a second bridge of the services namespace.
-    let topo = Topology::with_addrs("cl2", "10.98.1.1/24", None).expect("topology");
-    let br1 = Bridge::create(topo.services(), "br1").expect("br1");
-    br1.add_addr("10.98.2.1/24").expect("br1 address");
+    let lab = TwoSegments::start("cl2", &okd, &test);
     let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
-    // Each cluster's master-0 at its reserved address: DNS client, ignition fetcher, API
-    // backend. Each can reach the other cluster's appliance address through the services
-    // namespace, which holds both.
-    let okd_node = attach(topo.bridge(), "okm0", Some(&format!("{}/24", okd_m0.ip)));
-    route(&okd_node, test.subnet, okd.appliance);
-    let test_node = attach(&br1, "tsm0", Some(&format!("{}/24", test_m0.ip)));
-    route(&test_node, okd.subnet, test.appliance);
-    // Bare nodes for the DHCP clients, one per segment.
-    let seg1 = attach(topo.bridge(), "dh1", None);
-    let seg2 = attach(&br1, "dh2", None);
-
-    let _okd_peer = backend(&okd_node, "okd-master-0", okd_m0.ip);
-    let _test_peer = backend(&test_node, "test-master-0", test_m0.ip);
-    let mut app = start_appliance(topo.services(), &host);
+    let (okd_node, test_node, seg1, seg2) = (&lab.okd_node, &lab.test_node, &lab.seg1, &lab.seg2);
+    let mut app = start_appliance(lab.topo.services(), &host);
     let log = app.stderr();
     for listening in [
         "listening for dns/udp on 10.98.1.1:53",
@@ -566,7 +605,7 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
     // A MAC reserved in okd, on test's segment (which has no pool): nothing.
     let okd_w0 = okd.node("worker-0");
     seg2.ip(["addr", "flush", "dev", "eth0"]).expect("flush");
-    no_lease(&seg2, dir.path(), "okd-w0-on-test", okd_w0.mac);
+    no_lease(seg2, dir.path(), "okd-w0-on-test", okd_w0.mac);
     assert!(
         !app.stderr()
             .contains(&format!("to {}", okd_w0.mac.to_ascii_lowercase())),
@@ -595,13 +634,13 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
             cluster.name
         );
     }
-    expect_own_ignition(&okd_node, &okd, &okd_m0);
-    expect_own_ignition(&test_node, &test, &test_m0);
+    expect_own_ignition(okd_node, &okd, &okd_m0);
+    expect_own_ignition(test_node, &test, &test_m0);
     let okd_url = format!("{}/ignition/master-0.ign", okd.http());
-    let (code, body) = get(&test_node, &okd_url);
+    let (code, body) = get(test_node, &okd_url);
     assert_eq!(code, "403", "test's master-0 got okd's ignition: {body}");
     let test_url = format!("{}/ignition/master-0.ign", test.http());
-    let (code, body) = get(&okd_node, &test_url);
+    let (code, body) = get(okd_node, &test_url);
     assert_eq!(code, "403", "okd's master-0 got test's ignition: {body}");
 
     // The load balancer: each cluster's API frontend reaches its own master, from either side.
@@ -612,7 +651,7 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
         expect_balanced_to(ns, test.appliance, "test-master-0");
     }
     // Each boot server's /metrics: its own cluster's series, never the other's.
-    let (code, body) = get(&okd_node, &format!("{}/metrics", okd.http()));
+    let (code, body) = get(okd_node, &format!("{}/metrics", okd.http()));
     assert_eq!(code, "200");
     assert!(body.contains("cluster=\"okd\""), "{body}");
     assert!(!body.contains("cluster=\"test\""), "{body}");

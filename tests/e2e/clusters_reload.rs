@@ -15,11 +15,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use harness::{Bridge, Topology, require_root, require_tools, wait_until};
+use harness::{require_root, require_tools, wait_until};
 
 use crate::clusters::{
-    BIND_TIMEOUT, Client, attach, backend, expect_balanced_to, expect_lease, expect_names, get,
-    okd_on_its_own_segment, route, test_on_its_own_segment, wait_up, write_host,
+    BIND_TIMEOUT, Client, TwoSegments, expect_balanced_to, expect_lease, expect_names, get,
+    okd_on_its_own_segment, test_on_its_own_segment, wait_up, write_host,
 };
 use crate::dns_support::{dig_in, start_appliance};
 use crate::lb_support::Conn;
@@ -54,28 +54,20 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         .expect("tempdir");
     let state = dir.path().join("state");
     let host = write_host(dir.path(), &[&okd, &test]);
-    let topo = Topology::with_addrs("clr", "10.98.1.1/24", None).expect("topology");
-    let br1 = Bridge::create(topo.services(), "br1").expect("br1");
-    br1.add_addr("10.98.2.1/24").expect("br1 address");
+    let lab = TwoSegments::start("clr", &okd, &test);
     let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
-    let okd_node = attach(topo.bridge(), "okm0", Some(&format!("{}/24", okd_m0.ip)));
-    route(&okd_node, test.subnet, okd.appliance);
-    let test_node = attach(&br1, "tsm0", Some(&format!("{}/24", test_m0.ip)));
-    route(&test_node, okd.subnet, test.appliance);
-    let seg1 = attach(topo.bridge(), "dh1", None);
-    let _okd_peer = backend(&okd_node, "okd-master-0", okd_m0.ip);
-    let _test_peer = backend(&test_node, "test-master-0", test_m0.ip);
-    let mut app = start_appliance(topo.services(), &host);
+    let (okd_node, test_node, seg1) = (&lab.okd_node, &lab.test_node, &lab.seg1);
+    let mut app = start_appliance(lab.topo.services(), &host);
     wait_up(&app, &okd_m0);
     wait_up(&app, &test_m0);
 
     // okd's held stream and lease.
     let okd_api = SocketAddr::from((okd.appliance, 6443));
-    let mut held = Conn::open(&okd_node, okd_api).expect("connect to okd's API frontend");
+    let mut held = Conn::open(okd_node, okd_api).expect("connect to okd's API frontend");
     assert_eq!(held.backend, "okd-master-0");
     held.ping().expect("ping");
     let okd_m1 = okd.node("master-1");
-    let client = Client::start(&seg1, dir.path(), "okd-m1", okd_m1.mac, &[]);
+    let client = Client::start(seg1, dir.path(), "okd-m1", okd_m1.mac, &[]);
     let bound = client.wait(0, &["bound"]);
     expect_lease(&bound, &okd, &okd_m1);
 
@@ -95,8 +87,8 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
     let test_api = SocketAddr::from((test.appliance, 6443));
     let test_http = SocketAddr::from((test.appliance, 8080));
     assert!(
-        wait_until(BIND_TIMEOUT, || refused(&test_node, test_api)
-            && refused(&test_node, test_http)),
+        wait_until(BIND_TIMEOUT, || refused(test_node, test_api)
+            && refused(test_node, test_http)),
         "test's frontends still accept after its removal\n{}",
         app.log_tails()
     );
@@ -143,13 +135,10 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         "test's backend not up again\n{}",
         app.log_tails()
     );
-    expect_balanced_to(&test_node, test.appliance, "test-master-0");
-    let (code, body) = get(
-        &test_node,
-        &format!("{}/ignition/master-0.ign", test.http()),
-    );
+    expect_balanced_to(test_node, test.appliance, "test-master-0");
+    let (code, body) = get(test_node, &format!("{}/ignition/master-0.ign", test.http()));
     assert_eq!(code, "200", "{body}");
-    expect_names(&okd_node, okd.appliance, &test);
+    expect_names(okd_node, okd.appliance, &test);
     held.ping()
         .expect("okd's stream goes on across test's return");
     assert_eq!(

@@ -358,14 +358,7 @@ impl Layout {
             let each: Vec<String> = errors.iter().map(ToString::to_string).collect();
             format!("reload refused: {}", each.join("; "))
         })?;
-        for s in &bound {
-            tracing::info!(
-                "listening for {}/{} on {}",
-                s.spec.service.name(),
-                s.spec.proto,
-                s.local_addr
-            );
-        }
+        super::log_listening(&bound);
         self.note_bound(only.iter());
         let mut groups: Vec<Vec<BoundSocket>> = next.plans.iter().map(|_| Vec::new()).collect();
         for ((owner, _), socket) in specs.into_iter().zip(bound) {

@@ -176,14 +176,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
             api_url: api.as_ref().map(|a| format!("https://{}/", a.listen)),
         }),
     };
-    for s in &sockets {
-        tracing::info!(
-            "listening for {}/{} on {}",
-            s.spec.service.name(),
-            s.spec.proto,
-            s.local_addr
-        );
-    }
+    log_listening(&sockets);
     let mut groups: Vec<Vec<BoundSocket>> = layout.instances.iter().map(|_| Vec::new()).collect();
     for (socket, owner) in sockets.into_iter().zip(owners) {
         groups[owner].push(socket);
@@ -474,6 +467,17 @@ fn needs_restart(
         (Some(_), None) => keys.push("ha (removed)".to_owned()),
     }
     keys
+}
+
+fn log_listening(sockets: &[BoundSocket]) {
+    for s in sockets {
+        tracing::info!(
+            "listening for {}/{} on {}",
+            s.spec.service.name(),
+            s.spec.proto,
+            s.local_addr
+        );
+    }
 }
 
 /// The boot files the plan's nodes will ask for and can't get (`http::preflight`), as warnings.
