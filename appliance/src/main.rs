@@ -37,7 +37,12 @@ fn main() -> ExitCode {
         Command::Ha { action } => cli::admin::ha(&action),
         Command::Node { action } => match action {
             NodeAction::Reinstall { node, target } => cli::admin::reinstall(&node, &target),
-            NodeAction::Kargs { node, file, pxe } => cli::check::node_kargs(&node, &file, pxe),
+            NodeAction::Kargs {
+                node,
+                file,
+                pxe,
+                cluster,
+            } => cli::check::node_kargs(&node, &file, pxe, cluster.as_deref()),
         },
     }
 }

@@ -430,15 +430,35 @@ fn check_reads_a_host_file_and_the_other_commands_refuse_it() {
         "{stderr}"
     );
 
+    // node kargs: a host file's node by its cluster.
     let out = run(&[
         "node",
         "kargs",
         "master-0",
         &fixture("config/hosts/two-labs.yml"),
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("two-labs.yml is a host file"), "{stderr}");
+    assert!(stderr.contains("name one with --cluster ID"), "{stderr}");
+    let out = run(&[
+        "node",
+        "kargs",
+        "master-0",
+        "--cluster",
+        "test",
+        &fixture("config/hosts/two-labs.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let alone = run(&[
+        "node",
+        "kargs",
+        "master-0",
+        &fixture("config/hosts/test.yml"),
+    ]);
+    assert_eq!(
+        out.stdout, alone.stdout,
+        "test's master-0, as its own file says"
+    );
 
     // render: every cluster's plan and the host's zones; one cluster's formats per cluster.
     let out = run(&[

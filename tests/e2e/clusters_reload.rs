@@ -9,6 +9,8 @@
 //!   others), the CLI no longer knows it, and its state directory is kept.
 //! - Added back: test's frontend balances to its master again, its boot server serves, DNS has
 //!   its names, and okd's stream (the same connection) still echoes.
+//! - Then okd, the first-listed cluster, is removed: the admin socket (the host's, not okd's)
+//!   answers for test alone.
 //! - The appliance is never restarted: one `ready` line in its log from start to end.
 
 use std::net::{IpAddr, SocketAddr};
@@ -141,6 +143,21 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
     expect_names(okd_node, okd.appliance, &test);
     held.ping()
         .expect("okd's stream goes on across test's return");
+    // The first-listed cluster goes too: the admin socket and the API are the host's, not
+    // its, and go on answering for the one left.
+    write_host(dir.path(), &[&test]);
+    let (code, text) = reload(&state);
+    assert_eq!(code, Some(0), "{text}\n{}", app.log_tails());
+    let out = appliance([
+        "lb".as_ref(),
+        "status".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", app.log_tails());
+    assert!(stdout.contains(&format!("{}:6443", test_m0.ip)), "{stdout}");
+    assert!(!stdout.contains(&format!("{}:6443", okd_m0.ip)), "{stdout}");
     assert_eq!(
         app.stderr()
             .lines()

@@ -684,12 +684,20 @@ fn cluster_up_runs_for_two_clusters_at_once() {
             );
         }
     }
-    // Each orchestration asked its own double through its own cluster's API frontend.
-    let m = crate::support::scrape(
-        &okd_m.master,
-        &format!("http://{}:8080/metrics", OKD.appliance),
-    );
-    for c in [&OKD, &TEST] {
+    // Each orchestration asked its own double through its own cluster's API frontend, as
+    // each cluster's own boot server shows it (it shows no other cluster's series).
+    for (machines, c, other) in [(&okd_m, &OKD, &TEST), (&test_m, &TEST, &OKD)] {
+        let m = crate::support::scrape(
+            &machines.master,
+            &format!("http://{}:8080/metrics", c.appliance),
+        );
+        let foreign = format!("cluster=\"{}\"", other.id);
+        assert!(
+            !m.keys().any(|k| k.contains(&foreign)),
+            "{}'s boot server shows {}'s series",
+            c.id,
+            other.id
+        );
         let label = format!("cluster=\"{}\"", c.id);
         let through: Vec<(&String, &f64)> = m
             .iter()

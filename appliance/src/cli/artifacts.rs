@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use okd_appliance::artifacts::{self, StreamSource};
 use okd_appliance::config;
 
-use super::{load, runtime};
+use super::runtime;
 
 #[derive(Debug, Subcommand)]
 pub enum ArtifactsAction {
@@ -39,8 +39,12 @@ pub enum ArtifactsAction {
 
 #[derive(Debug, Args)]
 pub struct ArtifactsArgs {
-    /// The cluster config (YAML): where the files go (`install.artifacts_dir`) and their names.
+    /// The cluster config (YAML), or a host file: where the files go (`install.artifacts_dir`)
+    /// and their names.
     file: PathBuf,
+    /// With a host file of several clusters: the cluster whose artifacts these are, by its id.
+    #[arg(long, value_name = "ID")]
+    cluster: Option<String>,
     /// The CoreOS stream metadata, a URL or a file, e.g.
     /// https://builds.coreos.fedoraproject.org/streams/stable.json
     #[arg(long, value_name = "URL|FILE", value_parser = parse_stream)]
@@ -75,11 +79,15 @@ pub fn run(action: ArtifactsAction) -> ExitCode {
     };
     // The artifacts are usually fetched before `openshift-install create ignition-configs`
     // (whose output expires in 24 hours), so the ignition files are not required here.
-    let loaded = match load(&args.file, config::InstallCheck::Skip) {
-        Ok(l) => l,
+    let one = match super::load_one_cluster(
+        &args.file,
+        args.cluster.as_deref(),
+        config::InstallCheck::Skip,
+    ) {
+        Ok(one) => one,
         Err(code) => return code,
     };
-    let install = &loaded.config.install;
+    let install = &one.config.install;
     let options = artifacts::Options {
         stream: args.stream,
         arch: args.arch,

@@ -294,13 +294,13 @@ fn provider_unreachable(plan: &Plan) -> Vec<String> {
 }
 
 /// `node kargs NODE FILE`: the node's kernel arguments, one line, exactly as served.
-pub fn node_kargs(node: &str, file: &Path, pxe: bool) -> ExitCode {
+pub fn node_kargs(node: &str, file: &Path, pxe: bool, cluster: Option<&str>) -> ExitCode {
     // Like the artifacts, this is useful before the ignition configs exist.
-    let loaded = match load(file, InstallCheck::Skip) {
-        Ok(l) => l,
+    let one = match super::load_one_cluster(file, cluster, InstallCheck::Skip) {
+        Ok(one) => one,
         Err(code) => return code,
     };
-    let plan = Plan::derive(&loaded.config, 0);
+    let plan = Plan::derive(&one.config, 0);
     let Some(boot) = plan.boot.iter().find(|b| b.node == node) else {
         let names: Vec<&str> = plan.boot.iter().map(|b| b.node.as_str()).collect();
         eprintln!(

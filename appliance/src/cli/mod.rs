@@ -253,11 +253,14 @@ pub enum NodeAction {
     /// /iso/NODE.iso has built in); with --pxe, the whole line of its PXE boot.
     Kargs {
         node: String,
-        /// The cluster config (YAML).
+        /// The cluster config (YAML), or a host file.
         file: PathBuf,
         /// The arguments of the live PXE kernel instead (with coreos.live.rootfs_url).
         #[arg(long)]
         pxe: bool,
+        /// With a host file of several clusters: the node's cluster, by its id.
+        #[arg(long, value_name = "ID")]
+        cluster: Option<String>,
     },
 }
 
@@ -286,6 +289,83 @@ fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode
 fn load_quietly(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
     match config::load(file, files) {
         Ok(loaded) => Ok(loaded),
+        Err(e) => {
+            eprint!("{}", e.render(style()));
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// One cluster of a config file: its config, the state directory of the appliance serving it,
+/// and its id when that appliance serves a host file.
+struct OneCluster {
+    config: config::Config,
+    state_dir: PathBuf,
+    id: Option<String>,
+}
+
+/// The cluster `--cluster` names in a host file (or its only one), or a cluster file's (whose
+/// name `cluster`, when given, must be). Warnings as one line; a usage error exits 2.
+fn one_cluster(
+    loaded: config::Target,
+    cluster: Option<&str>,
+    file: &str,
+) -> Result<OneCluster, ExitCode> {
+    match loaded {
+        config::Target::Cluster(loaded) => {
+            eprint!("{}", loaded.warnings.warnings_line());
+            if let Some(id) = cluster.filter(|id| **id != loaded.config.cluster.name) {
+                eprintln!(
+                    "error: {file} is cluster {}'s config, not {id}'s",
+                    loaded.config.cluster.name
+                );
+                return Err(ExitCode::from(2));
+            }
+            Ok(OneCluster {
+                state_dir: loaded.config.state_dir.clone(),
+                config: loaded.config,
+                id: None,
+            })
+        }
+        config::Target::Host(host) => {
+            eprint!("{}", host.warnings.warnings_line());
+            let ids: Vec<String> = host.clusters.iter().map(|m| m.id.clone()).collect();
+            let picked = match (cluster, host.clusters.len()) {
+                (Some(id), _) => host.clusters.into_iter().find(|m| m.id == id),
+                (None, 1) => host.clusters.into_iter().next(),
+                (None, _) => {
+                    eprintln!(
+                        "error: {file} lists several clusters ({}): name one with --cluster ID",
+                        ids.join(", ")
+                    );
+                    return Err(ExitCode::from(2));
+                }
+            };
+            let Some(member) = picked else {
+                eprintln!(
+                    "error: {file} has no cluster {} (its clusters: {})",
+                    cluster.unwrap_or_default(),
+                    ids.join(", ")
+                );
+                return Err(ExitCode::from(2));
+            };
+            Ok(OneCluster {
+                config: member.config,
+                state_dir: host.state_dir,
+                id: Some(member.id),
+            })
+        }
+    }
+}
+
+/// [`one_cluster`] of the file at `file`, loaded with `files`.
+fn load_one_cluster(
+    file: &Path,
+    cluster: Option<&str>,
+    files: InstallCheck<'_>,
+) -> Result<OneCluster, ExitCode> {
+    match config::load_any(file, files) {
+        Ok(loaded) => one_cluster(loaded, cluster, &file.display().to_string()),
         Err(e) => {
             eprint!("{}", e.render(style()));
             Err(ExitCode::from(1))

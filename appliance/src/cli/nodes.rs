@@ -128,8 +128,14 @@ fn run(
             return ExitCode::from(1);
         }
     };
-    let (config, appliance) = match one_cluster(loaded, cluster, file) {
-        Ok(c) => c,
+    let (config, appliance) = match super::one_cluster(loaded, cluster, file) {
+        Ok(one) => {
+            let appliance = Appliance {
+                state_dir: one.state_dir,
+                cluster: one.id,
+            };
+            (one.config, appliance)
+        }
         Err(code) => return code,
     };
     let plan = Plan::derive(&config, 1).control;
@@ -260,61 +266,6 @@ async fn act<P: Provider>(
         }
     }
     summarize(&reports, verb)
-}
-
-/// The cluster `--cluster` names in a host file (or the only one), or a cluster file's; with
-/// the running appliance that serves it.
-fn one_cluster(
-    loaded: config::Target,
-    cluster: Option<&str>,
-    file: &str,
-) -> Result<(config::Config, Appliance), ExitCode> {
-    match loaded {
-        config::Target::Cluster(loaded) => {
-            eprint!("{}", loaded.warnings.warnings_line());
-            if let Some(id) = cluster.filter(|id| **id != loaded.config.cluster.name) {
-                eprintln!(
-                    "error: {file} is cluster {}'s config, not {id}'s",
-                    loaded.config.cluster.name
-                );
-                return Err(ExitCode::from(2));
-            }
-            let state_dir = loaded.config.state_dir.clone();
-            let appliance = Appliance {
-                state_dir,
-                cluster: None,
-            };
-            Ok((loaded.config, appliance))
-        }
-        config::Target::Host(host) => {
-            eprint!("{}", host.warnings.warnings_line());
-            let ids: Vec<String> = host.clusters.iter().map(|m| m.id.clone()).collect();
-            let picked = match (cluster, host.clusters.len()) {
-                (Some(id), _) => host.clusters.into_iter().find(|m| m.id == id),
-                (None, 1) => host.clusters.into_iter().next(),
-                (None, _) => {
-                    eprintln!(
-                        "error: {file} lists several clusters ({}): name one with --cluster ID",
-                        ids.join(", ")
-                    );
-                    return Err(ExitCode::from(2));
-                }
-            };
-            let Some(member) = picked else {
-                eprintln!(
-                    "error: {file} has no cluster {} (its clusters: {})",
-                    cluster.unwrap_or_default(),
-                    ids.join(", ")
-                );
-                return Err(ExitCode::from(2));
-            };
-            let appliance = Appliance {
-                state_dir: host.state_dir,
-                cluster: Some(member.id),
-            };
-            Ok((member.config, appliance))
-        }
-    }
 }
 
 /// The running appliance serving this config, if any: each machine action is recorded in its

@@ -55,7 +55,7 @@ pub fn start(
     parts: Clusters,
 ) -> anyhow::Result<Running> {
     let listener = UnixListener::from_std(listener).context("adopting the admin socket")?;
-    let token = parts.host().shutdown.clone();
+    let token = parts.shutdown().clone();
     Ok(Box::pin(serve(listener, parts, token)))
 }
 
@@ -78,13 +78,7 @@ async fn serve(
         };
         let parts = parts.clone();
         tokio::spawn(async move {
-            // `cluster down` waits for the provider to destroy every machine.
-            let limit = if parts.host().orchestration().is_ok() {
-                Duration::from_secs(600)
-            } else {
-                Duration::from_secs(5)
-            };
-            if let Err(e) = tokio::time::timeout(limit, session(stream, &parts)).await {
+            if let Err(e) = session(stream, &parts).await {
                 tracing::debug!("admin session: {e}");
             }
         });
@@ -229,10 +223,13 @@ fn json<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
+/// How long a client has to send its request line.
+const REQUEST_TIME: Duration = Duration::from_secs(5);
+
 async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    BufReader::new(read).take_line(&mut line).await?;
+    tokio::time::timeout(REQUEST_TIME, BufReader::new(read).take_line(&mut line)).await??;
     let (cluster, line) = addressed(&line);
     let reply = match Request::parse(line) {
         // The host's own question: which clusters it serves, one id a line.
@@ -245,7 +242,21 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
             out
         }
         Ok(request) => match clusters_operator(clusters, cluster, &request) {
-            Ok(op) => respond(&op, request).await,
+            Ok(op) => {
+                // `cluster down` waits for the provider to destroy every machine.
+                let limit = if op.orchestration().is_ok() {
+                    Duration::from_secs(600)
+                } else {
+                    REQUEST_TIME
+                };
+                match tokio::time::timeout(limit, respond(&op, request)).await {
+                    Ok(reply) => reply,
+                    Err(_) => format!(
+                        "error: no answer within {}\n",
+                        humantime::format_duration(limit)
+                    ),
+                }
+            }
             Err(e) => reply::<String>(Err(e)),
         },
         Err(usage) => format!("error: {usage}\n"),

@@ -135,7 +135,7 @@ pub fn start(
     parts: Clusters,
 ) -> anyhow::Result<Running> {
     let local = UnixListener::from_std(local).context("adopting the API socket")?;
-    let token = parts.host().shutdown.clone();
+    let token = parts.shutdown().clone();
     let mut tasks: Vec<Running> = vec![Box::pin(serve_local(local, parts.clone(), token.clone()))];
     if let Some(listener) = tcp {
         let plan = parts.host().plan.load();

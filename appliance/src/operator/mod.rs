@@ -434,33 +434,57 @@ impl Operator {
 /// fronts ask of one cluster goes to the one they name, or to the only one; what is the host's
 /// (reload, the pair, metrics) to the first.
 #[derive(Clone, Debug)]
-pub struct Clusters(Arc<arc_swap::ArcSwap<Vec<(String, Operator)>>>);
+pub struct Clusters {
+    operators: Arc<arc_swap::ArcSwap<Vec<(String, Operator)>>>,
+    /// The appliance's token (each operator's own is its cluster's, cancelled when a reload
+    /// removes the cluster): the fronts stop with the appliance, not with a cluster.
+    shutdown: CancellationToken,
+}
 
 impl Clusters {
     /// `operators` must not be empty: a running appliance serves at least one cluster.
-    pub fn new(operators: Vec<(String, Operator)>) -> Clusters {
+    pub fn new(operators: Vec<(String, Operator)>, shutdown: CancellationToken) -> Clusters {
         assert!(!operators.is_empty(), "an appliance serves a cluster");
-        Clusters(Arc::new(arc_swap::ArcSwap::from_pointee(operators)))
+        Clusters {
+            operators: Arc::new(arc_swap::ArcSwap::from_pointee(operators)),
+            shutdown,
+        }
     }
 
-    /// Serves `operators` from now on (a reload added or removed a cluster).
+    /// Serves `operators` from now on (a reload added or removed a cluster). An empty list
+    /// (every cluster of a reload failed to start) keeps the previous one: the fronts always
+    /// have a cluster to answer for.
     pub fn replace(&self, operators: Vec<(String, Operator)>) {
-        assert!(!operators.is_empty(), "an appliance serves a cluster");
-        self.0.store(Arc::new(operators));
+        if operators.is_empty() {
+            tracing::error!(
+                "no cluster is served after the reload; the operator keeps the previous list"
+            );
+            return;
+        }
+        self.operators.store(Arc::new(operators));
+    }
+
+    /// Cancelled when the appliance stops.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     /// The clusters' ids and operators, in order.
     pub fn all(&self) -> Arc<Vec<(String, Operator)>> {
-        self.0.load_full()
+        self.operators.load_full()
     }
 
     pub fn ids(&self) -> Vec<String> {
-        self.0.load().iter().map(|(id, _)| id.clone()).collect()
+        self.operators
+            .load()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Cluster `id`'s operator; without an id, the only cluster's.
     pub fn pick(&self, id: Option<&str>) -> Result<Operator, OpError> {
-        let all = self.0.load();
+        let all = self.operators.load();
         match (id, all.as_slice()) {
             (None, [(_, only)]) => Ok(only.clone()),
             (None, _) => Err(OpError::WhichCluster(self.ids())),
@@ -477,7 +501,7 @@ impl Clusters {
 
     /// For what is the host's: reload, the pair, metrics, shutdown.
     pub fn host(&self) -> Operator {
-        self.0.load()[0].1.clone()
+        self.operators.load()[0].1.clone()
     }
 }
 

@@ -155,6 +155,9 @@ fn only(plans: &[&Plan], host: &Host, pick: fn(&mut Listen) -> &mut Vec<SocketAd
     let mut p = plans[0].clone();
     p.state_dir = host.state_dir.clone();
     p.zones.clear();
+    // Neither DNS nor TFTP is bound to an interface: no cluster's stays with them (a reload
+    // that removes the first cluster must not look like an interface change).
+    p.interface = None;
     p.listen = Listen::default();
     *pick(&mut p.listen) = merged;
     p
@@ -162,8 +165,9 @@ fn only(plans: &[&Plan], host: &Host, pick: fn(&mut Listen) -> &mut Vec<SocketAd
 
 /// DHCP: one plan per cluster interface. The cluster with the dynamic pool (check allows one
 /// per segment) answers clients no cluster knows; every other cluster's reservations ride
-/// along and are answered with their own cluster's options. The nodes of a cluster on the
-/// segment without DHCP (`listen.dhcp: []`) are left to its own DHCP server.
+/// along and are answered with their own cluster's options. Every other node of the host (of
+/// another segment, or of a cluster on this one whose DHCP is another server's) is never
+/// answered here.
 fn segments(plans: &[&Plan], host: &Host) -> Vec<Plan> {
     let mut interfaces: Vec<Option<&str>> = Vec::new();
     for p in plans {
@@ -193,9 +197,12 @@ fn segments(plans: &[&Plan], host: &Host) -> Vec<Plan> {
                 .filter(|(i, _)| *i != base)
                 .map(|(_, o)| o.dhcp.clone())
                 .collect();
+            // Every other node of the host: a cluster's node whose DHCP is another server's,
+            // or a node of another segment that reached this one (a VM on the wrong bridge),
+            // never gets this segment's pool.
             p.dhcp.silent = plans
                 .iter()
-                .filter(|o| o.listen.dhcp.is_empty() && o.interface.as_deref() == interface)
+                .filter(|o| !on.iter().any(|mine| std::ptr::eq(*mine, **o)))
                 .flat_map(|o| o.dhcp.reservations.iter().map(|r| r.mac))
                 .collect();
             p

@@ -56,6 +56,9 @@ pub(super) struct Layout {
     bound: Vec<(crate::sockets::Service, SocketAddr)>,
     /// Once started: what a started instance is made with, and the operator wing's lists.
     started: Option<Started>,
+    /// Removed clusters' operators while their install run may still be stopping: such a
+    /// cluster is not added back before it has.
+    retired: Vec<(String, crate::operator::Operator)>,
 }
 
 struct Started {
@@ -85,6 +88,7 @@ impl Layout {
             host_journal,
             bound: Vec::new(),
             started: None,
+            retired: Vec::new(),
         };
         for (role, plan) in derived.plans {
             let instance = layout.instance(role, plan);
@@ -186,7 +190,7 @@ impl Layout {
         }
         let samplers = Samplers::default();
         base.metrics.attach(Box::new(samplers.clone()));
-        let clusters = Clusters::new(self.operators());
+        let clusters = Clusters::new(self.operators(), self.root.clone());
         samplers.replace(self.samplers());
         self.started = Some(Started {
             base,
@@ -218,7 +222,7 @@ impl Layout {
         let current = self.serial();
         let (outcome, tasks) = match load(path).await {
             Ok(target) => match self.apply(&target, current) {
-                Ok((line, tasks)) => (Ok(line), tasks),
+                Ok(applied) => applied,
                 Err(line) => (
                     Err(format!("{line}; still serving plan {current}")),
                     Vec::new(),
@@ -287,7 +291,13 @@ impl Layout {
         })
     }
 
-    fn apply(&mut self, target: &Target, current: u32) -> Result<(String, Vec<Task>), String> {
+    /// Applies `target`: `Err` when it is refused (nothing changed); else the outcome line
+    /// (`Err` when an added cluster could not start: the rest is applied) and the tasks to spawn.
+    fn apply(
+        &mut self,
+        target: &Target,
+        current: u32,
+    ) -> Result<(Result<String, String>, Vec<Task>), String> {
         log_warnings(&warnings(target));
         // At the current serial first: a reload that changes nothing keeps it.
         let same = derive(target, current, self.host.as_ref())
@@ -306,7 +316,7 @@ impl Layout {
                 .all(|(role, p)| self.kept(role).is_some_and(|i| **i.plan.load() == *p));
         if unchanged {
             return Ok((
-                format!("config unchanged: still serving plan {current}"),
+                Ok(format!("config unchanged: still serving plan {current}")),
                 Vec::new(),
             ));
         }
@@ -322,16 +332,38 @@ impl Layout {
         }
         let next = derive(target, next_serial(Some(current)), self.host.as_ref())
             .map_err(|e| format!("reload refused: {e}"))?;
-        let tasks = self.replace(next)?;
+        let (tasks, failures) = self.replace(next)?;
         let serial = self.serial();
         self.plan_loaded();
-        Ok((format!("reloaded: now serving plan {serial}"), tasks))
+        let line = format!("reloaded: now serving plan {serial}");
+        if failures.is_empty() {
+            Ok((Ok(line), tasks))
+        } else {
+            Ok((Err(format!("{line}, but {}", failures.join("; "))), tasks))
+        }
     }
 
     /// Binds what `next` adds, then swaps the plans in: kept instances get theirs, removed
     /// ones are cancelled, added ones start. Nothing changes when a socket can't be bound.
-    fn replace(&mut self, next: Derived) -> Result<Vec<Task>, String> {
-        // The sockets first: a reload that can't bind changes nothing.
+    fn replace(&mut self, next: Derived) -> Result<(Vec<Task>, Vec<String>), String> {
+        // What can fail comes first, and a reload that fails there changes nothing: an added
+        // cluster's state directory, a cluster added back while its last run still stops,
+        // then the sockets.
+        for (role, plan) in &next.plans {
+            let Some(id) = role.cluster().filter(|_| self.kept(role).is_none()) else {
+                continue;
+            };
+            self.retired
+                .retain(|(_, op)| op.orchestration().is_ok_and(|o| o.status().running));
+            if self.retired.iter().any(|(gone, _)| gone == id) {
+                return Err(format!(
+                    "reload refused: cluster {id} was removed and its install run is still stopping: reload again in a moment"
+                ));
+            }
+            let dir = &plan.state_dir;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("reload refused: can't create {}: {e}", dir.display()))?;
+        }
         let mut specs: Vec<(Option<usize>, ListenerSpec)> = Vec::new();
         for (n, (role, plan)) in next.plans.iter().enumerate() {
             match self.kept(role) {
@@ -374,80 +406,93 @@ impl Layout {
         started.clusters.replace(self.operators());
         started.samplers.replace(self.samplers());
         self.started = Some(started);
-        outcome
+        Ok(outcome)
     }
 
+    /// Swaps `next` in; cannot fail as a whole. What could not start is in the failures: an
+    /// added cluster (cancelled, its sockets closed with it), or DNS or TFTP on an address an
+    /// added cluster brought (unbound again, tried at the next reload).
     fn swap(
         &mut self,
         next: Derived,
         groups: Vec<Vec<BoundSocket>>,
         started: &Started,
-    ) -> Result<Vec<Task>, String> {
+    ) -> (Vec<Task>, Vec<String>) {
         let mut old = std::mem::take(&mut self.instances);
-        let mut tasks = Vec::new();
+        let (mut tasks, mut failures) = (Vec::new(), Vec::new());
         for ((role, plan), sockets) in next.plans.into_iter().zip(groups) {
             let at = old.iter().position(|i| match (&i.role, &role) {
                 (Role::Everything(_), Role::Everything(_)) => true,
                 (a, b) => a == b,
             });
-            match at.map(|n| old.remove(n)) {
-                Some(instance) => {
-                    if role.cluster().is_some() {
-                        log_missing_boot_files(&plan);
-                    }
-                    instance.plan.store(Arc::new(plan));
-                    if !sockets.is_empty() {
-                        // DNS or TFTP on an address an added cluster brought.
-                        let ctx = instance.context(&started.base);
-                        let more = match role {
-                            Role::Dns => crate::dns::start(sockets, &ctx).map(|r| ("dns", r)),
-                            _ => crate::tftp::start(sockets, &ctx).map(|r| ("tftp", r)),
-                        };
-                        match more {
-                            Ok((name, running)) => tasks.push(Task {
-                                name,
-                                token: instance.token.clone(),
-                                running,
-                            }),
-                            Err(e) => tracing::error!("{e:#}"),
-                        }
-                    }
-                    self.instances.push(instance);
+            let Some(instance) = at.map(|n| old.remove(n)) else {
+                if let Some(id) = role.cluster() {
+                    tracing::info!("cluster {id} added");
+                    log_missing_boot_files(&plan);
                 }
-                None => {
-                    if let Some(id) = role.cluster() {
-                        tracing::info!("cluster {id} added");
-                        log_missing_boot_files(&plan);
-                        let dir = plan.state_dir.clone();
-                        std::fs::create_dir_all(&dir)
-                            .map_err(|e| format!("can't create {}: {e}", dir.display()))?;
+                let mut instance = self.instance(role, plan);
+                match instance.start(sockets, &started.base, &started.wing) {
+                    Ok(more) => {
+                        tasks.extend(more);
+                        self.instances.push(instance);
                     }
-                    let mut instance = self.instance(role, plan);
-                    match instance.start(sockets, &started.base, &started.wing) {
-                        Ok(more) => tasks.extend(more),
-                        Err(e) => {
-                            // Its sockets are closed with it; the others go on.
-                            tracing::error!("{:#}", anyhow::Error::new(e));
-                            instance.token.cancel();
-                            continue;
-                        }
+                    Err(e) => {
+                        let what = instance.role.cluster().map_or_else(
+                            || format!("{:?}", instance.role),
+                            |id| format!("cluster {id}"),
+                        );
+                        failures.push(format!("{what} did not start: {:#}", anyhow::Error::new(e)));
+                        instance.token.cancel();
                     }
-                    self.instances.push(instance);
+                }
+                continue;
+            };
+            if role.cluster().is_some() {
+                log_missing_boot_files(&plan);
+            }
+            instance.plan.store(Arc::new(plan));
+            if !sockets.is_empty() {
+                // DNS or TFTP on an address an added cluster brought.
+                let addrs: Vec<_> = sockets
+                    .iter()
+                    .map(|b| (b.spec.service, b.spec.addr))
+                    .collect();
+                let ctx = instance.context(&started.base);
+                let more = match role {
+                    Role::Dns => crate::dns::start(sockets, &ctx).map(|r| ("dns", r)),
+                    _ => crate::tftp::start(sockets, &ctx).map(|r| ("tftp", r)),
+                };
+                match more {
+                    Ok((name, running)) => tasks.push(Task {
+                        name,
+                        token: instance.token.clone(),
+                        running,
+                    }),
+                    Err(e) => {
+                        failures.push(format!("{e:#}"));
+                        self.bound.retain(|b| !addrs.contains(b));
+                    }
                 }
             }
+            self.instances.push(instance);
         }
         for gone in old {
             match gone.role.cluster() {
-                Some(id) => tracing::info!(
-                    "cluster {id} removed: its listeners close, its orchestration stops; its state stays in {}",
-                    gone.plan.load().state_dir.display()
-                ),
+                Some(id) => {
+                    tracing::info!(
+                        "cluster {id} removed: its listeners close, its orchestration stops; its state stays in {}",
+                        gone.plan.load().state_dir.display()
+                    );
+                    if let Some(op) = &gone.operator {
+                        self.retired.push((id.to_owned(), op.clone()));
+                    }
+                }
                 None => tracing::info!("{:?} instance retired", gone.role),
             }
             gone.token.cancel();
         }
         self.host = next.host;
-        Ok(tasks)
+        (tasks, failures)
     }
 }
 

@@ -311,3 +311,20 @@ fn a_node_of_a_cluster_without_dhcp_on_the_segment_is_not_answered_from_the_pool
         .is_some()
     );
 }
+
+#[test]
+fn a_node_of_another_segment_gets_nothing_from_this_ones_pool() {
+    let v = views("two-labs.yml");
+    // okd's segment (ens19) has the pool; test's node there is never answered.
+    let okd = &v.dhcp[0].dhcp;
+    assert!(okd.pool.is_some());
+    let test_master = mac("52:54:00:20:00:02");
+    assert!(okd.silent.contains(&test_master), "{:?}", okd.silent);
+    assert!(!okd.silent.contains(&mac("52:54:00:00:00:02")));
+    let mut state = State::new(Leases::in_memory());
+    let discover = message(test_master.0, MessageType::Discover, vec![]);
+    assert!(handle(&discover, okd, &mut state, 1).is_none());
+    // DNS and TFTP carry no interface: removing the first cluster changes none of theirs.
+    assert_eq!(v.dns.interface, None);
+    assert_eq!(v.tftp.interface, None);
+}

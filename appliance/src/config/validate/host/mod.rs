@@ -12,7 +12,7 @@ use super::super::diagnostic::{Problem, Severity, Source};
 use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
 use machines::machines;
-use network::{listeners, pools, subnets};
+use network::{dhcp_interfaces, listeners, pools, subnets};
 
 mod machines;
 mod network;
@@ -33,6 +33,7 @@ pub(in crate::config) fn conflicts(
     addresses(members, &mut out);
     subnets(members, &mut out);
     pools(members, &mut out);
+    dhcp_interfaces(members, &mut out);
     ignition_dirs(members, &mut out);
     machines(members, &mut out);
     listeners(members, &mut out);

@@ -151,6 +151,33 @@ pub(super) fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>)
                 );
                 out.push((Some(i), p));
             }
+            // One DHCP socket serves an interface, with one pool: a second, different pool on
+            // it (another subnet on the same interface) would never be served.
+            let serves_dhcp = |m: &Listed| !m.config.listen.dhcp.is_empty();
+            let interface = m.config.network.interface.as_deref();
+            if let (Some((pool, at)), Some((their_pool, their_at))) = (mine, theirs)
+                && (pool.end < their_pool.start || their_pool.end < pool.start)
+                && serves_dhcp(m)
+                && serves_dhcp(other)
+                && interface == other.config.network.interface.as_deref()
+            {
+                let on = interface.map_or_else(
+                    || "without network.interface".to_owned(),
+                    |i| format!("on {i}"),
+                );
+                let message = format!(
+                    "a second dynamic pool {on}: cluster {} has {}-{} there",
+                    other.id, their_pool.start, their_pool.end
+                );
+                let p = conflict(
+                    (m, (at, "this pool")),
+                    (other, (their_at, "that pool")),
+                    "host::second-pool",
+                    message,
+                    "one DHCP socket serves an interface, with one pool: state the same pool in both files, or keep it in one",
+                );
+                out.push((Some(i), p));
+            }
             // This cluster's pool holds an address of the other's (a node's, its appliance
             // address, its gateway), or the other's pool holds one of this one's.
             if let Some((pool, at)) = mine {
@@ -192,6 +219,38 @@ pub(super) fn pools(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>)
                 }
             }
         }
+    }
+}
+
+/// Two clusters serving DHCP without `network.interface`: the host's DHCP sockets are one per
+/// interface (a segment), and neither says which.
+pub(super) fn dhcp_interfaces(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
+    let unbound =
+        |m: &Listed| !m.config.listen.dhcp.is_empty() && m.config.network.interface.is_none();
+    let Some(first) = members.iter().position(unbound) else {
+        return;
+    };
+    for (i, m) in members
+        .iter()
+        .enumerate()
+        .skip(first + 1)
+        .filter(|(_, m)| unbound(m))
+    {
+        let other = &members[first];
+        let p = conflict(
+            (m, (m.raw.network.appliance_ip.referenced, "this cluster")),
+            (
+                other,
+                (other.raw.network.appliance_ip.referenced, "that cluster"),
+            ),
+            "host::dhcp-without-interface",
+            format!(
+                "this cluster and cluster {} both serve DHCP without network.interface",
+                other.id
+            ),
+            "one DHCP socket serves each interface of a host: set network.interface in each cluster file (or listen.dhcp: [] where another server does DHCP)",
+        );
+        out.push((Some(i), p));
     }
 }
 

@@ -171,3 +171,46 @@ fn one_ignition_dir_however_its_path_is_written() {
     let b = cluster("b", 2, 20, "").replace("./b-install", "./x/../a-install");
     assert_eq!(codes(&[a, b]), ["host::shared-ignition-dir"]);
 }
+
+#[test]
+fn one_interface_serves_one_pool_and_dhcp_needs_an_interface_to_share() {
+    // Two pools on ens19 that don't overlap: the second would never be served.
+    let a = cluster(
+        "a",
+        1,
+        10,
+        "  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.120 }\n",
+    );
+    let b = cluster(
+        "b",
+        2,
+        20,
+        "  dhcp_pool: { start: 10.0.0.130, end: 10.0.0.150 }\n",
+    );
+    assert_eq!(codes(&[a.clone(), b]), ["host::second-pool"]);
+    // The same pool stated twice is the segment's one pool.
+    let same = cluster(
+        "b",
+        2,
+        20,
+        "  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.120 }\n",
+    );
+    assert_eq!(codes(&[a.clone(), same]), Vec::<&str>::new());
+    // A cluster whose DHCP is another server's may keep its own pool written down.
+    let off = cluster(
+        "b",
+        2,
+        20,
+        "  dhcp_pool: { start: 10.0.0.130, end: 10.0.0.150 }\n---sections---\nlisten: { dhcp: [] }\n",
+    );
+    assert_eq!(codes(&[a, off]), Vec::<&str>::new());
+    // Without network.interface, two clusters' DHCP can't be told apart.
+    let bare = |name: &str, appliance: u8, first: u8| {
+        let listen = format!("---sections---\nlisten: {{ dhcp: [\"10.0.0.{appliance}:67\"] }}\n");
+        cluster(name, appliance, first, &listen).replace("  interface: ens19\n", "")
+    };
+    assert_eq!(
+        codes(&[bare("a", 1, 10), bare("b", 2, 20)]),
+        ["host::dhcp-without-interface"]
+    );
+}
