@@ -529,7 +529,7 @@ pub(crate) fn okd_on_its_own_segment() -> Cluster {
         subnet: "10.98.1.0/24",
         appliance: ip(1),
         gateway: ip(254),
-        pool: None,
+        pool: Some((ip(100), ip(109))),
         nodes: vec![
             reserved("master-0", "master", "52:54:00:98:01:02", ip(2)),
             reserved("master-1", "master", "52:54:00:98:01:03", ip(3)),
@@ -546,7 +546,7 @@ pub(crate) fn test_on_its_own_segment() -> Cluster {
         subnet: "10.98.2.0/24",
         appliance: ip(1),
         gateway: ip(254),
-        pool: None,
+        pool: Some((ip(100), ip(104))),
         nodes: vec![
             reserved("master-0", "master", "52:54:00:98:02:02", ip(2)),
             reserved("master-1", "master", "52:54:00:98:02:03", ip(3)),
@@ -602,7 +602,7 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
         bound.expect(&[("boot_file", script_url(cluster, node))]);
         expect_journaled(dir.path(), interface, node.ip, node.mac);
     }
-    // A MAC reserved in okd, on test's segment (which has no pool): nothing.
+    // A MAC reserved in okd, on test's segment: nothing, not even from test's pool.
     let okd_w0 = okd.node("worker-0");
     seg2.ip(["addr", "flush", "dev", "eth0"]).expect("flush");
     no_lease(seg2, dir.path(), "okd-w0-on-test", okd_w0.mac);
@@ -738,6 +738,18 @@ pub(crate) fn expect_operator_per_cluster(state: &Path, test_m0: &Reserved, okd_
     );
     assert!(body.contains(&format!("<td>{}</td>", test_m0.ip)), "{body}");
     assert!(!body.contains(&format!("<td>{}</td>", okd_m0.ip)), "{body}");
+    // Each segment adds its own pool to the host's DHCP gauges: 10 free on okd's, 5 on test's.
+    let free = || {
+        let (_, body) = api("/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix("okd_appliance_dhcp_pool_free "))
+            .map(str::to_owned)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || free().as_deref() == Some("15")),
+        "dhcp_pool_free: {:?}",
+        free()
+    );
     let (code, body) = api("/metrics");
     assert_eq!(code, "200");
     for cluster in ["okd", "test"] {

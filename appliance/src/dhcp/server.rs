@@ -69,6 +69,10 @@ struct Server<'a> {
     syncing: Option<Group>,
     /// The lease gauges are behind the table.
     gauges_stale: bool,
+    /// What this socket's segment adds to the lease gauges (live dynamic leases, free pool
+    /// addresses): on a host of several segments each adds its own, so the gauges are the
+    /// host's sums.
+    counted: (i64, i64),
 }
 
 /// Serves DHCP on `socket` with the lease table `leases` until `token` is cancelled.
@@ -100,6 +104,7 @@ pub async fn serve(
         changes: Vec::new(),
         syncing: None,
         gauges_stale: false,
+        counted: (0, 0),
     };
     let mut packets: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut buf = vec![0u8; 65_535];
@@ -145,6 +150,8 @@ pub async fn serve(
     server.settle().await;
     server.start_group().await;
     server.settle().await;
+    // A segment a reload removed takes its share out of the host's gauges.
+    server.count((0, 0));
     Ok(())
 }
 
@@ -276,23 +283,29 @@ impl Server<'_> {
     /// and free pool addresses.
     fn update_gauges(&mut self, dhcp: &plan::DhcpPlan) {
         self.gauges_stale = false;
-        let Some(pool) = dhcp.pool else {
-            self.metrics.dhcp_leases.set(0);
-            return;
+        let now = match dhcp.pool {
+            None => (0, 0),
+            Some(pool) => {
+                let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
+                let used = self
+                    .state
+                    .leases
+                    .iter()
+                    .filter(|l| pool.contains(l.ip))
+                    .count() as u64;
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                (count(used), count(size.saturating_sub(used)))
+            }
         };
-        let size = u64::from(u32::from(pool.end) - u32::from(pool.start)) + 1;
-        let used = self
-            .state
-            .leases
-            .iter()
-            .filter(|l| pool.contains(l.ip))
-            .count() as u64;
-        self.metrics
-            .dhcp_leases
-            .set(i64::try_from(used).unwrap_or(i64::MAX));
-        self.metrics
-            .dhcp_pool_free
-            .set(i64::try_from(size.saturating_sub(used)).unwrap_or(i64::MAX));
+        self.count(now);
+    }
+
+    /// Moves this segment's share of the lease gauges to `now`.
+    fn count(&mut self, now: (i64, i64)) {
+        let (leases, free) = self.counted;
+        self.metrics.dhcp_leases.inc_by(now.0 - leases);
+        self.metrics.dhcp_pool_free.inc_by(now.1 - free);
+        self.counted = now;
     }
 }
 
