@@ -41,6 +41,14 @@ pub fn remove(path: &Path) -> io::Result<bool> {
     }
 }
 
+/// Renames `from` to `to` (a file or a directory, on one file system) durably: both
+/// directories are synced.
+pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::rename(from, to)?;
+    sync_dir(parent(to)?)?;
+    sync_dir(parent(from)?)
+}
+
 fn parent(path: &Path) -> io::Result<&Path> {
     match path.parent() {
         Some(p) if p.as_os_str().is_empty() => Ok(Path::new(".")),

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 const IGNITION_FETCHED: &str = "ignition-fetched";
 const DISK_BOOT_OFFERED: &str = "disk-boot-offered";
 const INSTALLED: &str = "installed";
+/// The markers' directories, each named after its kind.
+pub const DIRECTORIES: [&str; 3] = [IGNITION_FETCHED, DISK_BOOT_OFFERED, INSTALLED];
 
 /// What the appliance knows of a node's install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +42,7 @@ pub enum InstallPhase {
 /// Creates the markers' directories (at start, while the appliance may still be root, so that
 /// they are there to hand over to the `run_as` account).
 pub fn prepare(state_dir: &Path) -> io::Result<()> {
-    for kind in [IGNITION_FETCHED, DISK_BOOT_OFFERED, INSTALLED] {
+    for kind in DIRECTORIES {
         std::fs::create_dir_all(state_dir.join(kind))?;
     }
     Ok(())

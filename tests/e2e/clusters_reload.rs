@@ -170,3 +170,67 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
     app.assert_running()
         .expect("okd-appliance is still running");
 }
+
+/// A host file's first start over the state directory okd's own file used: okd's install
+/// markers move into `clusters/okd/`, so its installed master boots its disk instead of
+/// installing again; a host of two clusters over the same state refuses to start and moves
+/// nothing.
+#[test]
+fn a_host_file_takes_over_its_one_clusters_state_and_a_host_of_two_refuses() {
+    if !require_root() || !require_tools(&["curl"]) {
+        return;
+    }
+    let (okd, test) = (okd_on_its_own_segment(), test_on_its_own_segment());
+    let dir = tempfile::Builder::new()
+        .prefix("okd-e2e-clusters-adopt-")
+        .tempdir()
+        .expect("tempdir");
+    let state = dir.path().join("state");
+    let okd_m0 = okd.node("master-0");
+    // What `serve okd.yml` left: master-0 installed.
+    std::fs::create_dir_all(state.join("installed")).expect("state");
+    std::fs::write(state.join("installed").join(okd_m0.name), "installed\n").expect("marker");
+
+    // Two clusters: whose state is it? Refused, nothing moved.
+    let host = write_host(dir.path(), &[&okd, &test]);
+    let lab = TwoSegments::start("cla", &okd, &test);
+    let out = lab
+        .topo
+        .services()
+        .exec([
+            harness::appliance_bin().expect("binary").as_os_str(),
+            "serve".as_ref(),
+            host.as_os_str(),
+        ])
+        .output()
+        .expect("serve runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds one cluster's install state (installed)")
+            && stderr.contains("lists 2 clusters"),
+        "{stderr}"
+    );
+    assert!(state.join("installed").join(okd_m0.name).is_file());
+
+    // okd alone: taken over, and master-0 boots its disk.
+    let host = write_host(dir.path(), &[&okd]);
+    let app = start_appliance(lab.topo.services(), &host);
+    assert!(
+        app.stderr().contains("taken over by the host file"),
+        "{}",
+        app.log_tails()
+    );
+    assert!(
+        state
+            .join("clusters/okd/installed")
+            .join(okd_m0.name)
+            .is_file()
+    );
+    let (code, script) = get(&lab.okd_node, &crate::clusters::script_url(&okd, &okd_m0));
+    assert_eq!(code, "200", "{script}");
+    assert!(
+        script.contains(&format!("{} is installed, booting from disk", okd_m0.name)),
+        "{script}"
+    );
+}

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::vocabulary::MacAddr;
 
-const FILE_NAME: &str = "dhcp-leases";
+pub const FILE_NAME: &str = "dhcp-leases";
 const TMP_NAME: &str = "dhcp-leases.tmp";
 
 /// When the journal is compacted while running: once it is larger than both `min_bytes` and

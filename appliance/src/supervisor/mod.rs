@@ -7,6 +7,7 @@
 //! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
 //! it started with. Nothing imports the supervisor but `main`.
 
+mod adopt;
 mod instance;
 mod layout;
 mod privileges;
@@ -50,6 +51,9 @@ pub enum ServeError {
     /// Two clusters of a host file claim one thing `check` should have refused.
     #[error("the host file's clusters conflict: {0}")]
     Host(String),
+    /// A cluster file's state where a host file now starts, which it can't take over.
+    #[error("state directory: {0}")]
+    Adopt(String),
     #[error("can't create the state directory {}", path.display())]
     StateDir {
         path: PathBuf,
@@ -131,6 +135,26 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 
     // The account first: a wrong run_as is a mistake to report before anything is bound.
     let account = layout.run_as.as_ref().map(privileges::lookup).transpose()?;
+    if layout.host_mode() {
+        let ids: Vec<&str> = layout.clusters().map(|(id, _)| id).collect();
+        let segments: Vec<Option<&str>> = layout
+            .instances
+            .iter()
+            .filter_map(|i| match &i.role {
+                instance::Role::Dhcp(interface) => Some(interface.as_deref()),
+                _ => None,
+            })
+            .collect();
+        let moved = adopt::single_cluster_state(&layout.state_dir, &ids, &segments)
+            .map_err(ServeError::Adopt)?;
+        for (from, to) in moved {
+            tracing::info!(
+                "a cluster file's state, taken over by the host file: {} is now {}",
+                from.display(),
+                to.display()
+            );
+        }
+    }
     for dir in layout.state_dirs() {
         std::fs::create_dir_all(&dir)
             .map_err(|source| ServeError::StateDir { path: dir, source })?;
