@@ -248,9 +248,22 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
     let phases: Vec<&str> = mst0.iter().map(|p| p["phase"].as_str().unwrap()).collect();
     assert_eq!(phases, ["ignition", "joined", "ready"], "{s}");
 
-    // A crash in the middle of the install: the record survives, `up` resumes by itself.
-    let first_log = appliance.stderr();
+    // The worker's certificates are approved before the crash (wrk0 Ready follows its serving
+    // certificate): a SIGKILL between an approval and its journal line would lose the line the
+    // test looks for below.
+    assert!(
+        wait_until(Duration::from_secs(20), || node_phase(
+            &status(&state),
+            "wrk0"
+        ) == "ready"),
+        "{}\n{}",
+        status(&state),
+        appliance.log_tails()
+    );
+    // A crash in the middle of the install: the record survives, `up` resumes by itself. The
+    // first run's log is read once it is dead, whole.
     kill9(&mut appliance);
+    let first_log = appliance.stderr();
     let mut appliance = start_appliance(topo.services(), &config);
     assert!(
         wait_until(Duration::from_secs(5), || status(&state)["running"] == true),
