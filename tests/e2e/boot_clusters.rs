@@ -31,7 +31,6 @@ use crate::boot_support::{
 };
 use crate::clusters::{BASE_DOMAIN, Cluster, get, reserved};
 use crate::dhcp_support::Reserved;
-use crate::support::appliance;
 
 fn ip(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 99, 0, n)
@@ -108,22 +107,7 @@ fn write_host(topo: &Topology, dir: &Path, okd: &Cluster, test: &Cluster) -> Pat
         .expect("test's appliance address");
     write_cluster(dir, okd);
     write_cluster(dir, test);
-    let host = dir.join("host.yml");
-    let text = format!(
-        "version: 1\nstate_dir: {}\nclusters:\n  - okd.yml\n  - {{ file: test.yml, id: test }}\n",
-        dir.join("state").display()
-    );
-    std::fs::write(&host, text).expect("host file");
-    let out = appliance(["check".as_ref(), host.as_os_str()]);
-    assert!(
-        out.status.success(),
-        "okd-appliance check {} failed ({}):\n{}{}",
-        host.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    host
+    crate::clusters::host_file(dir, &[okd.name, test.name])
 }
 
 /// `node`'s install phase as the markers under `<state_dir>/clusters/<id>/` say.

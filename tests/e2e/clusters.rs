@@ -152,13 +152,22 @@ pub(crate) fn reserved(
 /// as `{ file, id }`), with the host's state under `DIR/state`. `okd-appliance check` must
 /// accept it.
 pub(crate) fn write_host(dir: &Path, clusters: &[&Cluster]) -> PathBuf {
-    let mut entries = String::new();
-    for (i, c) in clusters.iter().enumerate() {
+    for c in clusters {
         c.write(dir);
+    }
+    let names: Vec<&str> = clusters.iter().map(|c| c.name).collect();
+    host_file(dir, &names)
+}
+
+/// Writes `DIR/host.yml` listing `DIR/<name>.yml` for each name (the first by path, the
+/// others as `{ file, id }`), with its state in `DIR/state`; `check` must accept it.
+pub(crate) fn host_file(dir: &Path, names: &[&str]) -> PathBuf {
+    let mut entries = String::new();
+    for (i, name) in names.iter().enumerate() {
         if i == 0 {
-            entries.push_str(&format!("  - {}.yml\n", c.name));
+            entries.push_str(&format!("  - {name}.yml\n"));
         } else {
-            entries.push_str(&format!("  - {{ file: {0}.yml, id: {0} }}\n", c.name));
+            entries.push_str(&format!("  - {{ file: {name}.yml, id: {name} }}\n"));
         }
     }
     let host = dir.join("host.yml");

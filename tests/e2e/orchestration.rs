@@ -85,7 +85,7 @@ pub(crate) fn status(state: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
 }
 
-fn node_phase(status: &serde_json::Value, node: &str) -> String {
+pub(crate) fn node_phase(status: &serde_json::Value, node: &str) -> String {
     status["nodes"]
         .as_array()
         .unwrap()

@@ -32,7 +32,7 @@ use harness::{
 };
 
 use crate::dns_support::start_appliance;
-use crate::orchestration::text;
+use crate::orchestration::{node_phase, text};
 
 /// One cluster of the host: its id (its name), addresses and nodes.
 #[derive(Debug, Clone, Copy)]
@@ -173,17 +173,6 @@ fn lb_status(state: &Path, c: &Cluster) -> String {
     let out = cli(state, c.id, &["lb", "status"]);
     assert!(out.status.success(), "{}", text(&out));
     text(&out)
-}
-
-fn node_phase(status: &serde_json::Value, node: &str) -> String {
-    status["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == node)
-        .and_then(|n| n["phase"].as_str())
-        .unwrap_or_else(|| panic!("no {node} in {status}"))
-        .to_owned()
 }
 
 fn node_names(status: &serde_json::Value) -> Vec<String> {
