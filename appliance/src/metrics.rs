@@ -57,6 +57,20 @@ pub struct HttpLabels {
     pub status: u16,
 }
 
+/// A connection the shared frontend's router passed to a cluster.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoutedLabels {
+    port: u16,
+    cluster: String,
+}
+
+/// A connection the shared frontend's router passed to no cluster, and why.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnroutedLabels {
+    port: u16,
+    reason: &'static str,
+}
+
 /// What is read at scrape time, attached once the appliance has it.
 pub trait Sources: Send + Sync + std::fmt::Debug {
     /// Each backend: frontend, node, address, up, draining, active and total connections,
@@ -97,6 +111,8 @@ pub struct Metrics {
     pub lb_check_seconds: Histogram,
     /// Status pages (and other clients) following the event stream now.
     pub api_event_streams: Gauge,
+    lb_routed: Family<RoutedLabels, Counter>,
+    lb_unrouted: Family<UnroutedLabels, Counter>,
     sources: Arc<OnceLock<Box<dyn Sources>>>,
 }
 
@@ -187,6 +203,18 @@ impl Metrics {
             "Clients following the API's event stream",
             api_event_streams.clone(),
         );
+        let lb_routed = Family::<RoutedLabels, Counter>::default();
+        registry.register(
+            "lb_routed",
+            "Connections to the shared frontend passed to a cluster by the name they asked for",
+            lb_routed.clone(),
+        );
+        let lb_unrouted = Family::<UnroutedLabels, Counter>::default();
+        registry.register(
+            "lb_unrouted",
+            "Connections to the shared frontend reset: no name, no cluster's name, not the port's protocol, or nothing in time",
+            lb_unrouted.clone(),
+        );
         let sources: Arc<OnceLock<Box<dyn Sources>>> = Arc::default();
         registry.register_collector(Box::new(Sampled(Arc::clone(&sources))));
         Metrics {
@@ -202,6 +230,8 @@ impl Metrics {
             http_bytes,
             lb_check_seconds,
             api_event_streams,
+            lb_routed,
+            lb_unrouted,
             sources,
         }
     }
@@ -227,6 +257,23 @@ impl Metrics {
             .get_or_create(&HttpLabels { route, status })
             .inc();
         self.http_bytes.inc_by(bytes);
+    }
+
+    /// Counts a connection to the shared frontend's `port` passed to `cluster`.
+    pub fn lb_routed(&self, port: u16, cluster: &str) {
+        self.lb_routed
+            .get_or_create(&RoutedLabels {
+                port,
+                cluster: cluster.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a connection to the shared frontend's `port` reset for `reason`.
+    pub fn lb_unrouted(&self, port: u16, reason: &'static str) {
+        self.lb_unrouted
+            .get_or_create(&UnroutedLabels { port, reason })
+            .inc();
     }
 
     /// Attaches what is read at scrape time (once; later calls are ignored).

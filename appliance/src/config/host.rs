@@ -18,6 +18,7 @@
 //! Architecture invariant: as for a cluster file, nothing past this module sees YAML.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -40,8 +41,33 @@ pub struct Host {
     pub state_dir: PathBuf,
     /// The account the services run as once their sockets are bound.
     pub run_as: Option<RunAs>,
+    /// One address for every cluster's frontends, routed by name; `None`: each cluster's
+    /// frontends on its own address.
+    pub shared_frontend: Option<SharedFrontend>,
     /// Warnings, file by file (the host file first).
     pub warnings: HostProblems,
+}
+
+/// `shared_frontend`: the address every cluster's api, api-int and `*.apps` resolve to. The
+/// host's router passes a connection to 6443, 22623 or 443 by its TLS ClientHello's server
+/// name, and one to 80 by its `Host`, to the cluster whose name it is (docs/architecture.md,
+/// "The cluster dimension").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedFrontend {
+    pub v4: Ipv4Addr,
+    /// Needed when a routed cluster is dual-stack (its AAAA records point here).
+    pub v6: Option<Ipv6Addr>,
+    /// The cluster a connection goes to when its name is no cluster's (or it names none);
+    /// `None`: such a connection is reset.
+    pub default_cluster: Option<String>,
+}
+
+impl SharedFrontend {
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        std::iter::once(IpAddr::V4(self.v4))
+            .chain(self.v6.map(IpAddr::V6))
+            .collect()
+    }
 }
 
 /// One cluster of a host.
@@ -148,6 +174,19 @@ struct RawHost {
     state_dir: Option<Text>,
     #[serde(default)]
     run_as: Option<RawRunAs>,
+    #[serde(default)]
+    shared_frontend: Option<Spanned<RawShared>>,
+}
+
+/// `shared_frontend:` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShared {
+    pub address: Text,
+    #[serde(default)]
+    pub address_v6: Option<Text>,
+    #[serde(default)]
+    pub default_cluster: Option<Text>,
 }
 
 /// One entry of `clusters:`: a path, or `{ file, id }`.
@@ -244,6 +283,10 @@ pub(super) fn parse(
         .run_as
         .as_ref()
         .and_then(|r| super::validate::run_as(&mut host, r));
+    let shared = raw
+        .shared_frontend
+        .as_ref()
+        .and_then(|s| shared_frontend(&mut host, &s.value));
     let mut members = Vec::new();
     let mut clusters = Vec::new();
     // Each file once: a file listed twice would clash with itself in every rule.
@@ -328,7 +371,15 @@ pub(super) fn parse(
             Err(e) => clusters.push(Found::Failed(e)),
         }
     }
-    for (member, mut problem) in super::validate::host::conflicts(&host_src, &members) {
+    let mut found = super::validate::host::conflicts(&host_src, &members);
+    if let (Some(shared), Some(raw)) = (&shared, &raw.shared_frontend) {
+        found.extend(super::validate::host::shared(
+            &host_src,
+            (shared, &raw.value),
+            &members,
+        ));
+    }
+    for (member, mut problem) in found {
         // A problem in a cluster file also points at that file's entry in the host file.
         if let Some(m) = member.map(|m| &members[m]) {
             problem.related_at(
@@ -360,11 +411,65 @@ pub(super) fn parse(
                 id: m.id,
                 path: m.path,
                 name: m.name,
-                config: m.config,
+                config: match &shared {
+                    Some(s) => routed(m.config, s),
+                    None => m.config,
+                },
             })
             .collect(),
+        shared_frontend: shared,
         warnings: problems,
     })
+}
+
+/// `shared_frontend` as the host file says it; its problems in `host`.
+fn shared_frontend(host: &mut Problems, raw: &RawShared) -> Option<SharedFrontend> {
+    let v4 = raw.address.value.parse::<Ipv4Addr>();
+    if v4.is_err() {
+        host.error(
+            "host::shared-frontend",
+            raw.address.referenced,
+            format!("`{}` is not an IPv4 address", raw.address.value),
+            "expected an IPv4 address",
+        )
+        .hint("an IPv6 address goes under shared_frontend.address_v6");
+    }
+    let v6 = match &raw.address_v6 {
+        None => Ok(None),
+        Some(t) => t.value.parse::<Ipv6Addr>().map(Some).map_err(|_| {
+            host.error(
+                "host::shared-frontend",
+                t.referenced,
+                format!("`{}` is not an IPv6 address", t.value),
+                "expected an IPv6 address",
+            );
+        }),
+    };
+    Some(SharedFrontend {
+        v4: v4.ok()?,
+        v6: v6.ok()?,
+        default_cluster: raw.default_cluster.as_ref().map(|t| t.value.clone()),
+    })
+}
+
+/// `config` as a cluster of a host with a shared frontend: its names resolve to the shared
+/// addresses and its frontends are the host's router's, so it listens on none of its own. A
+/// single-node cluster whose names point at its node keeps them (it has no frontends).
+fn routed(mut config: Config, shared: &SharedFrontend) -> Config {
+    if config.direct_single_node().is_some() {
+        return config;
+    }
+    config.lb.shared = Some(shared.addresses());
+    let l = &mut config.listen;
+    for frontends in [
+        &mut l.api,
+        &mut l.machine_config,
+        &mut l.ingress_https,
+        &mut l.ingress_http,
+    ] {
+        frontends.clear();
+    }
+    config
 }
 
 /// A cluster file that loaded, with what the comparison needs: its source and the YAML's

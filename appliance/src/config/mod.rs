@@ -18,7 +18,7 @@ use miette::{GraphicalReportHandler, GraphicalTheme, NamedSource};
 
 pub use control::*;
 pub use diagnostic::{Problem, Problems, RenderStyle, Severity};
-pub use host::{Host, HostProblems, Member};
+pub use host::{Host, HostProblems, Member, SharedFrontend};
 pub use model::*;
 pub use validate::{
     IGNITION_MAX_AGE, IGNITION_WARN_AGE, InstallCheck, InstallFiles, RealFiles, secret_files,

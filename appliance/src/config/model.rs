@@ -4,7 +4,7 @@
 //! invariant that validation checks (unique addresses, nodes inside the subnet, one bootstrap at
 //! most, at least one master) holds for every `Config` the rest of the program sees.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -291,6 +291,11 @@ pub struct Lb {
     /// After `lb drain`, connections still open this long are closed, so a drain always ends.
     pub drain_timeout: Duration,
     pub single_node: SingleNodeRouting,
+    /// The host's shared frontend addresses (a host file's `shared_frontend`, never a cluster
+    /// file's): api, api-int and `*.apps` resolve there, and the host's router passes each
+    /// connection to this cluster's pools by the name it asks for. `None`: the cluster's own
+    /// frontends, on its own address.
+    pub shared: Option<Vec<IpAddr>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

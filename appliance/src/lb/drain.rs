@@ -176,6 +176,7 @@ mod tests {
             &LbPlan {
                 balance: Balance::RoundRobin,
                 drain_timeout: TIMEOUT,
+                sharing: crate::plan::Sharing::Own,
                 check_ca: None,
                 frontends: vec![
                     frontend(FrontendKind::Api),

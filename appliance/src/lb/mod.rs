@@ -13,6 +13,8 @@ pub mod pipes;
 pub mod pool;
 pub mod probe_tls;
 pub mod proxy;
+pub mod route;
+pub mod router;
 
 use std::sync::Arc;
 
@@ -34,7 +36,7 @@ pub fn shared_pools(plan: &Plan) -> SharedPools {
 }
 
 /// The frontend a listener serves.
-fn frontend_of(service: Service) -> Option<FrontendKind> {
+pub(super) fn frontend_of(service: Service) -> Option<FrontendKind> {
     match service {
         Service::KubeApi => Some(FrontendKind::Api),
         Service::MachineConfig => Some(FrontendKind::MachineConfig),

@@ -44,6 +44,26 @@ pub async fn serve(
     pools: Arc<ArcSwap<Pools>>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let stop = token.clone();
+    accept(listener, kind, &stop, move |client, peer| {
+        let (pools, token) = (Arc::clone(&pools), token.clone());
+        async move { pass(kind, peer, client, &pools, &token).await }
+    })
+    .await
+}
+
+/// Accepts on `listener` until `token` is cancelled, and runs `handle` on each connection in a
+/// task of its own, at most [`MAX_CONNECTIONS`] at once.
+pub(super) async fn accept<F, Fut>(
+    listener: TcpListener,
+    kind: FrontendKind,
+    token: &CancellationToken,
+    handle: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(TcpStream, std::net::SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (client, peer) = tokio::select! {
@@ -64,16 +84,28 @@ pub async fn serve(
             );
             continue;
         };
-        let (pools, token) = (Arc::clone(&pools), token.clone());
+        let handled = handle(client, peer);
         tokio::spawn(async move {
             let _permit = permit;
-            let Some(upstream) = connect(kind, &pools).await else {
-                tracing::debug!("lb/{}: no backend for {peer}", kind.name());
-                return;
-            };
-            keep(kind, peer, client, upstream, &token).await;
+            handled.await;
         });
     }
+}
+
+/// Passes `client` to a backend of `kind` in `pools` and relays until the connection ends or
+/// `token` is cancelled.
+pub(super) async fn pass(
+    kind: FrontendKind,
+    peer: std::net::SocketAddr,
+    client: TcpStream,
+    pools: &ArcSwap<Pools>,
+    token: &CancellationToken,
+) {
+    let Some(upstream) = connect(kind, pools).await else {
+        tracing::debug!("lb/{}: no backend for {peer}", kind.name());
+        return;
+    };
+    keep(kind, peer, client, upstream, token).await;
 }
 
 /// A connection made to a backend, counted on it, with the backend's cut signal.

@@ -487,6 +487,7 @@ mod tests {
             balance: Balance::RoundRobin,
             check_ca: None,
             drain_timeout: Duration::from_secs(300),
+            sharing: crate::plan::Sharing::Own,
             frontends: vec![
                 Frontend {
                     kind: FrontendKind::Api,

@@ -16,6 +16,22 @@ pub struct LbPlan {
     pub frontends: Vec<Frontend>,
     /// The CA HTTPS checks verify against; `None`: no verification.
     pub check_ca: Option<std::path::PathBuf>,
+    /// Whose listeners these frontends are.
+    pub sharing: Sharing,
+}
+
+/// Who listens for a cluster's frontends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// The cluster itself, on its own addresses (or nobody: a single node reached directly).
+    #[default]
+    Own,
+    /// The host's router, at the host's shared frontend: the cluster's instance listens on
+    /// none of them and only checks its backends.
+    Routed,
+    /// This plan is the host's router's: it listens at the shared frontend and passes each
+    /// connection to the routed cluster its name belongs to, else to `default_cluster`.
+    Router { default_cluster: Option<String> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +167,11 @@ pub fn derive(config: &Config) -> LbPlan {
         balance: config.lb.balance,
         check_ca: config.lb.check_ca.clone(),
         drain_timeout: config.lb.drain_timeout,
+        sharing: if config.lb.shared.is_some() {
+            Sharing::Routed
+        } else {
+            Sharing::Own
+        },
         frontends: vec![
             frontend(
                 FrontendKind::Api,

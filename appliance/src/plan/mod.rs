@@ -26,7 +26,7 @@ use crate::config::{Config, Listen, RateLimit};
 
 pub use boot::{BootFiles, BootParams};
 pub use dhcp::{DhcpPlan, Reservation};
-pub use lb::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
+pub use lb::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe, Sharing};
 pub use zones::{Record, Zone};
 
 /// The plan every service reads; replaced whole on reload (one atomic pointer swap, so a

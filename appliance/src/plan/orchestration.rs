@@ -57,7 +57,12 @@ pub fn derive(config: &Config) -> OrchestrationPlan {
         match (config.direct_single_node(), config.listen.api.first()) {
             (Some(node), _) => format!("https://{}:6443", node.ipv4),
             (None, Some(addr)) => format!("https://{}", reachable(*addr, config)),
-            (None, None) => format!("https://{api_server_name}:6443"),
+            // The host's router at the shared frontend: the client's server name (api-int,
+            // sent as SNI for an address) is what routes it to this cluster.
+            (None, None) => match config.lb.shared.as_deref() {
+                Some([first, ..]) => format!("https://{}", SocketAddr::new(*first, 6443)),
+                _ => format!("https://{api_server_name}:6443"),
+            },
         }
     });
     OrchestrationPlan {

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::Plan;
 use super::host::{Ambiguous, HostPlan, Member};
-use crate::config::{Host, Listen};
+use super::{FrontendKind, Plan, Sharing};
+use crate::config::{Host, Listen, SharedFrontend};
 
 /// Every plan a host's services serve. Only DNS's has zones.
 #[derive(Debug)]
@@ -27,6 +27,9 @@ pub struct HostViews {
     pub dhcp: Vec<Plan>,
     /// The iPXE binaries, on every cluster's TFTP listeners.
     pub tftp: Plan,
+    /// With a shared frontend: the router's listeners on it (6443, 22623, 443, 80 of each of
+    /// its addresses); it routes to the clusters' pools, which the clusters' instances check.
+    pub router: Option<Plan>,
     /// Each cluster's own plan, in the host file's order: HTTP, the load balancer, the
     /// orchestration, its state under `<state_dir>/clusters/<id>/`.
     pub clusters: Vec<(String, Plan)>,
@@ -68,6 +71,10 @@ impl HostViews {
         let dns = dns(&plans, host);
         let tftp = tftp(&plans, host);
         let dhcp = segments(&plans, host);
+        let router = host
+            .shared_frontend
+            .as_ref()
+            .map(|s| router(&plans, host, s));
         let clusters = members
             .iter()
             .map(|m| (m.id.clone(), cluster(&m.plan, &host.state_dir, &m.id)))
@@ -80,6 +87,7 @@ impl HostViews {
             },
             dhcp,
             tftp,
+            router,
             clusters,
             host: host_plan,
         })
@@ -143,6 +151,30 @@ fn dns(plans: &[&Plan], host: &Host) -> Plan {
 /// TFTP: the first cluster's iPXE directory on every cluster's TFTP listeners.
 fn tftp(plans: &[&Plan], host: &Host) -> Plan {
     only(plans, host, |l| &mut l.tftp)
+}
+
+/// The router: the first cluster's plan with only the frontend listeners, each at every shared
+/// address on the frontend's usual port.
+fn router(plans: &[&Plan], host: &Host, shared: &SharedFrontend) -> Plan {
+    let mut p = only(plans, host, |l| &mut l.api);
+    let at = |port: u16| -> Vec<SocketAddr> {
+        shared
+            .addresses()
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect()
+    };
+    p.listen = Listen {
+        api: at(FrontendKind::Api.backend_port()),
+        machine_config: at(FrontendKind::MachineConfig.backend_port()),
+        ingress_https: at(FrontendKind::IngressHttps.backend_port()),
+        ingress_http: at(FrontendKind::IngressHttp.backend_port()),
+        ..Listen::default()
+    };
+    p.lb.sharing = Sharing::Router {
+        default_cluster: shared.default_cluster.clone(),
+    };
+    p
 }
 
 /// The first cluster's plan with one kind of listener, `pick`, the union over every

@@ -107,12 +107,14 @@ fn appliance_addresses(config: &Config) -> Vec<IpAddr> {
 /// The target of api, api-int and `*.apps`: the appliance, whose load balancer forwards to the
 /// nodes; a single-node cluster's node itself when reached directly (OpenShift's single-node
 /// requirements point all three at the node).
+/// On a host with a shared frontend, the shared addresses, where the host's router listens.
 fn cluster_addresses(config: &Config) -> Vec<IpAddr> {
-    match config.direct_single_node() {
-        Some(node) => std::iter::once(IpAddr::V4(node.ipv4))
+    match (config.direct_single_node(), &config.lb.shared) {
+        (Some(node), _) => std::iter::once(IpAddr::V4(node.ipv4))
             .chain(node.ipv6.map(IpAddr::V6))
             .collect(),
-        None => appliance_addresses(config),
+        (None, Some(shared)) => shared.clone(),
+        (None, None) => appliance_addresses(config),
     }
 }
 
@@ -190,8 +192,14 @@ fn reverse_zone(config: &Config, serial: u32, network: IpNet) -> Zone {
             });
         }
     };
-    // A single node's address keeps its own name as its PTR (the node's records below).
-    if config.direct_single_node().is_none() {
+    // A single node's address keeps its own name as its PTR (the node's records below). A
+    // shared frontend is every cluster's, so it has no PTR, and the appliance's own address
+    // is then its name server's.
+    if config.lb.shared.is_some() {
+        for ip in appliance_addresses(config) {
+            ptr(ip, format!("ns1.{domain}."));
+        }
+    } else if config.direct_single_node().is_none() {
         for ip in appliance_addresses(config) {
             ptr(ip, format!("api.{domain}."));
             ptr(ip, format!("api-int.{domain}."));

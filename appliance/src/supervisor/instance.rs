@@ -27,6 +27,8 @@ pub(super) enum Role {
     /// DHCP on one segment: the cluster interface it is bound to (`None`: no interface set).
     Dhcp(Option<String>),
     Tftp,
+    /// The router at a host's shared frontend: every routed cluster's frontends.
+    Router,
     /// HTTP, the load balancer and the orchestration of the cluster with this id.
     Cluster(String),
 }
@@ -36,7 +38,7 @@ impl Role {
     pub(super) fn cluster(&self) -> Option<&str> {
         match self {
             Role::Everything(id) | Role::Cluster(id) => Some(id),
-            Role::Dns | Role::Dhcp(_) | Role::Tftp => None,
+            Role::Dns | Role::Dhcp(_) | Role::Tftp | Role::Router => None,
         }
     }
 }
@@ -59,6 +61,8 @@ pub(super) struct Instance {
     /// A cluster's, once started.
     pub operator: Option<Operator>,
     pub sampler: Option<Sampler>,
+    /// A cluster's pools, once started (the router routes to them).
+    pub pools: Option<crate::lb::SharedPools>,
 }
 
 /// What every instance's operator is made with.
@@ -69,6 +73,8 @@ pub(super) struct Wing {
     pub fixed: Fixed,
     /// Whether the clusters are named in metrics (a host file).
     pub host_mode: bool,
+    /// The shared frontend's routes (the layout fills them in once the clusters start).
+    pub routes: crate::lb::router::SharedRoutes,
 }
 
 impl Instance {
@@ -85,6 +91,7 @@ impl Instance {
             token: root.child_token(),
             operator: None,
             sampler: None,
+            pools: None,
         }
     }
 
@@ -140,8 +147,17 @@ impl Instance {
         if !http.is_empty() {
             started.push(("http", crate::http::start(http, &ctx)));
         }
-        if let (false, Some(pools)) = (lb.is_empty(), &pools) {
-            started.push(("lb", crate::lb::start(lb, &ctx, pools)));
+        // A routed cluster's frontends listen at the host's router: its instance only checks
+        // its backends.
+        let routed = ctx.plan.load().lb.sharing == plan::Sharing::Routed;
+        match &pools {
+            Some(pools) if !lb.is_empty() || routed => {
+                started.push(("lb", crate::lb::start(lb, &ctx, pools)));
+            }
+            None if !lb.is_empty() => {
+                started.push(("lb", crate::lb::router::start(lb, &ctx, &wing.routes)));
+            }
+            _ => {}
         }
         let mut tasks = Vec::new();
         for (name, result) in started {
@@ -157,6 +173,7 @@ impl Instance {
         let (Some(id), Some(pools)) = (self.role.cluster(), pools) else {
             return Ok(tasks);
         };
+        self.pools = Some(Arc::clone(&pools));
         // The install orchestration never keeps the services from starting: without it (an
         // unreadable phase record) `cluster` requests say why.
         let orchestration = match crate::orchestration::start(&ctx, Arc::clone(&pools)) {

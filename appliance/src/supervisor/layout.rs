@@ -59,6 +59,8 @@ pub(super) struct Layout {
     /// Removed clusters' operators while their install run may still be stopping: such a
     /// cluster is not added back before it has.
     retired: Vec<(String, crate::operator::Operator)>,
+    /// What the shared frontend's router routes to: the routed clusters' pools.
+    pub routes: crate::lb::router::SharedRoutes,
 }
 
 struct Started {
@@ -89,6 +91,7 @@ impl Layout {
             bound: Vec::new(),
             started: None,
             retired: Vec::new(),
+            routes: std::sync::Arc::default(),
         };
         for (role, plan) in derived.plans {
             let instance = layout.instance(role, plan);
@@ -103,7 +106,7 @@ impl Layout {
         let journal = match &role {
             Role::Everything(_) => Journal::new(),
             Role::Cluster(id) => Journal::of_cluster(id),
-            Role::Dns | Role::Dhcp(_) | Role::Tftp => self.host_journal.clone(),
+            Role::Dns | Role::Dhcp(_) | Role::Tftp | Role::Router => self.host_journal.clone(),
         };
         Instance::new(role, plan, journal, &self.root)
     }
@@ -188,6 +191,7 @@ impl Layout {
         for (instance, sockets) in self.instances.iter_mut().zip(groups) {
             tasks.extend(instance.start(sockets, &base, &wing)?);
         }
+        self.route();
         let samplers = Samplers::default();
         base.metrics.attach(Box::new(samplers.clone()));
         let clusters = Clusters::new(self.operators(), self.root.clone());
@@ -199,6 +203,34 @@ impl Layout {
             samplers,
         });
         Ok((tasks, clusters))
+    }
+
+    /// Points the router (if any) at the routed clusters' pools as they are now.
+    fn route(&self) {
+        use crate::plan::Sharing;
+        let router = self.instances.iter().find(|i| i.role == Role::Router);
+        let Some(router) = router else { return };
+        let default = match &router.plan.load().lb.sharing {
+            Sharing::Router { default_cluster } => default_cluster.clone(),
+            Sharing::Own | Sharing::Routed => None,
+        };
+        let routes = self
+            .clusters()
+            .filter_map(|(id, i)| {
+                let plan = i.plan.load();
+                let pools = i.pools.clone()?;
+                (plan.lb.sharing == Sharing::Routed).then(|| {
+                    let route = crate::lb::route::Route {
+                        id: id.to_owned(),
+                        pools,
+                        token: i.token.clone(),
+                    };
+                    (plan.cluster_domain.clone(), route)
+                })
+            })
+            .collect();
+        let table = crate::lb::route::Routes::new(routes, default.as_deref());
+        self.routes.store(std::sync::Arc::new(table));
     }
 
     fn operators(&self) -> Vec<(String, crate::operator::Operator)> {
@@ -403,6 +435,7 @@ impl Layout {
         };
         let outcome = self.swap(next, groups, &started);
         self.reroute();
+        self.route();
         started.clusters.replace(self.operators());
         started.samplers.replace(self.samplers());
         self.started = Some(started);
@@ -515,6 +548,9 @@ fn derive(target: &Target, serial: u32, previous: Option<&HostPlan>) -> Result<D
                 plans.push((Role::Dhcp(p.interface.clone()), p));
             }
             plans.push((Role::Tftp, views.tftp));
+            if let Some(router) = views.router {
+                plans.push((Role::Router, router));
+            }
             for (id, p) in views.clusters {
                 plans.push((Role::Cluster(id), p));
             }

@@ -245,6 +245,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         ha_host,
         fixed,
         host_mode: layout.host_mode(),
+        routes: std::sync::Arc::clone(&layout.routes),
     };
     let (started, clusters) = layout.start(groups, base, wing)?;
     let mut fronts = Vec::new();

@@ -117,6 +117,7 @@ impl Validator<'_> {
             balance: balance?,
             drain_timeout: drain_timeout?,
             single_node: single_node?,
+            shared: None,
             health: HealthSettings {
                 interval: interval?,
                 timeout: timeout?,

@@ -13,9 +13,11 @@ use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
 use machines::machines;
 use network::{dhcp_interfaces, listeners, pools, subnets};
+pub(in crate::config) use shared::shared;
 
 mod machines;
 mod network;
+mod shared;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,192 @@
+//! Which cluster a connection to the host's shared frontend is for: the name in its first
+//! bytes (a TLS ClientHello's server name on 6443, 22623 and 443, an HTTP request's `Host` on
+//! 80), matched exactly against each routed cluster's names.
+//!
+//! Architecture invariant: pure. The parsers see a bounded prefix of what the client sent and
+//! say whether it names a server, names none, is not what the port speaks, or needs more; the
+//! table never guesses: a name no cluster has goes to the default cluster or nowhere.
+
+use std::collections::HashMap;
+
+use tokio_util::sync::CancellationToken;
+
+use super::SharedPools;
+use crate::plan::FrontendKind;
+
+/// The most of a ClientHello read before giving up: one full TLS record and its header.
+pub const TLS_PEEK_MAX: usize = 16 * 1024 + 5;
+/// The most of an HTTP request head read before giving up.
+pub const HTTP_PEEK_MAX: usize = 8 * 1024;
+
+/// What a connection's first bytes say so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peeked {
+    /// Not enough yet.
+    More,
+    /// The name it asks for: lowercase, without a trailing dot or a port.
+    Name(String),
+    /// A complete ClientHello without a server name, or a request head without `Host`.
+    NoName,
+    /// Not a ClientHello (not TLS), or not an HTTP request.
+    Unparsable,
+}
+
+/// The server name of the ClientHello that `bytes` begin with (split across records and
+/// segments as it may be: `More` until it is complete).
+pub fn tls_server_name(bytes: &[u8]) -> Peeked {
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match acceptor.read_tls(&mut rest) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(_) => return Peeked::Unparsable,
+        }
+        match acceptor.accept() {
+            Ok(None) => {}
+            Ok(Some(accepted)) => {
+                return accepted
+                    .client_hello()
+                    .server_name()
+                    .map_or(Peeked::NoName, |n| Peeked::Name(normal(n)));
+            }
+            Err(_) => return Peeked::Unparsable,
+        }
+    }
+    Peeked::More
+}
+
+/// The `Host` of the HTTP/1 request head that `bytes` begin with, without its port.
+pub fn http_host(bytes: &[u8]) -> Peeked {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(bytes) {
+        Ok(httparse::Status::Partial) => Peeked::More,
+        Err(_) => Peeked::Unparsable,
+        Ok(httparse::Status::Complete(_)) => {
+            let host = request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("host"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .map(str::trim);
+            match host {
+                None | Some("") => Peeked::NoName,
+                Some(h) => Peeked::Name(normal(without_port(h))),
+            }
+        }
+    }
+}
+
+/// `host[:port]` or `[v6]:port` without the port.
+fn without_port(host: &str) -> &str {
+    if let Some(v6) = host.strip_prefix('[') {
+        return v6.split_once(']').map_or(host, |(ip, _)| ip);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// A name as the table keys it: lowercase, one trailing dot dropped.
+fn normal(name: &str) -> String {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.to_ascii_lowercase()
+}
+
+/// A routed cluster: its pools, and its instance's token (its connections end with it).
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub id: String,
+    pub pools: SharedPools,
+    pub token: CancellationToken,
+}
+
+/// Why a connection went to no cluster (the `reason` of `okd_lb_unrouted_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrouted {
+    /// It named no server (no SNI, no `Host`).
+    NoName,
+    /// It named a server no cluster has.
+    UnknownName,
+    /// Not a ClientHello, or not an HTTP request; or one longer than the peek allows.
+    Unparsable,
+    /// Nothing routable within the time allowed.
+    Timeout,
+}
+
+impl Unrouted {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unrouted::NoName => "no-name",
+            Unrouted::UnknownName => "unknown-name",
+            Unrouted::Unparsable => "unparsable",
+            Unrouted::Timeout => "timeout",
+        }
+    }
+}
+
+/// The routed clusters by domain, and the default one.
+#[derive(Debug, Default)]
+pub struct Routes {
+    by_domain: HashMap<String, usize>,
+    clusters: Vec<Route>,
+    default: Option<usize>,
+}
+
+impl Routes {
+    /// `clusters` by their domain (`<name>.<base_domain>`; domains never nest on a host), and
+    /// `default` among them (absent: no default).
+    pub fn new(clusters: Vec<(String, Route)>, default: Option<&str>) -> Routes {
+        let mut routes = Routes::default();
+        for (domain, route) in clusters {
+            routes
+                .by_domain
+                .insert(normal(&domain), routes.clusters.len());
+            routes.clusters.push(route);
+        }
+        routes.default = default.and_then(|id| routes.clusters.iter().position(|r| r.id == id));
+        routes
+    }
+
+    /// The cluster a connection to `kind`'s port that asked for `peeked` is for.
+    pub fn pick(&self, kind: FrontendKind, peeked: &Peeked) -> Result<&Route, Unrouted> {
+        let found = match peeked {
+            Peeked::Name(name) => self.owner(kind, name).ok_or(Unrouted::UnknownName),
+            Peeked::NoName => Err(Unrouted::NoName),
+            Peeked::Unparsable => Err(Unrouted::Unparsable),
+            // The peek ran out of time.
+            Peeked::More => Err(Unrouted::Timeout),
+        };
+        match (found, self.default) {
+            (Ok(i), _) => Ok(&self.clusters[i]),
+            (Err(_), Some(d)) => Ok(&self.clusters[d]),
+            (Err(why), None) => Err(why),
+        }
+    }
+
+    /// The cluster whose name `name` is on `kind`'s port: `api.<domain>` or
+    /// `api-int.<domain>` for the API and the machine config server, a name under
+    /// `apps.<domain>` for ingress.
+    fn owner(&self, kind: FrontendKind, name: &str) -> Option<usize> {
+        match kind {
+            FrontendKind::Api | FrontendKind::MachineConfig => {
+                let domain = name
+                    .strip_prefix("api.")
+                    .or_else(|| name.strip_prefix("api-int."))?;
+                self.by_domain.get(domain).copied()
+            }
+            FrontendKind::IngressHttps | FrontendKind::IngressHttp => {
+                // The first ".apps." whose rest is a cluster's domain, with a label before it.
+                name.match_indices(".apps.")
+                    .filter(|(at, _)| *at > 0)
+                    .find_map(|(at, _)| self.by_domain.get(&name[at + ".apps.".len()..]))
+                    .copied()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+//! The host's router at a shared frontend: one listener per port for every cluster. Each
+//! connection's first bytes are peeked (left in the socket, so the backend gets them as the
+//! client sent them) until they name a server ([`route`]), then the connection goes to that
+//! cluster's pools and on through the same data path as a cluster's own frontend
+//! ([`proxy::pass`]). A connection that names no cluster's server goes to the default cluster,
+//! or is reset and counted (`okd_lb_unrouted_total`).
+//!
+//! The peek is bounded: at most [`route::TLS_PEEK_MAX`] (or [`route::HTTP_PEEK_MAX`]) bytes,
+//! within [`PEEK_TIME`] of the accept. Its buffer grows with what arrived, so a connection that
+//! sends nothing holds a page, not the whole bound.
+
+use std::os::fd::AsRawFd as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use nix::sys::socket::MsgFlags;
+use tokio::io::Interest;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::proxy;
+use super::route::{self, Peeked, Routes, Unrouted};
+use crate::metrics::Metrics;
+use crate::plan::FrontendKind;
+use crate::service::{self, Context, Running};
+use crate::sockets::BoundSocket;
+
+/// How long a client has from its connect to naming its server.
+pub const PEEK_TIME: Duration = Duration::from_secs(5);
+/// The peek buffer's first size.
+const FIRST_PEEK: usize = 4096;
+
+/// The routed clusters, swapped whole when a reload adds or removes one.
+pub type SharedRoutes = Arc<ArcSwap<Routes>>;
+
+/// Routes every frontend listener in `sockets` over `routes`.
+pub fn start(
+    sockets: Vec<BoundSocket>,
+    ctx: &Context,
+    routes: &SharedRoutes,
+) -> anyhow::Result<Running> {
+    let mut tasks: Vec<Running> = Vec::new();
+    for bound in sockets {
+        let addr = bound.local_addr;
+        let service = bound.spec.service;
+        let kind = super::frontend_of(service)
+            .with_context(|| format!("{} is not a load-balancer frontend", service.name()))?;
+        let listener = bound
+            .into_tcp()
+            .with_context(|| format!("adopting the {} listener on {addr}", service.name()))?;
+        tasks.push(Box::pin(serve(
+            listener,
+            kind,
+            Arc::clone(routes),
+            Arc::clone(&ctx.metrics),
+            ctx.shutdown.clone(),
+        )));
+    }
+    Ok(service::all(tasks))
+}
+
+async fn serve(
+    listener: TcpListener,
+    kind: FrontendKind,
+    routes: SharedRoutes,
+    metrics: Arc<Metrics>,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    let port = listener.local_addr()?.port();
+    proxy::accept(listener, kind, &token, move |client, peer| {
+        let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
+        async move {
+            let peeked = match tokio::time::timeout(PEEK_TIME, peek(&client, kind)).await {
+                Ok(Ok(peeked)) => peeked,
+                // Closed (or failed) before naming anything: nothing to pass on.
+                Ok(Err(e)) => {
+                    tracing::debug!(
+                        "lb/{} {peer}: closed before naming a server: {e}",
+                        kind.name()
+                    );
+                    return;
+                }
+                Err(_) => Peeked::More,
+            };
+            let picked = routes.load().pick(kind, &peeked).cloned();
+            match picked {
+                Ok(route) => {
+                    metrics.lb_routed(port, &route.id);
+                    proxy::pass(kind, peer, client, &route.pools, &route.token).await;
+                }
+                Err(why) => {
+                    metrics.lb_unrouted(port, why.reason());
+                    tracing::debug!(
+                        "lb/{} {peer}: reset: {}",
+                        kind.name(),
+                        explain(why, &peeked)
+                    );
+                    // A reset, not a close: the client learns at once that nothing is there.
+                    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                }
+            }
+        }
+    })
+    .await
+}
+
+fn explain(why: Unrouted, peeked: &Peeked) -> String {
+    match (why, peeked) {
+        (Unrouted::UnknownName, Peeked::Name(name)) => format!("{name} is no cluster's name"),
+        (Unrouted::NoName, _) => "it named no server".to_owned(),
+        (Unrouted::Timeout, _) => format!("nothing routable within {PEEK_TIME:?}"),
+        _ => "not the port's protocol".to_owned(),
+    }
+}
+
+/// Peeks at `client`'s first bytes until they say which server it wants (or that they never
+/// will): the bytes stay in the socket for the backend.
+async fn peek(client: &TcpStream, kind: FrontendKind) -> std::io::Result<Peeked> {
+    let (max, parse): (usize, fn(&[u8]) -> Peeked) = match kind {
+        FrontendKind::IngressHttp => (route::HTTP_PEEK_MAX, route::http_host),
+        _ => (route::TLS_PEEK_MAX, route::tls_server_name),
+    };
+    let mut buf = vec![0u8; FIRST_PEEK.min(max)];
+    loop {
+        client.readable().await?;
+        // Seeing the same bytes again is no news: `WouldBlock` clears the readiness, so the
+        // next wait ends when more arrive (or the client closes).
+        let seen = client.try_io(Interest::READABLE, || {
+            loop {
+                let n = nix::sys::socket::recv(client.as_raw_fd(), &mut buf, MsgFlags::MSG_PEEK)
+                    .map_err(std::io::Error::from)?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                match parse(&buf[..n]) {
+                    Peeked::More if n == buf.len() && n < max => {
+                        let grown = (buf.len() * 2).min(max);
+                        buf.resize(grown, 0);
+                    }
+                    Peeked::More if n < max => return Err(std::io::ErrorKind::WouldBlock.into()),
+                    // As much as the bound allows, and still not a whole ClientHello or head.
+                    Peeked::More => return Ok(Peeked::Unparsable),
+                    done => return Ok(done),
+                }
+            }
+        });
+        match seen {
+            Ok(peeked) => return Ok(peeked),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
