@@ -1,7 +1,7 @@
 //! The views of config/hosts/two-labs.yml and one-subnet.yml: what each service instance serves,
 //! and DHCP on a shared segment answering each client as its own cluster.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
@@ -327,4 +327,70 @@ fn a_node_of_another_segment_gets_nothing_from_this_ones_pool() {
     // DNS and TFTP carry no interface: removing the first cluster changes none of theirs.
     assert_eq!(v.dns.interface, None);
     assert_eq!(v.tftp.interface, None);
+}
+
+#[test]
+fn a_shared_frontend_is_the_routers_and_every_clusters_names_point_there() {
+    let v = views("shared-frontend.yml");
+    let router = v.router.as_ref().expect("a router view");
+    let l = &router.listen;
+    let at = |addrs: &[SocketAddr]| addrs.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(at(&l.api), ["192.168.1.10:6443"]);
+    assert_eq!(at(&l.machine_config), ["192.168.1.10:22623"]);
+    assert_eq!(at(&l.ingress_https), ["192.168.1.10:443"]);
+    assert_eq!(at(&l.ingress_http), ["192.168.1.10:80"]);
+    assert!(l.dns.is_empty() && l.dhcp.is_empty() && l.tftp.is_empty() && l.http.is_empty());
+    assert_eq!(
+        router.lb.sharing,
+        Sharing::Router {
+            default_cluster: Some("okd".to_owned())
+        }
+    );
+    // The clusters listen on none of their own frontends: the router does; they check.
+    for (id, plan) in &v.clusters {
+        let l = &plan.listen;
+        assert!(l.api.is_empty() && l.machine_config.is_empty(), "{id}");
+        assert!(
+            l.ingress_https.is_empty() && l.ingress_http.is_empty(),
+            "{id}"
+        );
+        assert!(!l.http.is_empty(), "{id}: the boot server stays");
+        assert_eq!(plan.lb.sharing, Sharing::Routed, "{id}");
+        assert!(plan.lb.frontends.iter().all(|f| !f.backends.is_empty()));
+        // `cluster up` asks the router, which the client's server name routes.
+        assert_eq!(
+            plan.orchestration.api_url, "https://192.168.1.10:6443",
+            "{id}"
+        );
+    }
+    // Every cluster's api, api-int and *.apps resolve to the shared address; the appliance
+    // address is only its name server's, in both directions.
+    let shared: IpAddr = "192.168.1.10".parse().unwrap();
+    for zone in &v.dns.zones {
+        for r in &zone.records {
+            let label = r.name.split('.').next().unwrap_or_default();
+            match &r.data {
+                crate::records::RecordData::A(ip) if ["api", "api-int", "*"].contains(&label) => {
+                    assert_eq!(IpAddr::V4(*ip), shared, "{}", r.name);
+                }
+                crate::records::RecordData::A(ip) => assert_ne!(IpAddr::V4(*ip), shared),
+                crate::records::RecordData::Ptr(name) => {
+                    assert!(!name.starts_with("api"), "{} PTR {name}", r.name);
+                }
+                _ => {}
+            }
+        }
+    }
+    let zone = |origin: &str| v.dns.zones.iter().find(|z| z.origin == origin).unwrap();
+    let ptr = zone("0.0.10.in-addr.arpa.")
+        .records
+        .iter()
+        .find(|r| r.name == "1.0.0.10.in-addr.arpa.")
+        .expect("the appliance's PTR");
+    assert_eq!(
+        ptr.data,
+        crate::records::RecordData::Ptr("ns1.okd.lab.example.com.".to_owned())
+    );
+    // Without a shared frontend there is no router.
+    assert!(views("two-labs.yml").router.is_none());
 }
