@@ -493,7 +493,7 @@ pub(crate) fn expect_balanced_to(ns: &Netns, frontend: Ipv4Addr, name: &str) {
 /// node on each segment for the DHCP clients.
 pub(crate) struct TwoSegments {
     // Dropped in this order: the backends first, the topology last.
-    _peers: [Process; 2],
+    _peers: Vec<Process>,
     pub(crate) seg1: Attached,
     pub(crate) seg2: Attached,
     pub(crate) okd_node: Attached,
@@ -504,6 +504,18 @@ pub(crate) struct TwoSegments {
 
 impl TwoSegments {
     pub(crate) fn start(prefix: &str, okd: &Cluster, test: &Cluster) -> TwoSegments {
+        let mut lab = TwoSegments::bare(prefix, okd, test);
+        let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
+        lab._peers = vec![
+            backend(&lab.okd_node, "okd-master-0", okd_m0.ip),
+            backend(&lab.test_node, "test-master-0", test_m0.ip),
+        ];
+        lab
+    }
+
+    /// The segments and nodes without backends: each master-0's namespace is the caller's to
+    /// run its own in.
+    pub(crate) fn bare(prefix: &str, okd: &Cluster, test: &Cluster) -> TwoSegments {
         let topo = Topology::with_addrs(prefix, "10.98.1.1/24", None).expect("topology");
         let br1 = Bridge::create(topo.services(), "br1").expect("br1");
         br1.add_addr("10.98.2.1/24").expect("br1 address");
@@ -514,12 +526,8 @@ impl TwoSegments {
         route(&test_node, okd.subnet, test.appliance);
         let seg1 = attach(topo.bridge(), "dh1", None);
         let seg2 = attach(&br1, "dh2", None);
-        let peers = [
-            backend(&okd_node, "okd-master-0", okd_m0.ip),
-            backend(&test_node, "test-master-0", test_m0.ip),
-        ];
         TwoSegments {
-            _peers: peers,
+            _peers: Vec::new(),
             seg1,
             seg2,
             okd_node,

@@ -8,6 +8,7 @@ mod boot_clusters;
 mod boot_support;
 mod clusters;
 mod clusters_reload;
+mod clusters_shared;
 mod day2;
 mod dhcp;
 mod dhcp_support;

@@ -40,8 +40,8 @@ pub struct Pools {
 #[derive(Debug)]
 pub struct Pool {
     pub kind: FrontendKind,
-    /// Whether the frontend has a listener: a pool without one carries no traffic, is not
-    /// probed, and is neither drained nor reported as down.
+    /// Whether the frontend has a listener (its own, or the host's router): a pool without one
+    /// carries no traffic, is not probed, and is neither drained nor reported as down.
     pub served: bool,
     pub check: HealthCheck,
     pub backends: Vec<Arc<Backend>>,
@@ -331,7 +331,8 @@ impl Pools {
                     .collect();
                 Pool {
                     kind: f.kind,
-                    served: !f.listen.is_empty(),
+                    // A routed cluster's frontends listen at the host's router.
+                    served: !f.listen.is_empty() || plan.sharing == crate::plan::Sharing::Routed,
                     check: f.check.clone(),
                     backends,
                     cursor: AtomicUsize::new(0),

@@ -103,7 +103,7 @@ pub struct Route {
     pub token: CancellationToken,
 }
 
-/// Why a connection went to no cluster (the `reason` of `okd_lb_unrouted_total`).
+/// Why a connection went to no cluster (the `reason` of `okd_appliance_lb_unrouted_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unrouted {
     /// It named no server (no SNI, no `Host`).

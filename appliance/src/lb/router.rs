@@ -3,7 +3,7 @@
 //! client sent them) until they name a server ([`route`]), then the connection goes to that
 //! cluster's pools and on through the same data path as a cluster's own frontend
 //! ([`proxy::pass`]). A connection that names no cluster's server goes to the default cluster,
-//! or is reset and counted (`okd_lb_unrouted_total`).
+//! or is reset and counted (`okd_appliance_lb_unrouted_total`).
 //!
 //! The peek is bounded: at most [`route::TLS_PEEK_MAX`] (or [`route::HTTP_PEEK_MAX`]) bytes,
 //! within [`PEEK_TIME`] of the accept. Its buffer grows with what arrived, so a connection that
