@@ -329,6 +329,27 @@ pub fn live_iso(data: &[u8]) {
     }
 }
 
+/// A connection's first bytes at the shared frontend's router, as a TLS port and as the HTTP
+/// port peek them (`lb::route`): never a panic; a name is lowercase, without a trailing dot
+/// (or a port, for `Host`); and a decision made on a prefix (the first byte says where to cut)
+/// is the decision on the whole, since the router acts on the bytes it has seen so far.
+pub fn lb_peek(data: &[u8]) {
+    use crate::lb::route::{Peeked, http_host, tls_server_name};
+
+    for parse in [tls_server_name as fn(&[u8]) -> Peeked, http_host] {
+        let whole = parse(data);
+        if let Peeked::Name(name) = &whole {
+            assert!(!name.ends_with('.'), "{name:?}");
+            assert_eq!(*name, name.to_ascii_lowercase());
+        }
+        let cut = data.first().map_or(0, |b| usize::from(*b) * data.len() / 256);
+        let prefix = parse(&data[..cut]);
+        if prefix != Peeked::More {
+            assert_eq!(prefix, whole, "decided at {cut} of {}", data.len());
+        }
+    }
+}
+
 /// Replays the fuzzers' saved corpora (tests/fuzz/corpus) and any crash they kept
 /// (tests/fuzz/artifacts): every input that once mattered stays a regression test.
 #[cfg(test)]
@@ -378,5 +399,10 @@ mod corpus {
     #[test]
     fn live_iso_corpus() {
         replay("live_iso", super::live_iso);
+    }
+
+    #[test]
+    fn lb_peek_corpus() {
+        replay("lb_peek", super::lb_peek);
     }
 }

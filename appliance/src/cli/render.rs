@@ -184,7 +184,7 @@ fn host_files(
             .collect();
         return Ok(vec![render::Rendered {
             file_name: "haproxy.cfg".into(),
-            text: render::haproxy::render_host(&clusters),
+            text: render::haproxy::render_host(&clusters, host.shared_frontend.as_ref()),
         }]);
     }
     let mut text = String::new();

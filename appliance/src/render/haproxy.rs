@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use super::short_duration;
-use crate::plan::{Plan, Probe};
+use crate::config::SharedFrontend;
+use crate::plan::{FrontendKind, Plan, Probe, Sharing};
 use crate::vocabulary::Balance;
 
 pub(super) fn render(plan: &Plan) -> String {
@@ -21,8 +22,11 @@ pub(super) fn render(plan: &Plan) -> String {
 }
 
 /// One HAProxy for several clusters (a host file's): each cluster's frontends and backends,
-/// named `<id>-<frontend>`, on the cluster's own addresses (distinct on a checked host).
-pub fn render_host(clusters: &[(&str, &Plan)]) -> String {
+/// named `<id>-<frontend>`, on the cluster's own addresses (distinct on a checked host). With a
+/// shared frontend, its frontends instead (`shared-<frontend>`), which route each connection
+/// to a cluster's backend as the appliance's router does: by the ClientHello's server name on
+/// 6443, 22623 and 443 (`req_ssl_sni`), by `Host` on 80.
+pub fn render_host(clusters: &[(&str, &Plan)], shared: Option<&SharedFrontend>) -> String {
     let mut o = String::new();
     let ids: Vec<&str> = clusters.iter().map(|(id, _)| *id).collect();
     let _ = writeln!(
@@ -33,11 +37,61 @@ pub fn render_host(clusters: &[(&str, &Plan)]) -> String {
     if let Some((_, first)) = clusters.first() {
         defaults(&mut o, first);
     }
+    if let Some(shared) = shared {
+        shared_frontends(&mut o, clusters, shared);
+    }
     for (id, plan) in clusters {
         let _ = writeln!(o, "\n# cluster {id}: {}", plan.cluster_domain);
         proxies(&mut o, plan, &format!("{id}-"));
     }
     o
+}
+
+/// The shared frontend's four frontends, each routing to the routed clusters' backends.
+fn shared_frontends(o: &mut String, clusters: &[(&str, &Plan)], shared: &SharedFrontend) {
+    let routed: Vec<&(&str, &Plan)> = clusters
+        .iter()
+        .filter(|(_, p)| p.lb.sharing == Sharing::Routed)
+        .collect();
+    for kind in [
+        FrontendKind::Api,
+        FrontendKind::MachineConfig,
+        FrontendKind::IngressHttps,
+        FrontendKind::IngressHttp,
+    ] {
+        let _ = writeln!(o, "\nfrontend shared-{}", kind.name());
+        for ip in shared.addresses() {
+            let addr = SocketAddr::new(ip, kind.backend_port());
+            let _ = writeln!(o, "    bind {}", bind_addr(addr));
+        }
+        let _ = writeln!(o, "    tcp-request inspect-delay 5s");
+        let (fetch, accept) = match kind {
+            FrontendKind::IngressHttp => ("req.hdr(host),field(1,:)", "HTTP"),
+            _ => ("req_ssl_sni", "{ req_ssl_hello_type 1 }"),
+        };
+        let _ = writeln!(o, "    tcp-request content accept if {accept}");
+        for (id, plan) in &routed {
+            let d = &plan.cluster_domain;
+            let names = match kind {
+                FrontendKind::Api | FrontendKind::MachineConfig => {
+                    format!("-i api.{d} api-int.{d}")
+                }
+                FrontendKind::IngressHttps | FrontendKind::IngressHttp => {
+                    format!("-m end -i .apps.{d}")
+                }
+            };
+            let _ = writeln!(
+                o,
+                "    use_backend {id}-{} if {{ {fetch} {names} }}",
+                kind.name()
+            );
+        }
+        if let Some(id) = &shared.default_cluster
+            && routed.iter().any(|(r, _)| r == id)
+        {
+            let _ = writeln!(o, "    default_backend {id}-{}", kind.name());
+        }
+    }
 }
 
 fn defaults(o: &mut String, plan: &Plan) {
@@ -59,16 +113,20 @@ fn proxies(o: &mut String, plan: &Plan, prefix: &str) {
         Balance::RoundRobin => "roundrobin",
         Balance::LeastConnections => "leastconn",
     };
+    let routed = plan.lb.sharing == Sharing::Routed;
     for f in &plan.lb.frontends {
-        if f.listen.is_empty() {
+        if f.listen.is_empty() && !routed {
             continue;
         }
         let name = format!("{prefix}{}", f.kind.name());
-        let _ = writeln!(o, "\nfrontend {name}");
-        for addr in &f.listen {
-            let _ = writeln!(o, "    bind {}", bind_addr(*addr));
+        // A routed cluster's frontend is the shared one's.
+        if !routed {
+            let _ = writeln!(o, "\nfrontend {name}");
+            for addr in &f.listen {
+                let _ = writeln!(o, "    bind {}", bind_addr(*addr));
+            }
+            let _ = writeln!(o, "    default_backend {name}");
         }
-        let _ = writeln!(o, "    default_backend {name}");
         let _ = writeln!(o, "\nbackend {name}\n    balance {balance}");
         if !prefix.is_empty() {
             let _ = writeln!(o, "    timeout check {}", short_duration(f.check.timeout));
