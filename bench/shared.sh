@@ -51,6 +51,7 @@
 #   ROUNDS [5]  SECS [10]  CONNS [32]  LAT_SECS [2]
 #   HAPROXY_MATRIX [three configurations, one a line; see below]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
+#   REV_OF_BIN  with BIN: what the report calls that build (e.g. a commit)
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,9 +99,12 @@ for tool in curl taskset haproxy nginx wrk openssl; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk openssl curl)"
 done
 
+BIN_GIVEN=${BIN:+1}
 build_appliance
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD -- appliance 2>/dev/null || REV="$REV with uncommitted changes"
+# BIN given (another build): REV says which, or the report names the binary.
+if [[ -n $BIN_GIVEN ]]; then REV=${REV_OF_BIN:-"$BIN"}; fi
 BUSY_AT_START=$(busy_pct)
 NOISE_MAX=$(noise_count "wrk|curl")
 if ((NOISE_MAX > 0 || BUSY_AT_START > 10)); then
@@ -302,14 +306,15 @@ start_lb() {
   sleep 1.5 # the masters that are not running marked down by either balancer
 }
 
-# A counter of okd-appliance's /metrics (host-wide: read at okd's appliance_ip): the value of the
-# sample line starting with $1, 0 when absent.
-metric() {
-  ip netns exec "$CLI_NS" curl -sf --max-time 5 "http://$OKD_APP:8080/metrics" >"$W/metrics" || die "no /metrics at $OKD_APP:8080"
-  awk -v k="$1" 'index($0, k) == 1 {v = $NF} END {print v + 0}' "$W/metrics"
+# The router's count of connections it passed to cluster $1 on 443: okd_appliance_lb_routed_total
+# of that cluster's /metrics (at its appliance_ip:8080), 0 when absent.
+routed() {
+  local ip=$OKD_APP
+  [[ $1 == test ]] && ip=$TEST_APP
+  ip netns exec "$CLI_NS" curl -sf --max-time 5 "http://$ip:8080/metrics" >"$W/metrics-$1" || die "no /metrics at $ip:8080"
+  awk -v k="okd_appliance_lb_routed_total{port=\"443\",cluster=\"$1\"}" \
+    'index($0, k) == 1 {v = $NF} END {print v + 0}' "$W/metrics-$1"
 }
-# The routed counter of cluster $1 on 443 (label order as the appliance writes it).
-routed() { metric "okd_appliance_lb_routed_total{port=\"443\",cluster=\"$1\"}"; }
 
 us() { awk -v v="$1" 'BEGIN {
   if (v ~ /us$/) print v + 0; else if (v ~ /ms$/) print v * 1000; else if (v ~ /s$/) print v * 1e6; else print v }'; }
@@ -429,7 +434,7 @@ REPORT=$W/shared.md
   echo "\`sudo ${knobs}bash bench/shared.sh\` ($(date -u '+%Y-%m-%d %H:%M UTC'), okd-appliance $REV, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}'), wrk $(wrk -v 2>&1 | head -n 1 | awk '{print $2}'))."
   echo "Machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), no KVM; $noise."
   echo "Two compact clusters (okd, test; three masters, master-0 running), each master-0 an nginx with TLS (P-256 self-signed, one worker, no session cache or tickets: every connection a full TLS 1.3 handshake) serving a 1 KiB file. The balancer on CPU $SRV_CPU (okd-appliance: one tokio worker; HAProxy \`nbthread 1\`); both nginx and the load on CPU $LOAD_CPU."
-  echo "Load: two wrk at once (one thread, $((CONNS / 2)) connections each, ${SECS} s, \`Connection: close\`), one to https://$OKD_NAME/, one to https://$TEST_NAME/: each request a new connection with a full handshake and the server name, one GET, then close. *okd-shared*: a host file with \`shared_frontend\`, the router peeking each ClientHello at $SHARED:443 (checked every round: each cluster's \`okd_appliance_lb_routed_total{port=\"443\"}\` grew by the requests sent to its name). *okd-own*: the same clusters without it, each name resolving to its cluster's own appliance_ip:443 (no peek). *haproxy*: \`mode tcp\`, \`tcp-request inspect-delay 5s\`, \`tcp-request content accept if { req_ssl_hello_type 1 }\`, \`use_backend ... if { req_ssl_sni -m end .apps.<cluster>.$DOMAIN }\` on $SHARED:443 (6443, 22623 by name, 80 by Host). All with TCP checks every 200 ms (timeout 150 ms, rise 2, fall 2) of the same 24 servers. Balancer CPU: utime+stime of its process tree over the load, per connection. Loaded p50/p99: wrk's, the mean of the two processes'; c1: ${LAT_SECS} s of one connection at a time (wrk -c1)."
+  echo "Load: two wrk at once (one thread, $((CONNS / 2)) connections each, ${SECS} s, \`Connection: close\`), one to https://$OKD_NAME/, one to https://$TEST_NAME/: each request a new connection with a full handshake and the server name, one GET, then close. *okd-shared*: a host file with \`shared_frontend\`, the router peeking each ClientHello at $SHARED:443 (checked every round: each cluster's \`okd_appliance_lb_routed_total{port=\"443\"}\`, on its appliance_ip:8080/metrics, grew by the requests sent to its name). *okd-own*: the same clusters without it, each name resolving to its cluster's own appliance_ip:443 (no peek). *haproxy*: \`mode tcp\`, \`tcp-request inspect-delay 5s\`, \`tcp-request content accept if { req_ssl_hello_type 1 }\`, \`use_backend ... if { req_ssl_sni -m end .apps.<cluster>.$DOMAIN }\` on $SHARED:443 (6443, 22623 by name, 80 by Host). All with TCP checks every 200 ms (timeout 150 ms, rise 2, fall 2) of the same 24 servers. Balancer CPU: utime+stime of its process tree over the load, per connection. Loaded p50/p99: wrk's, the mean of the two processes'; c1: ${LAT_SECS} s of one connection at a time (wrk -c1)."
   echo
   echo "Medians of $ROUNDS rounds (each balancer started afresh per round, the order rotating); every round's figures are in the log lines the script prints. wrk's socket errors over all rounds: $ERRS_TOTAL."
   echo

@@ -342,7 +342,9 @@ pub fn lb_peek(data: &[u8]) {
             assert!(!name.ends_with('.'), "{name:?}");
             assert_eq!(*name, name.to_ascii_lowercase());
         }
-        let cut = data.first().map_or(0, |b| usize::from(*b) * data.len() / 256);
+        let cut = data
+            .first()
+            .map_or(0, |b| usize::from(*b) * data.len() / 256);
         let prefix = parse(&data[..cut]);
         if prefix != Peeked::More {
             assert_eq!(prefix, whole, "decided at {cut} of {}", data.len());

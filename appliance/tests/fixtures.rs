@@ -191,7 +191,11 @@ fn host_files_load_or_fail_with_the_golden_diagnostics() {
             // are the router's; nothing else differs.
             let mut alone = alone.config;
             if host.shared_frontend.is_some() && alone.direct_single_node().is_none() {
-                alone.lb.shared = host.shared_frontend.as_ref().map(|s| s.addresses());
+                let v6 = alone.network.v6.is_some();
+                alone.lb.shared = host.shared_frontend.as_ref().map(|s| {
+                    let all = s.addresses().into_iter();
+                    all.filter(|ip| ip.is_ipv4() || v6).collect()
+                });
                 let l = &mut alone.listen;
                 for frontends in [
                     &mut l.api,

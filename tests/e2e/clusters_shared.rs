@@ -271,7 +271,9 @@ fn lb_metrics(ns: &harness::Netns, okd: &Cluster) -> String {
     let (code, body) = get(ns, &format!("{}/metrics", okd.http()));
     assert_eq!(code, "200", "{body}");
     body.lines()
-        .filter(|l| l.starts_with("okd_appliance_lb_routed") || l.starts_with("okd_appliance_lb_unrouted"))
+        .filter(|l| {
+            l.starts_with("okd_appliance_lb_routed") || l.starts_with("okd_appliance_lb_unrouted")
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -500,6 +502,31 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
     assert!(
         (Duration::from_secs(4)..Duration::from_secs(8)).contains(&waited),
         "reset after {waited:?}"
+    );
+    // Clients that send part of a ClientHello and then half-close are done with at once (no
+    // verdict can come), and the router goes on routing the others.
+    let out = okd_node
+        .exec([
+            "python3",
+            "-c",
+            "import socket,sys,time\n\
+             t=time.monotonic(); socks=[]\n\
+             for _ in range(64):\n  s=socket.create_connection((sys.argv[1], 6443), timeout=10)\n  \
+             s.sendall(bytes([0x16,3,1,2,0,1])); s.shutdown(socket.SHUT_WR); socks.append(s)\n\
+             for s in socks:\n  try:\n    assert s.recv(1) == b''\n  except ConnectionResetError:\n    pass\n\
+             print(round(time.monotonic()-t, 1))",
+            &SHARED.to_string(),
+        ])
+        .output()
+        .expect("python3");
+    let took: f64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(took < 2.0, "half-closed partial hellos were held {took} s");
+    assert_eq!(
+        whoami(okd_node, "api.okd.lab.example.com", 6443),
+        "okd-master-0 6443 api.okd.lab.example.com"
     );
     let metrics = lb_metrics(okd_node, &okd);
     for sample in [

@@ -459,7 +459,15 @@ fn routed(mut config: Config, shared: &SharedFrontend) -> Config {
     if config.direct_single_node().is_some() {
         return config;
     }
-    config.lb.shared = Some(shared.addresses());
+    // A cluster without IPv6 gets no AAAA records for its names.
+    let v6 = config.network.v6.is_some();
+    config.lb.shared = Some(
+        shared
+            .addresses()
+            .into_iter()
+            .filter(|ip| ip.is_ipv4() || v6)
+            .collect(),
+    );
     let l = &mut config.listen;
     for frontends in [
         &mut l.api,

@@ -47,7 +47,7 @@ pub async fn serve(
     let stop = token.clone();
     accept(listener, kind, &stop, move |client, peer| {
         let (pools, token) = (Arc::clone(&pools), token.clone());
-        async move { pass(kind, peer, client, &pools, &token).await }
+        async move { pass(kind, peer, (client, &[]), &pools, &token).await }
     })
     .await
 }
@@ -92,19 +92,39 @@ where
     }
 }
 
-/// Passes `client` to a backend of `kind` in `pools` and relays until the connection ends or
+/// Passes `client` to a backend of `kind` in `pools`, sending it `first` (what the client
+/// sent before it was passed) before anything else, and relays until the connection ends or
 /// `token` is cancelled.
 pub(super) async fn pass(
     kind: FrontendKind,
     peer: std::net::SocketAddr,
-    client: TcpStream,
+    (client, first): (TcpStream, &[u8]),
     pools: &ArcSwap<Pools>,
     token: &CancellationToken,
 ) {
-    let Some(upstream) = connect(kind, pools).await else {
+    let Some(mut upstream) = connect(kind, pools).await else {
         tracing::debug!("lb/{}: no backend for {peer}", kind.name());
         return;
     };
+    if !first.is_empty() {
+        let sent = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::io::AsyncWriteExt::write_all(&mut upstream.stream, first),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(()))) {
+            tracing::debug!(
+                "lb/{} {peer}: {} did not take the client's first bytes",
+                kind.name(),
+                upstream.claim.backend().addr
+            );
+            return;
+        }
+        let backend = upstream.claim.backend();
+        backend
+            .bytes_to_backend
+            .fetch_add(first.len() as u64, Ordering::Relaxed);
+    }
     keep(kind, peer, client, upstream, token).await;
 }
 

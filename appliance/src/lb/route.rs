@@ -34,30 +34,78 @@ pub enum Peeked {
 /// The server name of the ClientHello that `bytes` begin with (split across records and
 /// segments as it may be: `More` until it is complete).
 pub fn tls_server_name(bytes: &[u8]) -> Peeked {
-    let mut acceptor = rustls::server::Acceptor::default();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        match acceptor.read_tls(&mut rest) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(_) => return Peeked::Unparsable,
-        }
-        match acceptor.accept() {
-            Ok(None) => {}
-            Ok(Some(accepted)) => {
-                return accepted
-                    .client_hello()
-                    .server_name()
-                    .map_or(Peeked::NoName, |n| Peeked::Name(normal(n)));
-            }
-            Err(_) => return Peeked::Unparsable,
-        }
-    }
-    Peeked::More
+    TlsHello::default().feed(bytes)
 }
 
 /// The `Host` of the HTTP/1 request head that `bytes` begin with, without its port.
 pub fn http_host(bytes: &[u8]) -> Peeked {
+    HttpHead::default().feed(bytes)
+}
+
+/// A ClientHello read as it arrives: each byte is parsed once.
+#[derive(Default)]
+pub struct TlsHello {
+    acceptor: rustls::server::Acceptor,
+}
+
+impl std::fmt::Debug for TlsHello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsHello")
+    }
+}
+
+impl TlsHello {
+    /// What the bytes so far say, given the ones that arrived since the last call.
+    pub fn feed(&mut self, new: &[u8]) -> Peeked {
+        let mut rest = new;
+        loop {
+            match self.acceptor.accept() {
+                Ok(None) => {}
+                Ok(Some(accepted)) => {
+                    return accepted
+                        .client_hello()
+                        .server_name()
+                        .map_or(Peeked::NoName, |n| Peeked::Name(normal(n)));
+                }
+                Err(_) => return Peeked::Unparsable,
+            }
+            if rest.is_empty() {
+                return Peeked::More;
+            }
+            match self.acceptor.read_tls(&mut rest) {
+                Ok(0) => return Peeked::More,
+                Ok(_) => {}
+                Err(_) => return Peeked::Unparsable,
+            }
+        }
+    }
+}
+
+/// A request head read as it arrives: parsed again only when a line ends, so a head sent a
+/// byte at a time costs one parse per line, and a head has at most 64 header lines.
+#[derive(Debug, Default)]
+pub struct HttpHead {
+    parsed_once: bool,
+}
+
+impl HttpHead {
+    /// What the head so far, `all` (the bytes since the last call at its end, `new` of them),
+    /// says.
+    pub fn feed_tail(&mut self, all: &[u8], new: usize) -> Peeked {
+        let fresh = &all[all.len().saturating_sub(new)..];
+        if self.parsed_once && !fresh.contains(&b'\n') {
+            return Peeked::More;
+        }
+        self.parsed_once = true;
+        head_host(all)
+    }
+
+    fn feed(&mut self, all: &[u8]) -> Peeked {
+        self.feed_tail(all, all.len())
+    }
+}
+
+fn head_host(bytes: &[u8]) -> Peeked {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(bytes) {

@@ -1,22 +1,20 @@
 //! The host's router at a shared frontend: one listener per port for every cluster. Each
-//! connection's first bytes are peeked (left in the socket, so the backend gets them as the
-//! client sent them) until they name a server ([`route`]), then the connection goes to that
-//! cluster's pools and on through the same data path as a cluster's own frontend
-//! ([`proxy::pass`]). A connection that names no cluster's server goes to the default cluster,
+//! connection's first bytes are read until they name a server ([`route`]), then the
+//! connection goes to that cluster's pools and on through the same data path as a cluster's
+//! own frontend ([`proxy::pass`]), which sends the backend those bytes first. A connection that names no cluster's server goes to the default cluster,
 //! or is reset and counted (`okd_appliance_lb_unrouted_total`).
 //!
-//! The peek is bounded: at most [`route::TLS_PEEK_MAX`] (or [`route::HTTP_PEEK_MAX`]) bytes,
+//! The read is bounded: at most [`route::TLS_PEEK_MAX`] (or [`route::HTTP_PEEK_MAX`]) bytes,
 //! within [`PEEK_TIME`] of the accept. Its buffer grows with what arrived, so a connection that
-//! sends nothing holds a page, not the whole bound.
+//! sends nothing holds a page, not the whole bound; each byte is parsed once (a request head
+//! again at each line's end), so a client sending a byte at a time costs no more parsing than
+//! one sending it whole.
 
-use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use nix::sys::socket::MsgFlags;
-use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -72,23 +70,24 @@ async fn serve(
     proxy::accept(listener, kind, &token, move |client, peer| {
         let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
         async move {
-            let peeked = match tokio::time::timeout(PEEK_TIME, peek(&client, kind)).await {
-                Ok(Ok(peeked)) => peeked,
-                // Closed (or failed) before naming anything: nothing to pass on.
-                Ok(Err(e)) => {
-                    tracing::debug!(
-                        "lb/{} {peer}: closed before naming a server: {e}",
-                        kind.name()
-                    );
-                    return;
-                }
-                Err(_) => Peeked::More,
-            };
+            let (peeked, first) =
+                match tokio::time::timeout(PEEK_TIME, first_bytes(&client, kind)).await {
+                    Ok(Ok(read)) => read,
+                    // Closed (or failed) before naming anything: nothing to pass on.
+                    Ok(Err(e)) => {
+                        tracing::debug!(
+                            "lb/{} {peer}: closed before naming a server: {e}",
+                            kind.name()
+                        );
+                        return;
+                    }
+                    Err(_) => (Peeked::More, Vec::new()),
+                };
             let picked = routes.load().pick(kind, &peeked).cloned();
             match picked {
                 Ok(route) => {
                     metrics.lb_routed(port, &route.id);
-                    proxy::pass(kind, peer, client, &route.pools, &route.token).await;
+                    proxy::pass(kind, peer, (client, &first), &route.pools, &route.token).await;
                 }
                 Err(why) => {
                     metrics.lb_unrouted(port, why.reason());
@@ -115,41 +114,42 @@ fn explain(why: Unrouted, peeked: &Peeked) -> String {
     }
 }
 
-/// Peeks at `client`'s first bytes until they say which server it wants (or that they never
-/// will): the bytes stay in the socket for the backend.
-async fn peek(client: &TcpStream, kind: FrontendKind) -> std::io::Result<Peeked> {
-    let (max, parse): (usize, fn(&[u8]) -> Peeked) = match kind {
-        FrontendKind::IngressHttp => (route::HTTP_PEEK_MAX, route::http_host),
-        _ => (route::TLS_PEEK_MAX, route::tls_server_name),
+/// Reads `client`'s first bytes until they say which server it wants, or that they never
+/// will; returns the verdict and the bytes, which the backend gets first. Each byte is read
+/// and parsed once; the buffer grows with what arrived, up to the bound.
+async fn first_bytes(client: &TcpStream, kind: FrontendKind) -> std::io::Result<(Peeked, Vec<u8>)> {
+    let max = match kind {
+        FrontendKind::IngressHttp => route::HTTP_PEEK_MAX,
+        _ => route::TLS_PEEK_MAX,
     };
+    let mut hello = route::TlsHello::default();
+    let mut head = route::HttpHead::default();
     let mut buf = vec![0u8; FIRST_PEEK.min(max)];
+    let mut len = 0;
     loop {
-        client.readable().await?;
-        // Seeing the same bytes again is no news: `WouldBlock` clears the readiness, so the
-        // next wait ends when more arrive (or the client closes).
-        let seen = client.try_io(Interest::READABLE, || {
-            loop {
-                let n = nix::sys::socket::recv(client.as_raw_fd(), &mut buf, MsgFlags::MSG_PEEK)
-                    .map_err(std::io::Error::from)?;
-                if n == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-                match parse(&buf[..n]) {
-                    Peeked::More if n == buf.len() && n < max => {
-                        let grown = (buf.len() * 2).min(max);
-                        buf.resize(grown, 0);
-                    }
-                    Peeked::More if n < max => return Err(std::io::ErrorKind::WouldBlock.into()),
-                    // As much as the bound allows, and still not a whole ClientHello or head.
-                    Peeked::More => return Ok(Peeked::Unparsable),
-                    done => return Ok(done),
-                }
+        if len == buf.len() {
+            if len == max {
+                // As much as the bound allows, and still not a whole ClientHello or head.
+                buf.truncate(len);
+                return Ok((Peeked::Unparsable, buf));
             }
-        });
-        match seen {
-            Ok(peeked) => return Ok(peeked),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            buf.resize((len * 2).min(max), 0);
+        }
+        client.readable().await?;
+        let n = match client.try_read(&mut buf[len..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
+        };
+        len += n;
+        let peeked = match kind {
+            FrontendKind::IngressHttp => head.feed_tail(&buf[..len], n),
+            _ => hello.feed(&buf[len - n..len]),
+        };
+        if peeked != Peeked::More {
+            buf.truncate(len);
+            return Ok((peeked, buf));
         }
     }
 }

@@ -305,6 +305,8 @@ impl Layout {
             ) {
                 let key = match role.cluster() {
                     Some(id) if self.host_mode() => format!("{key} of cluster {id}"),
+                    // The router's listeners are the shared frontend's addresses.
+                    _ if *role == Role::Router => "shared_frontend.address".to_owned(),
                     _ => key,
                 };
                 if !keys.contains(&key) {

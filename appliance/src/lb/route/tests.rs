@@ -254,3 +254,32 @@ fn the_default_cluster_takes_what_no_cluster_names() {
         Err(Unrouted::UnknownName)
     );
 }
+
+#[test]
+fn fed_a_byte_at_a_time_each_parser_answers_at_the_last_byte() {
+    let hello = reframed(&client_hello("api.test.lab.example.com", Vec::new()), 100);
+    let mut tls = TlsHello::default();
+    for (i, b) in hello.iter().enumerate() {
+        let got = tls.feed(std::slice::from_ref(b));
+        if i + 1 < hello.len() {
+            assert_eq!(got, Peeked::More, "at {i}");
+        } else {
+            assert_eq!(got, Peeked::Name("api.test.lab.example.com".to_owned()));
+        }
+    }
+    let head = b"GET / HTTP/1.1\r\nUser-Agent: x\r\nHost: a.apps.test.lab.example.com\r\n\r\n";
+    let mut http = HttpHead::default();
+    for end in 1..=head.len() {
+        let got = http.feed_tail(&head[..end], 1);
+        if end < head.len() {
+            assert_eq!(got, Peeked::More, "at {end}");
+        } else {
+            assert_eq!(got, Peeked::Name("a.apps.test.lab.example.com".to_owned()));
+        }
+    }
+    // Not HTTP is known at once, whatever comes after.
+    assert_eq!(
+        HttpHead::default().feed_tail(b"\x16\x03\x01", 3),
+        Peeked::Unparsable
+    );
+}

@@ -43,6 +43,23 @@ pub(in crate::config) fn shared(
             &format!("the clusters are: {}", ids.join(", ")),
         ));
     }
+    if let (Some(id), Some(at)) = (
+        &shared.default_cluster,
+        raw.default_cluster.as_ref().map(|t| t.referenced),
+    ) && let Some(m) = members
+        .iter()
+        .find(|m| &m.id == id && m.config.direct_single_node().is_some())
+    {
+        out.push(in_host(
+            at,
+            format!(
+                "cluster {} is a single node reached directly: its names point at its node, not here",
+                m.id
+            ),
+            "not routed",
+            "name a cluster whose frontends the shared frontend serves, or set its lb.single_node: proxied",
+        ));
+    }
     let addresses = shared.addresses();
     for (i, m) in members.iter().enumerate() {
         let c = &m.config;
@@ -57,6 +74,17 @@ pub(in crate::config) fn shared(
                 ));
             }
         }
+        if let Some(pool) = &c.network.dhcp_pool
+            && pool.contains(shared.v4)
+        {
+            out.push(in_host(
+                raw.address.referenced,
+                format!("{} is in the DHCP pool of cluster {}", shared.v4, m.id),
+                "leased to strangers",
+                "the shared frontend is an address of this host: keep it out of every pool",
+            ));
+        }
+        out.extend(ports_taken(m, i, &addresses));
         // A single-node cluster whose names point at its node is not routed.
         if c.direct_single_node().is_some() {
             continue;
@@ -107,33 +135,39 @@ pub(in crate::config) fn shared(
             p.hint("the host's router listens on the shared frontend for every cluster: leave this out");
             out.push((Some(i), p));
         }
-        // The cluster's own TCP listeners must leave the router's ports free.
-        let taken = |a: &SocketAddr| {
-            ROUTED_PORTS.contains(&a.port())
-                && (a.ip().is_unspecified() || addresses.contains(&a.ip()))
+    }
+    out
+}
+
+/// `m`'s own TCP listeners on a port the router takes at the shared addresses.
+fn ports_taken(m: &Listed, i: usize, addresses: &[IpAddr]) -> Vec<(Option<usize>, Problem)> {
+    let (c, l) = (&m.config, &m.raw.listen);
+    let mut out = Vec::new();
+    // The cluster's own TCP listeners must leave the router's ports free.
+    let taken = |a: &SocketAddr| {
+        ROUTED_PORTS.contains(&a.port()) && (a.ip().is_unspecified() || addresses.contains(&a.ip()))
+    };
+    for (key, addrs, stated) in [
+        ("dns", &c.listen.dns, &l.dns),
+        ("http", &c.listen.http, &l.http),
+    ] {
+        let Some(addr) = addrs.iter().find(|a| taken(a)) else {
+            continue;
         };
-        for (key, addrs, stated) in [
-            ("dns", &c.listen.dns, &l.dns),
-            ("http", &c.listen.http, &l.http),
-        ] {
-            let Some(addr) = addrs.iter().find(|a| taken(a)) else {
-                continue;
-            };
-            let at = stated
-                .as_ref()
-                .and_then(|v| v.first())
-                .map_or(m.raw.network.appliance_ip.referenced, |t| t.referenced);
-            let mut p = Problem::new(
-                &m.src,
-                Severity::Error,
-                "host::shared-frontend",
-                at,
-                format!("{key} on {addr} takes a port the shared frontend's router listens on"),
-                "port taken",
-            );
-            p.hint("the router listens on 6443, 22623, 443 and 80 of the shared addresses");
-            out.push((Some(i), p));
-        }
+        let at = stated
+            .as_ref()
+            .and_then(|v| v.first())
+            .map_or(m.raw.network.appliance_ip.referenced, |t| t.referenced);
+        let mut p = Problem::new(
+            &m.src,
+            Severity::Error,
+            "host::shared-frontend",
+            at,
+            format!("{key} on {addr} takes a port the shared frontend's router listens on"),
+            "port taken",
+        );
+        p.hint("the router listens on 6443, 22623, 443 and 80 of the shared addresses");
+        out.push((Some(i), p));
     }
     out
 }
