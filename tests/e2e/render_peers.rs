@@ -115,7 +115,7 @@ fn haproxy_accepts_the_rendered_config() {
     peer_accepts("haproxy", "haproxy.cfg", "haproxy", &["-c", "-f"]);
     // A host file's: every cluster's frontends in one HAProxy, names apart.
     let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/hosts");
-    for name in ["two-labs", "one-subnet"] {
+    for name in ["two-labs", "one-subnet", "shared-frontend"] {
         let dir = tempfile::tempdir().unwrap();
         let out = appliance([
             "render".as_ref(),
@@ -132,7 +132,17 @@ fn haproxy_accepts_the_rendered_config() {
         std::fs::write(&cfg, &out.stdout).unwrap();
         run_ok("haproxy", &["-c", "-f", cfg.to_str().unwrap()]);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("frontend okd-api\n"), "{text}");
+        if name == "shared-frontend" {
+            // One frontend per port at the shared address, routing by name to each cluster.
+            assert!(text.contains("frontend shared-api\n"), "{text}");
+            assert!(!text.contains("frontend okd-api\n"), "{text}");
+            assert!(
+                text.contains("use_backend test-ingress-https if { req_ssl_sni -m end -i .apps.test.lab.example.com }"),
+                "{text}"
+            );
+        } else {
+            assert!(text.contains("frontend okd-api\n"), "{text}");
+        }
     }
 }
 

@@ -182,9 +182,20 @@ fn host_files(
             .iter()
             .map(|m| (m.id.as_str(), &*m.plan))
             .collect();
+        let addresses = host
+            .shared_frontend
+            .as_ref()
+            .map(config::SharedFrontend::addresses);
+        let shared = host
+            .shared_frontend
+            .as_ref()
+            .map(|s| render::haproxy::Shared {
+                addresses: addresses.as_deref().unwrap_or_default(),
+                default_cluster: s.default_cluster.as_deref(),
+            });
         return Ok(vec![render::Rendered {
             file_name: "haproxy.cfg".into(),
-            text: render::haproxy::render_host(&clusters, host.shared_frontend.as_ref()),
+            text: render::haproxy::render_host(&clusters, shared.as_ref()),
         }]);
     }
     let mut text = String::new();

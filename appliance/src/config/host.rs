@@ -12,8 +12,8 @@
 //! alone. Then the clusters are compared with each other (`validate::host`): every conflict is
 //! reported once, in the later file, with the earlier file's line drawn under it.
 //!
-//! So far `check` reads host files; serving several clusters from one process is the next step
-//! of the design (its build order, step 3 on).
+//! `serve` runs every cluster of a host file in one process (`supervisor/layout.rs`); with a
+//! `shared_frontend`, `routed` points each cluster's names and frontends at the host's router.
 //!
 //! Architecture invariant: as for a cluster file, nothing past this module sees YAML.
 

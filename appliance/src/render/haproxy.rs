@@ -2,10 +2,9 @@
 //! (`mode tcp`, as OpenShift's user-provisioned install documents it).
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use super::short_duration;
-use crate::config::SharedFrontend;
 use crate::plan::{FrontendKind, Plan, Probe, Sharing};
 use crate::vocabulary::Balance;
 
@@ -21,12 +20,19 @@ pub(super) fn render(plan: &Plan) -> String {
     o
 }
 
+/// A host file's shared frontend: its addresses and its default cluster's id.
+#[derive(Debug)]
+pub struct Shared<'a> {
+    pub addresses: &'a [IpAddr],
+    pub default_cluster: Option<&'a str>,
+}
+
 /// One HAProxy for several clusters (a host file's): each cluster's frontends and backends,
 /// named `<id>-<frontend>`, on the cluster's own addresses (distinct on a checked host). With a
 /// shared frontend, its frontends instead (`shared-<frontend>`), which route each connection
 /// to a cluster's backend as the appliance's router does: by the ClientHello's server name on
 /// 6443, 22623 and 443 (`req_ssl_sni`), by `Host` on 80.
-pub fn render_host(clusters: &[(&str, &Plan)], shared: Option<&SharedFrontend>) -> String {
+pub fn render_host(clusters: &[(&str, &Plan)], shared: Option<&Shared<'_>>) -> String {
     let mut o = String::new();
     let ids: Vec<&str> = clusters.iter().map(|(id, _)| *id).collect();
     let _ = writeln!(
@@ -48,7 +54,7 @@ pub fn render_host(clusters: &[(&str, &Plan)], shared: Option<&SharedFrontend>) 
 }
 
 /// The shared frontend's four frontends, each routing to the routed clusters' backends.
-fn shared_frontends(o: &mut String, clusters: &[(&str, &Plan)], shared: &SharedFrontend) {
+fn shared_frontends(o: &mut String, clusters: &[(&str, &Plan)], shared: &Shared<'_>) {
     let routed: Vec<&(&str, &Plan)> = clusters
         .iter()
         .filter(|(_, p)| p.lb.sharing == Sharing::Routed)
@@ -60,8 +66,8 @@ fn shared_frontends(o: &mut String, clusters: &[(&str, &Plan)], shared: &SharedF
         FrontendKind::IngressHttp,
     ] {
         let _ = writeln!(o, "\nfrontend shared-{}", kind.name());
-        for ip in shared.addresses() {
-            let addr = SocketAddr::new(ip, kind.backend_port());
+        for ip in shared.addresses {
+            let addr = SocketAddr::new(*ip, kind.backend_port());
             let _ = writeln!(o, "    bind {}", bind_addr(addr));
         }
         let _ = writeln!(o, "    tcp-request inspect-delay 5s");
@@ -86,8 +92,8 @@ fn shared_frontends(o: &mut String, clusters: &[(&str, &Plan)], shared: &SharedF
                 kind.name()
             );
         }
-        if let Some(id) = &shared.default_cluster
-            && routed.iter().any(|(r, _)| r == id)
+        if let Some(id) = shared.default_cluster
+            && routed.iter().any(|(r, _)| *r == id)
         {
             let _ = writeln!(o, "    default_backend {id}-{}", kind.name());
         }
