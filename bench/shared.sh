@@ -48,7 +48,11 @@
 # and routed.
 #
 # Environment knobs (defaults in brackets):
-#   ROUNDS [5]  SECS [10]  CONNS [32]  LAT_SECS [2]
+#   ROUNDS [5]  SECS [10]  CONNS [32]  LAT_SECS [2]  IDLE_SECS [1.5] (the balancer's idle CPU:
+#   its health checks, measured after each start)
+#   PROFILE=1  after the rounds, one more load of okd-shared and of okd-own under `perf record`
+#              (cpu-clock samples); the shares by binary, system call and function go into the
+#              report (needs perf)
 #   HAPROXY_MATRIX [three configurations, one a line; see below]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
 #   REV_OF_BIN  with BIN: what the report calls that build (e.g. a commit)
@@ -62,6 +66,7 @@ ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-10}
 CONNS=${CONNS:-32}
 LAT_SECS=${LAT_SECS:-2}
+IDLE_SECS=${IDLE_SECS:-1.5}
 BENCH_KEEP_TMP=${KEEP:-0}
 SRV_NS=shsrv$$
 CLI_NS=shcli$$
@@ -95,11 +100,14 @@ matrix_configs haproxy "$HAPROXY_MATRIX" SERVERS HAPROXY_CONF
 (($(nproc) >= 2)) || die "needs at least 2 CPUs"
 ((CONNS >= 2 && CONNS % 2 == 0)) || die "CONNS must be even (half to each cluster)"
 export PATH="$PATH:/usr/sbin:/sbin"
-for tool in curl taskset haproxy nginx wrk openssl; do
+for tool in curl taskset haproxy nginx wrk openssl /usr/bin/time; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk openssl curl)"
 done
 
 BIN_GIVEN=${BIN:+1}
+if [[ ${PROFILE:-0} == 1 ]]; then
+  command -v perf >/dev/null 2>&1 || die "PROFILE=1 needs perf (apt-get install linux-perf)"
+fi
 build_appliance
 REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD -- appliance 2>/dev/null || REV="$REV with uncommitted changes"
@@ -303,7 +311,26 @@ start_lb() {
   # Both clusters' master-0 reached by name, a few times in a row.
   wait_until 20 bash -c "for i in 1 2 3; do for n in $OKD_NAME $TEST_NAME; do ip netns exec $CLI_NS curl -sfk -o /dev/null https://\$n/small.bin || exit 1; done; done" ||
     die "$1 did not start serving (log: $W/$1.log)"
-  sleep 1.5 # the masters that are not running marked down by either balancer
+  sleep 0.5 # the masters that are not running marked down by either balancer
+  # What the balancer spends with no load: its health checks (24 servers every 200 ms), in ms
+  # of CPU per second, from schedstat (ns) over IDLE_SECS.
+  local n0 n1
+  n0=$(tree_ns "$LB_PID")
+  sleep "$IDLE_SECS"
+  n1=$(tree_ns "$LB_PID")
+  IDLE_MS=$(awk -v d=$((n1 - n0)) -v s="$IDLE_SECS" 'BEGIN {printf "%.2f", d / 1e6 / s}')
+}
+
+# Nanoseconds on CPU of a PID and all its descendants, every thread (schedstat).
+tree_ns() {
+  local p t sum=0
+  for p in $(proc_tree "$1"); do
+    for t in /proc/"$p"/task/*/schedstat; do
+      read -r t _ <"$t" 2>/dev/null || continue
+      sum=$((sum + t))
+    done
+  done
+  echo "$sum"
 }
 
 # The router's count of connections it passed to cluster $1 on 443: okd_appliance_lb_routed_total
@@ -331,14 +358,14 @@ wrk_out() {
 }
 
 # The load: two wrk at once, one per cluster's name. Sets RATE, CPU (us per conn), L50, L99,
-# ERRS, REQ_OKD, REQ_TEST.
+# ERRS, REQ_OKD, REQ_TEST, WRK_CPU (the client's us per conn), NET (CPU less the checks').
 load() {
   local a b t0 t1 ro rt e1 e2 p1 p2 q1 q2
   t0=$(proc_tree_ticks "$LB_PID")
-  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU wrk -t1 -c$((CONNS / 2)) -d"${SECS}s" --latency \
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU /usr/bin/time -f "%U %S" -o "$W/time-okd" wrk -t1 -c$((CONNS / 2)) -d"${SECS}s" --latency \
     -H "Connection: close" "https://$OKD_NAME/small.bin" >"$W/wrk-okd.out" 2>&1 &
   a=$!
-  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU wrk -t1 -c$((CONNS / 2)) -d"${SECS}s" --latency \
+  ip netns exec "$CLI_NS" taskset -c $LOAD_CPU /usr/bin/time -f "%U %S" -o "$W/time-test" wrk -t1 -c$((CONNS / 2)) -d"${SECS}s" --latency \
     -H "Connection: close" "https://$TEST_NAME/small.bin" >"$W/wrk-test.out" 2>&1 &
   b=$!
   wait "$a" || die "wrk (okd) failed: $(cat "$W/wrk-okd.out")"
@@ -352,6 +379,11 @@ load() {
   ERRS=$((e1 + e2))
   RATE=$(awk -v a="$REQ_OKD" -v b="$REQ_TEST" -v s="$SECS" 'BEGIN {printf "%.0f", (a + b) / s}')
   CPU=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n=$((REQ_OKD + REQ_TEST)) 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
+  # The client's CPU (both wrk, user+system) per connection: on 2 cores, it and the backends'
+  # share the load's core, which they fill.
+  WRK_CPU=$(cat "$W/time-okd" "$W/time-test" | awk -v n=$((REQ_OKD + REQ_TEST)) '{t += $1 + $2} END {printf "%.0f", t * 1e6 / n}')
+  # The balancer's CPU per connection without what its checks cost meanwhile.
+  NET=$(awk -v c="$CPU" -v i="$IDLE_MS" -v s="$SECS" -v n=$((REQ_OKD + REQ_TEST)) 'BEGIN {printf "%.1f", c - i * 1000 * s / n}')
   L50=$(awk -v a="$p1" -v b="$p2" 'BEGIN {printf "%.0f", (a + b) / 2}')
   L99=$(awk -v a="$q1" -v b="$q2" 'BEGIN {printf "%.0f", (a + b) / 2}')
 }
@@ -390,11 +422,11 @@ for ((round = 1; round <= ROUNDS; round++)); do
     fi
     unloaded
     ERRS_TOTAL=$((ERRS_TOTAL + ERRS))
-    log "round $round, $s${HAPROXY_CONF[$s]:+ (${HAPROXY_CONF[$s]})}: $RATE conn/s ($REQ_OKD okd + $REQ_TEST test), $CPU us balancer CPU per conn, loaded p50 $L50 us p99 $L99 us, one at a time p50 $U50 us p99 $U99 us${ERRS:+, $ERRS socket errors}${ROUTED_NOTE:+; routed $ROUTED_NOTE}"
+    log "round $round, $s${HAPROXY_CONF[$s]:+ (${HAPROXY_CONF[$s]})}: $RATE conn/s ($REQ_OKD okd + $REQ_TEST test), $CPU us balancer CPU per conn ($NET without its checks, which cost $IDLE_MS ms/s idle), wrk $WRK_CPU us CPU per conn, loaded p50 $L50 us p99 $L99 us, one at a time p50 $U50 us p99 $U99 us${ERRS:+, $ERRS socket errors}${ROUTED_NOTE:+; routed $ROUTED_NOTE}"
     ROUTED_NOTE=""
-    for f in "rate=$RATE" "cpu=$CPU" "l50=$L50" "l99=$L99" "u50=$U50" "u99=$U99"; do ALL[$s,${f%=*}]+=" ${f#*=}"; done
+    for f in "rate=$RATE" "cpu=$CPU" "net=$NET" "idle=$IDLE_MS" "wrk=$WRK_CPU" "l50=$L50" "l99=$L99" "u50=$U50" "u99=$U99"; do ALL[$s,${f%=*}]+=" ${f#*=}"; done
     if [[ -n ${HAPROXY_CONF[$s]:-} ]]; then
-      for f in "conn/s+=$RATE" "CPU us per conn-=$CPU" "p50 us-=$L50" "p99 us-=$L99" "c1 p50 us-=$U50" "c1 p99 us-=$U99"; do
+      for f in "conn/s+=$RATE" "CPU us per conn-=$CPU" "less checks-=$NET" "idle ms/s-=$IDLE_MS" "p50 us-=$L50" "p99 us-=$L99" "c1 p50 us-=$U50" "c1 p99 us-=$U99"; do
         matrix_add "$W/matrix.tsv" haproxy "${HAPROXY_CONF[$s]}" "${f%=*}" "${f##*=}"
       done
     fi
@@ -406,7 +438,7 @@ done
 BUSY_AT_END=$(busy_pct)
 declare -A MED
 for s in "${SERVERS[@]}"; do
-  for f in rate cpu l50 l99 u50 u99; do
+  for f in rate cpu net idle wrk l50 l99 u50 u99; do
     # shellcheck disable=SC2086
     MED[$s,$f]=$(median ${ALL[$s,$f]})
   done
@@ -416,6 +448,30 @@ matrix_why "$WHYFILE"
 hbest() { matrix_best "$W/matrix.tsv" haproxy "$1" | cut -d' ' -f1; }
 hbestconf() { matrix_best "$W/matrix.tsv" haproxy "$1" | cut -d' ' -f2-; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}'; }
+
+# --- profile ---------------------------------------------------------------------------------
+# Where okd-appliance's CPU goes with and without the peek: samples of its threads (user and
+# kernel stacks) during one more load of each, summed by binary, system call and function.
+PROFILE_MD=$W/profile.md
+: >"$PROFILE_MD"
+if [[ ${PROFILE:-0} == 1 ]]; then
+  for s in okd-shared okd-own; do
+    log "profile: $s under the load"
+    start_lb "$s"
+    profile_start "$LB_PID" "$W/perf-$s.data" "$SECS"
+    load
+    profile_wait
+    stop_pid "$LB_PID" 5 || true
+    {
+      echo "### Where okd-appliance's CPU goes: $s"
+      echo
+      echo "\`sudo PROFILE=1 bash bench/shared.sh\`: \`perf record -e cpu-clock -F 1999 -g\` of the balancer for ${SECS} s of the load ($RATE conn/s, $CPU us of its CPU per connection in that run). $PROFILE_HOW"
+      echo
+      profile_md "$W/perf-$s.data"
+      echo
+    } >>"$PROFILE_MD"
+  done
+fi
 
 # --- report ----------------------------------------------------------------------------------
 REPORT=$W/shared.md
@@ -434,27 +490,32 @@ REPORT=$W/shared.md
   echo "\`sudo ${knobs}bash bench/shared.sh\` ($(date -u '+%Y-%m-%d %H:%M UTC'), okd-appliance $REV, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}'), wrk $(wrk -v 2>&1 | head -n 1 | awk '{print $2}'))."
   echo "Machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), no KVM; $noise."
   echo "Two compact clusters (okd, test; three masters, master-0 running), each master-0 an nginx with TLS (P-256 self-signed, one worker, no session cache or tickets: every connection a full TLS 1.3 handshake) serving a 1 KiB file. The balancer on CPU $SRV_CPU (okd-appliance: one tokio worker; HAProxy \`nbthread 1\`); both nginx and the load on CPU $LOAD_CPU."
-  echo "Load: two wrk at once (one thread, $((CONNS / 2)) connections each, ${SECS} s, \`Connection: close\`), one to https://$OKD_NAME/, one to https://$TEST_NAME/: each request a new connection with a full handshake and the server name, one GET, then close. *okd-shared*: a host file with \`shared_frontend\`, the router peeking each ClientHello at $SHARED:443 (checked every round: each cluster's \`okd_appliance_lb_routed_total{port=\"443\"}\`, on its appliance_ip:8080/metrics, grew by the requests sent to its name). *okd-own*: the same clusters without it, each name resolving to its cluster's own appliance_ip:443 (no peek). *haproxy*: \`mode tcp\`, \`tcp-request inspect-delay 5s\`, \`tcp-request content accept if { req_ssl_hello_type 1 }\`, \`use_backend ... if { req_ssl_sni -m end .apps.<cluster>.$DOMAIN }\` on $SHARED:443 (6443, 22623 by name, 80 by Host). All with TCP checks every 200 ms (timeout 150 ms, rise 2, fall 2) of the same 24 servers. Balancer CPU: utime+stime of its process tree over the load, per connection. Loaded p50/p99: wrk's, the mean of the two processes'; c1: ${LAT_SECS} s of one connection at a time (wrk -c1)."
+  echo "Load: two wrk at once (one thread, $((CONNS / 2)) connections each, ${SECS} s, \`Connection: close\`), one to https://$OKD_NAME/, one to https://$TEST_NAME/: each request a new connection with a full handshake and the server name, one GET, then close. *okd-shared*: a host file with \`shared_frontend\`, the router peeking each ClientHello at $SHARED:443 (checked every round: each cluster's \`okd_appliance_lb_routed_total{port=\"443\"}\`, on its appliance_ip:8080/metrics, grew by the requests sent to its name). *okd-own*: the same clusters without it, each name resolving to its cluster's own appliance_ip:443 (no peek). *haproxy*: \`mode tcp\`, \`tcp-request inspect-delay 5s\`, \`tcp-request content accept if { req_ssl_hello_type 1 }\`, \`use_backend ... if { req_ssl_sni -m end .apps.<cluster>.$DOMAIN }\` on $SHARED:443 (6443, 22623 by name, 80 by Host). All with TCP checks every 200 ms (timeout 150 ms, rise 2, fall 2) of the same 24 servers. Balancer CPU: utime+stime of its process tree over the load, per connection; *less the checks'*: minus what its health checks cost meanwhile, measured idle (schedstat over ${IDLE_SECS} s after each start, before the load). wrk CPU: both wrk processes' user+system time per connection. Loaded p50/p99: wrk's, the mean of the two processes'; c1: ${LAT_SECS} s of one connection at a time (wrk -c1)."
   echo
   echo "Medians of $ROUNDS rounds (each balancer started afresh per round, the order rotating); every round's figures are in the log lines the script prints. wrk's socket errors over all rounds: $ERRS_TOTAL."
   echo
-  echo "| frontend | configuration | new TLS conn/s | balancer CPU us per conn | loaded p50 us | loaded p99 us | c1 p50 us | c1 p99 us |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| frontend | configuration | new TLS conn/s | balancer CPU us per conn | of it, less the checks' | idle CPU (checks) ms/s | loaded p50 us | loaded p99 us | c1 p50 us | c1 p99 us | wrk CPU us per conn |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| ${s%%[0-9]*} | ${HAPROXY_CONF[$s]:--} | ${MED[$s,rate]} | ${MED[$s,cpu]} | ${MED[$s,l50]} | ${MED[$s,l99]} | ${MED[$s,u50]} | ${MED[$s,u99]} |"
+    echo "| ${s%%[0-9]*} | ${HAPROXY_CONF[$s]:--} | ${MED[$s,rate]} | ${MED[$s,cpu]} | ${MED[$s,net]} | ${MED[$s,idle]} | ${MED[$s,l50]} | ${MED[$s,l99]} | ${MED[$s,u50]} | ${MED[$s,u99]} | ${MED[$s,wrk]} |"
   done
   echo
-  echo "| okd-appliance / HAProxy at its best | conn/s (higher is better) | CPU per conn (lower is better) | loaded p50 | loaded p99 | c1 p50 | c1 p99 |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| okd-appliance / HAProxy at its best | conn/s (higher is better) | CPU per conn (lower is better) | less the checks' | loaded p50 | loaded p99 | c1 p50 | c1 p99 |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in okd-shared okd-own; do
-    echo "| $s | $(ratio "${MED[$s,rate]}" "$(hbest "conn/s+")") | $(ratio "${MED[$s,cpu]}" "$(hbest "CPU us per conn-")") | $(ratio "${MED[$s,l50]}" "$(hbest "p50 us-")") | $(ratio "${MED[$s,l99]}" "$(hbest "p99 us-")") | $(ratio "${MED[$s,u50]}" "$(hbest "c1 p50 us-")") | $(ratio "${MED[$s,u99]}" "$(hbest "c1 p99 us-")") |"
+    echo "| $s | $(ratio "${MED[$s,rate]}" "$(hbest "conn/s+")") | $(ratio "${MED[$s,cpu]}" "$(hbest "CPU us per conn-")") | $(ratio "${MED[$s,net]}" "$(hbest "less checks-")") | $(ratio "${MED[$s,l50]}" "$(hbest "p50 us-")") | $(ratio "${MED[$s,l99]}" "$(hbest "p99 us-")") | $(ratio "${MED[$s,u50]}" "$(hbest "c1 p50 us-")") | $(ratio "${MED[$s,u99]}" "$(hbest "c1 p99 us-")") |"
   done
   echo
   echo "HAProxy's best configuration per figure: conn/s $(hbestconf "conn/s+"); CPU per conn $(hbestconf "CPU us per conn-"); loaded p99 $(hbestconf "p99 us-"); c1 p50 $(hbestconf "c1 p50 us-")."
-  echo "The peek's cost (okd-shared against okd-own): $(awk -v a="${MED[okd-shared,cpu]}" -v b="${MED[okd-own,cpu]}" 'BEGIN {printf "%+.1f us", a - b}') of balancer CPU per connection ($(ratio "${MED[okd-shared,cpu]}" "${MED[okd-own,cpu]}")), conn/s $(ratio "${MED[okd-shared,rate]}" "${MED[okd-own,rate]}"), c1 p50 $(awk -v a="${MED[okd-shared,u50]}" -v b="${MED[okd-own,u50]}" 'BEGIN {printf "%+d us", a - b}')."
+  echo "The peek's cost (okd-shared against okd-own): $(awk -v a="${MED[okd-shared,cpu]}" -v b="${MED[okd-own,cpu]}" 'BEGIN {printf "%+.1f us", a - b}') of balancer CPU per connection ($(ratio "${MED[okd-shared,cpu]}" "${MED[okd-own,cpu]}"); less the checks' $(awk -v a="${MED[okd-shared,net]}" -v b="${MED[okd-own,net]}" 'BEGIN {printf "%+.1f us", a - b}')), conn/s $(ratio "${MED[okd-shared,rate]}" "${MED[okd-own,rate]}"), c1 p50 $(awk -v a="${MED[okd-shared,u50]}" -v b="${MED[okd-own,u50]}" 'BEGIN {printf "%+d us", a - b}')."
   echo
   matrix_md "$W/matrix.tsv" "$WHYFILE"
+  echo
   echo "Reading the figures: the TLS handshakes (nginx's signatures and key exchanges, wrk's) all run on CPU $LOAD_CPU, which the load fills; the balancer only relays bytes and does not fill CPU $SRV_CPU, so the rates mostly measure CPU $LOAD_CPU and come out close for every balancer: the balancer's CPU per connection is the figure that tells them apart."
+  if [[ -s $PROFILE_MD ]]; then
+    echo
+    cat "$PROFILE_MD"
+  fi
 } >"$REPORT"
 cat "$REPORT"
 if ! matrix_check "$W/matrix.tsv" "$WHYFILE" >"$W/unexplained" 2>&1; then

@@ -206,6 +206,7 @@ fn host_files_load_or_fail_with_the_golden_diagnostics() {
                     frontends.clear();
                 }
             }
+            alone.api.clone_from(&host.api);
             assert!(
                 alone == member.config,
                 "{} reads differently alone",

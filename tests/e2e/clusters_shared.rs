@@ -23,6 +23,10 @@ use crate::support::{appliance, run_ok};
 /// The shared frontend: an address of the services namespace on okd's segment.
 const SHARED: Ipv4Addr = Ipv4Addr::new(10, 98, 1, 50);
 
+/// The host's API on TCP.
+const API_LISTEN: &str = "10.98.1.1:9443";
+const API_TOKEN: &str = "shared-api-t0ken-9c1e7d2b";
+
 /// A compact cluster on its own segment (`third` octet), three masters, master-0 the only
 /// one running.
 fn compact(name: &'static str, interface: &'static str, third: u8) -> Cluster {
@@ -77,6 +81,14 @@ fn write_host(dir: &Path, clusters: &[&Cluster], default: Option<&str>) -> PathB
         std::fs::write(&file, text).expect("cluster file");
     }
     let default = default.map_or_else(String::new, |d| format!("  default_cluster: {d}\n"));
+    // The host's API on TCP, for every cluster.
+    crate::support::self_signed(dir, "api", "IP:10.98.1.1");
+    std::fs::write(dir.join("api-token"), format!("{API_TOKEN}\n")).expect("token");
+    for f in ["api-token", "api.key"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o600))
+            .expect("owner-only");
+    }
     let host = dir.join("host.yml");
     let entries: String = clusters
         .iter()
@@ -85,7 +97,7 @@ fn write_host(dir: &Path, clusters: &[&Cluster], default: Option<&str>) -> PathB
     std::fs::write(
         &host,
         format!(
-            "version: 1\nstate_dir: {}\nshared_frontend:\n  address: {SHARED}\n{default}clusters:\n{entries}",
+            "version: 1\nstate_dir: {}\napi: {{ listen: \"{API_LISTEN}\", cert_file: api.pem, key_file: api.key, token_file: api-token }}\nshared_frontend:\n  address: {SHARED}\n{default}clusters:\n{entries}",
             dir.join("state").display()
         ),
     )
@@ -541,6 +553,52 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
     }
     // okd's boot server shows okd's routed series only.
     assert!(!metrics.contains("cluster=\"test\""), "{metrics}");
+
+    // The host's API on TCP: each cluster under its id, and a request that names none is
+    // refused with the ids.
+    let bearer = format!("Authorization: Bearer {API_TOKEN}");
+    for (path, want) in [
+        ("api/v1/clusters/test/status", "200"),
+        ("api/v1/clusters/okd/status", "200"),
+        ("api/v1/status", "409"),
+    ] {
+        let url = format!("https://{API_LISTEN}/{path}");
+        let out = okd_node
+            .exec([
+                "curl",
+                "-sk",
+                "--max-time",
+                "10",
+                "-H",
+                &bearer,
+                "-w",
+                "\n%{http_code}",
+                &url,
+            ])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        assert_eq!(code, want, "{url}: {body}");
+        if want == "200" {
+            assert!(body.contains("master-0"), "{url}: {body}");
+        }
+    }
+    let out = okd_node
+        .exec([
+            "curl",
+            "-sk",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("https://{API_LISTEN}/api/v1/clusters/test/status"),
+        ])
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401", "no token");
 
     // A reload that names a default cluster: what names no cluster goes there.
     write_host(dir.path(), &[&okd, &test], Some("test"));

@@ -44,6 +44,8 @@ pub struct Host {
     /// One address for every cluster's frontends, routed by name; `None`: each cluster's
     /// frontends on its own address.
     pub shared_frontend: Option<SharedFrontend>,
+    /// The HTTP API and status page on TCP (every cluster's plan carries it too).
+    pub api: Option<super::Api>,
     /// Warnings, file by file (the host file first).
     pub warnings: HostProblems,
 }
@@ -176,6 +178,9 @@ struct RawHost {
     run_as: Option<RawRunAs>,
     #[serde(default)]
     shared_frontend: Option<Spanned<RawShared>>,
+    /// The HTTP API and status page on TCP, for every cluster.
+    #[serde(default)]
+    api: Option<Spanned<super::raw::RawApi>>,
 }
 
 /// `shared_frontend:` as written.
@@ -283,6 +288,12 @@ pub(super) fn parse(
         .run_as
         .as_ref()
         .and_then(|r| super::validate::run_as(&mut host, r));
+    let api = match &raw.api {
+        None => Some(None),
+        Some(a) => super::validate::host_api(&mut host, a, dir, files).map(Some),
+    };
+    // `None` only with an error reported, which fails the load below.
+    let api = api.flatten();
     let shared = raw
         .shared_frontend
         .as_ref()
@@ -411,13 +422,20 @@ pub(super) fn parse(
                 id: m.id,
                 path: m.path,
                 name: m.name,
-                config: match &shared {
-                    Some(s) => routed(m.config, s),
-                    None => m.config,
+                config: {
+                    let mut config = match &shared {
+                        Some(s) => routed(m.config, s),
+                        None => m.config,
+                    };
+                    // The host's API serves every cluster: each plan carries it, as a
+                    // cluster file's does.
+                    config.api.clone_from(&api);
+                    config
                 },
             })
             .collect(),
         shared_frontend: shared,
+        api,
         warnings: problems,
     })
 }

@@ -357,6 +357,16 @@ impl Validator<'_> {
     }
 }
 
+/// A host file's `api`, checked as a cluster file's.
+pub(in crate::config) fn host_api(
+    p: &mut Problems,
+    raw: &Spanned<RawApi>,
+    dir: &Path,
+    files: InstallCheck<'_>,
+) -> Option<Api> {
+    Validator { p }.api(raw, dir, files.credentials())
+}
+
 /// `state_dir`, relative to `dir`; an empty one is an error.
 pub(in crate::config) fn state_dir(p: &mut Problems, dir: &Path, raw: &Text) -> PathBuf {
     if raw.value.trim().is_empty() {

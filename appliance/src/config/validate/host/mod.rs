@@ -137,7 +137,7 @@ fn host_keys(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
                 raw.run_as.as_ref().map(|r| r.user.referenced),
                 true,
             ),
-            ("api", raw.api.as_ref().map(|a| a.referenced), false),
+            ("api", raw.api.as_ref().map(|a| a.referenced), true),
             ("ha", raw.ha.as_ref().map(|h| h.referenced), false),
         ];
         for (key, at, movable) in stated {
