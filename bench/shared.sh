@@ -481,6 +481,7 @@ REPORT=$W/shared.md
   [[ $SECS == 10 ]] || knobs+="SECS=$SECS "
   [[ $CONNS == 32 ]] || knobs+="CONNS=$CONNS "
   [[ $LAT_SECS == 2 ]] || knobs+="LAT_SECS=$LAT_SECS "
+  [[ ${PROFILE:-0} != 1 ]] || knobs+="PROFILE=1 "
   noise="no other build, test run or load tool was running (the machine ${BUSY_AT_START}% busy before, ${BUSY_AT_END}% after)"
   if ((NOISE_MAX)); then
     noise="other builds or test runs shared the machine (up to $NOISE_MAX such processes; ${BUSY_AT_START}% busy before, ${BUSY_AT_END}% after): rates are noisy, compare the CPU per connection"

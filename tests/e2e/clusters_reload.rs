@@ -27,6 +27,27 @@ use crate::dns_support::{dig_in, start_appliance};
 use crate::lb_support::Conn;
 use crate::support::appliance;
 
+/// The `listeners:` line of `okd-appliance status --cluster okd --state-dir DIR`.
+fn listeners(state: &Path) -> String {
+    let out = appliance([
+        "status".as_ref(),
+        "--cluster".as_ref(),
+        "okd".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("listeners: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no listeners line:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .to_owned()
+}
+
 /// `okd-appliance reload --state-dir DIR`: exit code and output.
 fn reload(state: &Path) -> (Option<i32>, String) {
     let out = appliance(["reload".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
@@ -123,6 +144,24 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         state.join("clusters/test").is_dir(),
         "a removed cluster's state is kept"
     );
+    // `status` lists the sockets open now: test's are gone, okd's and the DNS addresses stay.
+    let shown = listeners(&state);
+    assert!(
+        !shown.contains(&format!("http/tcp {}:8080", test.appliance)),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(&format!("api/tcp {}:6443", test.appliance)),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("http/tcp {}:8080", okd.appliance)),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("dns/udp {}:53", test.appliance)),
+        "{shown}"
+    );
 
     // Add test back.
     write_host(dir.path(), &[&okd, &test]);
@@ -138,6 +177,18 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         app.log_tails()
     );
     expect_balanced_to(test_node, test.appliance, "test-master-0");
+    let shown = listeners(&state);
+    assert!(
+        shown.contains(&format!("http/tcp {}:8080", test.appliance)),
+        "{shown}"
+    );
+    assert_eq!(
+        shown
+            .matches(&format!("dns/udp {}:53", test.appliance))
+            .count(),
+        1,
+        "{shown}"
+    );
     let (code, body) = get(test_node, &format!("{}/ignition/master-0.ign", test.http()));
     assert_eq!(code, "200", "{body}");
     expect_names(okd_node, okd.appliance, &test);

@@ -131,7 +131,9 @@ pub struct CheckStatus {
 #[derive(Debug, Clone)]
 pub struct Fixed {
     pub started: SystemTime,
-    pub listeners: Vec<Listener>,
+    /// Every socket the appliance listens on now: a reload that adds or removes a cluster
+    /// swaps the list.
+    pub listeners: Arc<arc_swap::ArcSwap<Vec<Listener>>>,
     pub endpoints: Option<Endpoints>,
 }
 
@@ -308,7 +310,7 @@ pub fn collect(
             started: secs(fixed.started),
             uptime_secs: secs(now).saturating_sub(secs(fixed.started)),
             plan_serial: plan.serial,
-            listeners: fixed.listeners.clone(),
+            listeners: fixed.listeners.load().to_vec(),
             ha,
             cluster_phase: progress
                 .and_then(Progress::cluster_phase)

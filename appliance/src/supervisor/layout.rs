@@ -26,7 +26,7 @@ use super::{next_serial, notify, notify_reloading};
 use crate::config::{self, InstallCheck, LoadError, RealFiles, RenderStyle, Target};
 use crate::journal::{EventKind, Journal};
 use crate::operator::Clusters;
-use crate::operator::status::Samplers;
+use crate::operator::status::{Listener, Samplers};
 use crate::plan::views::HostViews;
 use crate::plan::{Plan, host::HostPlan};
 use crate::service;
@@ -61,6 +61,10 @@ pub(super) struct Layout {
     retired: Vec<(String, crate::operator::Operator)>,
     /// What the shared frontend's router routes to: the routed clusters' pools.
     pub routes: crate::lb::router::SharedRoutes,
+    /// Every listening socket, with the instance it is for.
+    listeners: Vec<(Role, Listener)>,
+    /// What `status` shows of them, swapped at each reload.
+    shown: Arc<arc_swap::ArcSwap<Vec<Listener>>>,
 }
 
 struct Started {
@@ -92,6 +96,8 @@ impl Layout {
             started: None,
             retired: Vec::new(),
             routes: std::sync::Arc::default(),
+            listeners: Vec::new(),
+            shown: Arc::default(),
         };
         for (role, plan) in derived.plans {
             let instance = layout.instance(role, plan);
@@ -145,6 +151,36 @@ impl Layout {
                 self.bound.push((s.service, s.addr));
             }
         }
+    }
+
+    /// Notes the sockets bound at start (each with the index of the instance it is for); the
+    /// list `status` shows, which follows reloads.
+    pub(super) fn listening<'a>(
+        &mut self,
+        owned: impl Iterator<Item = (usize, &'a BoundSocket)>,
+    ) -> Arc<arc_swap::ArcSwap<Vec<Listener>>> {
+        for (n, socket) in owned {
+            let role = self.instances[n].role.clone();
+            self.listeners.push((role, listener(socket)));
+        }
+        self.show_listening();
+        Arc::clone(&self.shown)
+    }
+
+    /// Shows the sockets still open: those of the instances that run, DNS's and TFTP's only
+    /// while their address is bound.
+    fn show_listening(&mut self) {
+        let (instances, bound) = (&self.instances, &self.bound);
+        self.listeners.retain(|(role, l)| {
+            let kept = instances.iter().any(|i| i.role == *role);
+            let bound = !matches!(role, Role::Dns | Role::Tftp)
+                || bound
+                    .iter()
+                    .any(|(service, addr)| service.name() == l.service && *addr == l.addr);
+            kept && bound
+        });
+        let shown = self.listeners.iter().map(|(_, l)| l.clone()).collect();
+        self.shown.store(Arc::new(shown));
     }
 
     /// Says in every cluster's journal which plan is served now.
@@ -429,6 +465,8 @@ impl Layout {
         let mut groups: Vec<Vec<BoundSocket>> = next.plans.iter().map(|_| Vec::new()).collect();
         for ((owner, _), socket) in specs.into_iter().zip(bound) {
             if let Some(n) = owner {
+                self.listeners
+                    .push((next.plans[n].0.clone(), listener(&socket)));
                 groups[n].push(socket);
             }
         }
@@ -438,6 +476,7 @@ impl Layout {
         let outcome = self.swap(next, groups, &started);
         self.reroute();
         self.route();
+        self.show_listening();
         started.clusters.replace(self.operators());
         started.samplers.replace(self.samplers());
         self.started = Some(started);
@@ -562,6 +601,15 @@ fn derive(target: &Target, serial: u32, previous: Option<&HostPlan>) -> Result<D
                 host: Some(views.host),
             })
         }
+    }
+}
+
+/// A bound socket as `status` shows it.
+fn listener(socket: &BoundSocket) -> Listener {
+    Listener {
+        service: socket.spec.service.name().to_owned(),
+        proto: socket.spec.proto.to_string(),
+        addr: socket.local_addr,
     }
 }
 

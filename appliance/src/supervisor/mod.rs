@@ -181,14 +181,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let api = layout.instances[0].plan.load().api.clone();
     let fixed = crate::operator::status::Fixed {
         started: SystemTime::now(),
-        listeners: sockets
-            .iter()
-            .map(|s| crate::operator::status::Listener {
-                service: s.spec.service.name().to_owned(),
-                proto: s.spec.proto.to_string(),
-                addr: s.local_addr,
-            })
-            .collect(),
+        listeners: layout.listening(owners.iter().copied().zip(&sockets)),
         endpoints: Some(crate::operator::status::Endpoints {
             admin_socket: crate::operator::admin::socket_path(&state_dir)
                 .display()
