@@ -15,17 +15,29 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::{require_root, require_tools, wait_until};
 
 use crate::clusters::{
-    BIND_TIMEOUT, Client, TwoSegments, expect_balanced_to, expect_lease, expect_names, get,
-    okd_on_its_own_segment, test_on_its_own_segment, wait_up, write_host,
+    BIND_TIMEOUT, Client, Cluster, TwoSegments, expect_balanced_to, expect_lease, expect_names,
+    get, okd_on_its_own_segment, test_on_its_own_segment, wait_up, write_host,
 };
 use crate::dns_support::{dig_in, start_appliance};
 use crate::lb_support::Conn;
 use crate::support::appliance;
+
+/// Gives `cluster`'s file a 3 s drain timeout.
+fn short_drain(dir: &Path, cluster: &Cluster) {
+    let file = dir.join(format!("{}.yml", cluster.name));
+    let text = std::fs::read_to_string(&file).expect("cluster file");
+    assert!(text.contains("\nlb:\n"), "{text}");
+    std::fs::write(
+        &file,
+        text.replace("\nlb:\n", "\nlb:\n  drain_timeout: 3s\n"),
+    )
+    .expect("write");
+}
 
 /// The `listeners:` line of `okd-appliance status --cluster okd --state-dir DIR`.
 fn listeners(state: &Path) -> String {
@@ -77,6 +89,7 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         .expect("tempdir");
     let state = dir.path().join("state");
     let host = write_host(dir.path(), &[&okd, &test]);
+    short_drain(dir.path(), &test);
     let lab = TwoSegments::start("clr", &okd, &test);
     let (okd_m0, test_m0) = (okd.node("master-0"), test.node("master-0"));
     let (okd_node, test_node, seg1) = (&lab.okd_node, &lab.test_node, &lab.seg1);
@@ -94,10 +107,30 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
     let bound = client.wait(0, &["bound"]);
     expect_lease(&bound, &okd, &okd_m1);
 
+    // A stream through test's API frontend, which test's removal lets run for its drain
+    // timeout.
+    let test_api = SocketAddr::from((test.appliance, 6443));
+    let mut draining = Conn::open(test_node, test_api).expect("connect to test's API frontend");
+    assert_eq!(draining.backend, "test-master-0");
+
     // Remove test.
     write_host(dir.path(), &[&okd]);
     let (code, text) = reload(&state);
+    let removed = Instant::now();
     assert_eq!(code, Some(0), "{text}\n{}", app.log_tails());
+    draining
+        .ping()
+        .expect("a removed cluster's open connection goes on for its drain timeout");
+    assert!(
+        wait_until(Duration::from_secs(10), || draining.ping().is_err()),
+        "a removed cluster's connection outlived its drain timeout\n{}",
+        app.log_tails()
+    );
+    let cut = removed.elapsed();
+    assert!(
+        cut >= Duration::from_millis(2500),
+        "cut after {cut:?}, before the 3 s drain timeout"
+    );
     assert!(text.contains("reloaded: now serving plan"), "{text}");
     held.ping()
         .expect("okd's stream goes on across test's removal");
@@ -107,7 +140,6 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         Some(&okd_m1.ip.to_string()),
         "{renewed:?}"
     );
-    let test_api = SocketAddr::from((test.appliance, 6443));
     let test_http = SocketAddr::from((test.appliance, 8080));
     assert!(
         wait_until(BIND_TIMEOUT, || refused(test_node, test_api)
@@ -165,6 +197,7 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
 
     // Add test back.
     write_host(dir.path(), &[&okd, &test]);
+    short_drain(dir.path(), &test);
     let (code, text) = reload(&state);
     assert_eq!(code, Some(0), "{text}\n{}", app.log_tails());
     let ups = |app: &harness::Process| {

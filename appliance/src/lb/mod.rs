@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
 
 use crate::plan::{FrontendKind, Plan};
 use crate::service::{self, Context, Running};
@@ -47,11 +48,14 @@ pub(super) fn frontend_of(service: Service) -> Option<FrontendKind> {
 }
 
 /// Balances every frontend listener in `sockets` over `pools`, and runs the health checker
-/// when there is at least one (the TLS settings of its probes are read here, at start).
+/// (the TLS settings of its probes are read here, at start). The listeners and the checker stop
+/// with `ctx.shutdown`, the connections with `connections` (the same token, or a later one for
+/// a cluster a reload removes: its open connections get its drain timeout).
 pub fn start(
     sockets: Vec<BoundSocket>,
     ctx: &Context,
     pools: &SharedPools,
+    connections: &CancellationToken,
 ) -> anyhow::Result<Running> {
     let tls = check::initial_tls(&ctx.plan.load())?;
     let mut tasks: Vec<Running> = vec![Box::pin(check::run(
@@ -74,7 +78,7 @@ pub fn start(
             listener,
             kind,
             Arc::clone(pools),
-            ctx.shutdown.clone(),
+            (ctx.shutdown.clone(), connections.clone()),
         )));
     }
     Ok(service::all(tasks))

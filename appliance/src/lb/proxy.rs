@@ -38,13 +38,14 @@ const MAX_CONNECTIONS: usize = 20_000;
 /// The copy buffer of each direction: a read that fills it switches the direction to splice.
 const BUFFER: usize = 16 * 1024;
 
+/// Accepts on `listener` until `stop` is cancelled; each connection is balanced over `pools`
+/// and relayed until it ends or `token` is cancelled.
 pub async fn serve(
     listener: TcpListener,
     kind: FrontendKind,
     pools: Arc<ArcSwap<Pools>>,
-    token: CancellationToken,
+    (stop, token): (CancellationToken, CancellationToken),
 ) -> anyhow::Result<()> {
-    let stop = token.clone();
     accept(listener, kind, &stop, move |client, peer| {
         let (pools, token) = (Arc::clone(&pools), token.clone());
         async move { pass(kind, peer, (client, &[]), &pools, &token).await }

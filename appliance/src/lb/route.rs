@@ -143,7 +143,8 @@ fn normal(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-/// A routed cluster: its pools, and its instance's token (its connections end with it).
+/// A routed cluster: its pools, and the token its connections end with (the appliance's stop,
+/// or its removal's drain timeout).
 #[derive(Debug, Clone)]
 pub struct Route {
     pub id: String,

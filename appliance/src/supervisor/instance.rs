@@ -58,6 +58,9 @@ pub(super) struct Instance {
     /// A cluster's own journal; for DNS, DHCP and TFTP, one that routes to the clusters'.
     pub journal: Journal,
     pub token: CancellationToken,
+    /// A cluster's load-balanced connections end with this one: cancelled with the appliance,
+    /// or a drain timeout after a reload removed the cluster.
+    pub connections: CancellationToken,
     /// A cluster's, once started.
     pub operator: Option<Operator>,
     pub sampler: Option<Sampler>,
@@ -89,10 +92,26 @@ impl Instance {
             plan: Arc::new(arc_swap::ArcSwap::from_pointee(plan)),
             journal,
             token: root.child_token(),
+            connections: root.child_token(),
             operator: None,
             sampler: None,
             pools: None,
         }
+    }
+
+    /// Stops this instance: its listeners close and its tasks end now; its load-balanced
+    /// connections may go on for the cluster's drain timeout, as a drained backend's do.
+    pub(super) fn retire(&self) {
+        self.token.cancel();
+        let connections = self.connections.clone();
+        let grace = self.plan.load().lb.drain_timeout;
+        tokio::spawn(async move {
+            // Cancelled early when the appliance stops (the token is the appliance's child).
+            tokio::select! {
+                () = tokio::time::sleep(grace) => connections.cancel(),
+                () = connections.cancelled() => {}
+            }
+        });
     }
 
     /// The context this instance's services run with.
@@ -152,7 +171,8 @@ impl Instance {
         let routed = ctx.plan.load().lb.sharing == plan::Sharing::Routed;
         match &pools {
             Some(pools) if !lb.is_empty() || routed => {
-                started.push(("lb", crate::lb::start(lb, &ctx, pools)));
+                let connections = &self.connections;
+                started.push(("lb", crate::lb::start(lb, &ctx, pools, connections)));
             }
             None if !lb.is_empty() => {
                 started.push(("lb", crate::lb::router::start(lb, &ctx, &wing.routes)));

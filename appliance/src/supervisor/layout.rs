@@ -259,7 +259,7 @@ impl Layout {
                     let route = crate::lb::route::Route {
                         id: id.to_owned(),
                         pools,
-                        token: i.token.clone(),
+                        token: i.connections.clone(),
                     };
                     (plan.cluster_domain.clone(), route)
                 })
@@ -517,6 +517,7 @@ impl Layout {
                         );
                         failures.push(format!("{what} did not start: {:#}", anyhow::Error::new(e)));
                         instance.token.cancel();
+                        instance.connections.cancel();
                     }
                 }
                 continue;
@@ -553,9 +554,11 @@ impl Layout {
         for gone in old {
             match gone.role.cluster() {
                 Some(id) => {
+                    let plan = gone.plan.load();
                     tracing::info!(
-                        "cluster {id} removed: its listeners close, its orchestration stops; its state stays in {}",
-                        gone.plan.load().state_dir.display()
+                        "cluster {id} removed: its listeners close, its orchestration stops, its open load-balanced connections get {:?} to end; its state stays in {}",
+                        plan.lb.drain_timeout,
+                        plan.state_dir.display()
                     );
                     if let Some(op) = &gone.operator {
                         self.retired.push((id.to_owned(), op.clone()));
@@ -563,7 +566,7 @@ impl Layout {
                 }
                 None => tracing::info!("{:?} instance retired", gone.role),
             }
-            gone.token.cancel();
+            gone.retire();
         }
         self.host = next.host;
         (tasks, failures)
