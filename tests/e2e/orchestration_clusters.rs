@@ -20,6 +20,10 @@
 //! refuses them, and each double's approvals are exactly its own worker's two. Each cluster's
 //! status, journal and load balancer name only its own nodes. `provider: none` and no
 //! DNS/DHCP/TFTP: orchestration.rs covers one cluster's install in depth.
+//!
+//! The same scenario runs a second time behind one shared frontend (10.98.10.50): each
+//! orchestrator's client sends its cluster's `api-int` name as the TLS server name, the router
+//! passes it to that cluster's double, and the double serves the certificate for that name.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -89,7 +93,9 @@ impl Cluster {
     /// Writes `DIR/ID.yml` and its ignition directory `DIR/ID-install`: HTTP and the API
     /// frontend on the cluster's own address, nothing else listening; fast health checks and
     /// polls.
-    fn write(&self, dir: &Path) {
+    /// Writes `DIR/<id>.yml`; `shared`: behind the host's shared frontend, so without its own
+    /// API listener.
+    fn write(&self, dir: &Path, shared: bool) {
         write_install_dir(&dir.join(format!("{}-install", self.id))).expect("install dir");
         let nodes: String = self
             .names()
@@ -117,13 +123,17 @@ listen:
   dhcp: []
   tftp: []
   http: ["{appliance}:8080"]
-  api: ["{appliance}:6443"]
-  machine_config: []
+{api}  machine_config: []
   ingress_https: []
   ingress_http: []
 "#,
             id = self.id,
             appliance = self.appliance,
+            api = if shared {
+                String::new()
+            } else {
+                format!("  api: [\"{}:6443\"]\n", self.appliance)
+            },
         );
         std::fs::write(dir.join(format!("{}.yml", self.id)), text).expect("cluster file");
     }
@@ -131,14 +141,17 @@ listen:
 
 /// Writes both cluster files and `DIR/host.yml` listing them (okd by path, test as
 /// `{ file, id }`), the host's state in `DIR/state`; `okd-appliance check` accepts it.
-fn write_host(dir: &Path) -> PathBuf {
-    OKD.write(dir);
-    TEST.write(dir);
+fn write_host(dir: &Path, shared: Option<&str>) -> PathBuf {
+    OKD.write(dir, shared.is_some());
+    TEST.write(dir, shared.is_some());
     let host = dir.join("host.yml");
+    let shared = shared.map_or_else(String::new, |ip| {
+        format!("shared_frontend: {{ address: {ip} }}\n")
+    });
     std::fs::write(
         &host,
         format!(
-            "version: 1\nstate_dir: {}\nclusters:\n  - okd.yml\n  - {{ file: test.yml, id: test }}\n",
+            "version: 1\nstate_dir: {}\n{shared}clusters:\n  - okd.yml\n  - {{ file: test.yml, id: test }}\n",
             dir.join("state").display()
         ),
     )
@@ -357,6 +370,19 @@ fn fetch_ignition(node: &Node, c: &Cluster, name: &str) {
 
 #[test]
 fn cluster_up_runs_for_two_clusters_at_once() {
+    two_installs_at_once(None);
+}
+
+/// The same through one shared frontend (a host file's `shared_frontend`): each `cluster up`
+/// asks the router at the shared address, which its client's server name (its cluster's
+/// `api-int` name) routes to its own cluster's double, which picks its serving certificate by
+/// that name as kube-apiserver does.
+#[test]
+fn cluster_up_runs_for_two_clusters_at_once_behind_one_shared_frontend() {
+    two_installs_at_once(Some("10.98.10.50"));
+}
+
+fn two_installs_at_once(shared: Option<&str>) {
     if !require_root() || !require_tools(&["python3", "curl"]) {
         return;
     }
@@ -365,11 +391,19 @@ fn cluster_up_runs_for_two_clusters_at_once() {
         .tempdir()
         .unwrap();
     let dir = dir.path();
-    let host = write_host(dir);
+    let host = write_host(dir, shared);
     let state = dir.join("state");
-    // One segment carrying both appliance addresses.
-    let topo = Topology::with_addrs("orcl", "10.98.10.1/24", None).unwrap();
+    // One segment carrying both appliance addresses (and the shared frontend's).
+    let topo = Topology::with_addrs(
+        if shared.is_some() { "orcs" } else { "orcl" },
+        "10.98.10.1/24",
+        None,
+    )
+    .unwrap();
     topo.bridge().add_addr("10.98.10.2/24").unwrap();
+    if let Some(ip) = shared {
+        topo.bridge().add_addr(&format!("{ip}/24")).unwrap();
+    }
     let (okd_m, test_m) = (machines(&topo, &OKD), machines(&topo, &TEST));
     let okd_double = spawn_double(dir, &okd_m, &OKD, &TEST);
     let test_double = spawn_double(dir, &test_m, &TEST, &OKD);
