@@ -621,6 +621,30 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
         whoami(okd_node, "api.okd.lab.example.com", 6443),
         "okd-master-0 6443 api.okd.lab.example.com"
     );
+    // A request head still unfinished when the peek time is up goes to the default cluster
+    // with every byte read so far: the rest arrives after, and the backend reads it whole.
+    let out = okd_node
+        .exec([
+            "python3",
+            "-c",
+            "import socket,sys,time\n\
+             s=socket.create_connection((sys.argv[1], 80), timeout=15)\n\
+             s.sendall(b'GET /whoami HTTP/1.1\\r\\nHost: nowhere.example')\n\
+             time.sleep(6)\n\
+             s.sendall(b'\\r\\nConnection: close\\r\\n\\r\\n')\n\
+             data=b''\n\
+             while (chunk := s.recv(4096)):\n  data += chunk\n\
+             print(data.split(b'\\r\\n\\r\\n', 1)[-1].decode())",
+            &SHARED.to_string(),
+        ])
+        .output()
+        .expect("python3");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "test-master-0 80 nowhere.example",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     app.assert_running()
         .expect("okd-appliance is still running");
 }

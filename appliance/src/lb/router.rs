@@ -70,19 +70,18 @@ async fn serve(
     proxy::accept(listener, kind, &token, move |client, peer| {
         let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
         async move {
-            let (peeked, first) =
-                match tokio::time::timeout(PEEK_TIME, first_bytes(&client, kind)).await {
-                    Ok(Ok(read)) => read,
-                    // Closed (or failed) before naming anything: nothing to pass on.
-                    Ok(Err(e)) => {
-                        tracing::debug!(
-                            "lb/{} {peer}: closed before naming a server: {e}",
-                            kind.name()
-                        );
-                        return;
-                    }
-                    Err(_) => (Peeked::More, Vec::new()),
-                };
+            let deadline = tokio::time::Instant::now() + PEEK_TIME;
+            let (peeked, first) = match first_bytes(&client, kind, deadline).await {
+                Ok(read) => read,
+                // Closed (or failed) before naming anything: nothing to pass on.
+                Err(e) => {
+                    tracing::debug!(
+                        "lb/{} {peer}: closed before naming a server: {e}",
+                        kind.name()
+                    );
+                    return;
+                }
+            };
             let picked = routes.load().pick(kind, &peeked).cloned();
             match picked {
                 Ok(route) => {
@@ -115,9 +114,14 @@ fn explain(why: Unrouted, peeked: &Peeked) -> String {
 }
 
 /// Reads `client`'s first bytes until they say which server it wants, or that they never
-/// will; returns the verdict and the bytes, which the backend gets first. Each byte is read
-/// and parsed once; the buffer grows with what arrived, up to the bound.
-async fn first_bytes(client: &TcpStream, kind: FrontendKind) -> std::io::Result<(Peeked, Vec<u8>)> {
+/// will, or `deadline` passes (`More`); returns the verdict and the bytes, which the backend
+/// gets first (the default cluster's too: nothing read is lost). Each byte is read and parsed
+/// once; the buffer grows with what arrived, up to the bound.
+async fn first_bytes(
+    client: &TcpStream,
+    kind: FrontendKind,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<(Peeked, Vec<u8>)> {
     let max = match kind {
         FrontendKind::IngressHttp => route::HTTP_PEEK_MAX,
         _ => route::TLS_PEEK_MAX,
@@ -135,7 +139,13 @@ async fn first_bytes(client: &TcpStream, kind: FrontendKind) -> std::io::Result<
             }
             buf.resize((len * 2).min(max), 0);
         }
-        client.readable().await?;
+        match tokio::time::timeout_at(deadline, client.readable()).await {
+            Ok(ready) => ready?,
+            Err(_) => {
+                buf.truncate(len);
+                return Ok((Peeked::More, buf));
+            }
+        }
         let n = match client.try_read(&mut buf[len..]) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => n,
