@@ -115,7 +115,8 @@ fn explain(why: Unrouted, peeked: &Peeked) -> String {
 
 /// Reads `client`'s first bytes until they say which server it wants, or that they never
 /// will, or `deadline` passes (`More`); returns the verdict and the bytes, which the backend
-/// gets first (the default cluster's too: nothing read is lost). Each byte is read and parsed
+/// gets first (the default cluster's too: nothing read is lost). A client that closes before
+/// that is an `UnexpectedEof` error: it can never be answered. Each byte is read and parsed
 /// once; the buffer grows with what arrived, up to the bound.
 async fn first_bytes(
     client: &TcpStream,

@@ -340,6 +340,8 @@ impl Layout {
                 derived.run_as.as_ref(),
             ) {
                 let key = match role.cluster() {
+                    // A host file's `api` is the host's, carried by every plan: said once.
+                    _ if self.host_mode() && key.starts_with("api") => key,
                     Some(id) if self.host_mode() => format!("{key} of cluster {id}"),
                     // The router's listeners are the shared frontend's addresses.
                     _ if *role == Role::Router => "shared_frontend.address".to_owned(),
