@@ -163,6 +163,8 @@ pub enum Unrouted {
     Unparsable,
     /// Nothing routable within the time allowed.
     Timeout,
+    /// Too many connections were still naming their server (the router's pending cap).
+    Busy,
 }
 
 impl Unrouted {
@@ -172,6 +174,7 @@ impl Unrouted {
             Unrouted::UnknownName => "unknown-name",
             Unrouted::Unparsable => "unparsable",
             Unrouted::Timeout => "timeout",
+            Unrouted::Busy => "busy",
         }
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::proxy;
@@ -29,6 +30,11 @@ use crate::sockets::BoundSocket;
 pub const PEEK_TIME: Duration = Duration::from_secs(5);
 /// The peek buffer's first size.
 const FIRST_PEEK: usize = 4096;
+/// The most connections the router holds at once while they have not named their server yet,
+/// on all its listeners: each may hold a buffer of up to [`route::TLS_PEEK_MAX`] bytes (and
+/// rustls its copy) for [`PEEK_TIME`], so clients that trickle their first bytes can't make the
+/// router hold more than about 32 MiB. One more is reset and counted (`busy`).
+const PENDING_MAX: usize = 1024;
 
 /// The routed clusters, swapped whole when a reload adds or removes one.
 pub type SharedRoutes = Arc<ArcSwap<Routes>>;
@@ -40,6 +46,7 @@ pub fn start(
     routes: &SharedRoutes,
 ) -> anyhow::Result<Running> {
     let mut tasks: Vec<Running> = Vec::new();
+    let pending = Arc::new(Semaphore::new(PENDING_MAX));
     for bound in sockets {
         let addr = bound.local_addr;
         let service = bound.spec.service;
@@ -51,7 +58,7 @@ pub fn start(
         tasks.push(Box::pin(serve(
             listener,
             kind,
-            Arc::clone(routes),
+            (Arc::clone(routes), Arc::clone(&pending)),
             Arc::clone(&ctx.metrics),
             ctx.shutdown.clone(),
         )));
@@ -59,19 +66,33 @@ pub fn start(
     Ok(service::all(tasks))
 }
 
+/// Routes the connections `listener` accepts over `routes`, at most as many at once still
+/// naming their server as `pending` has permits.
 async fn serve(
     listener: TcpListener,
     kind: FrontendKind,
-    routes: SharedRoutes,
+    (routes, pending): (SharedRoutes, Arc<Semaphore>),
     metrics: Arc<Metrics>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
     proxy::accept(listener, kind, &token, move |client, peer| {
         let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
+        let waiting = Arc::clone(&pending).try_acquire_owned();
         async move {
+            let Ok(waiting) = waiting else {
+                metrics.lb_unrouted(port, Unrouted::Busy.reason());
+                tracing::debug!(
+                    "lb/{} {peer}: reset: {PENDING_MAX} connections are naming their server",
+                    kind.name()
+                );
+                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                return;
+            };
             let deadline = tokio::time::Instant::now() + PEEK_TIME;
-            let (peeked, first) = match first_bytes(&client, kind, deadline).await {
+            let read = first_bytes(&client, kind, deadline).await;
+            drop(waiting);
+            let (peeked, first) = match read {
                 Ok(read) => read,
                 // Closed (or failed) before naming anything: nothing to pass on.
                 Err(e) => {
@@ -162,5 +183,59 @@ async fn first_bytes(
             buf.truncate(len);
             return Ok((peeked, buf));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the pending cap, a connection is reset at once and counted as busy; the others
+    /// wait for their name as before.
+    #[tokio::test]
+    async fn past_the_pending_cap_a_connection_is_reset_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let token = CancellationToken::new();
+        let routes: SharedRoutes = Arc::default();
+        let task = tokio::spawn(serve(
+            listener,
+            FrontendKind::IngressHttps,
+            (routes, Arc::new(Semaphore::new(2))),
+            Arc::clone(&metrics),
+            token.clone(),
+        ));
+        // Two clients that say nothing hold the two permits.
+        let mut silent = Vec::new();
+        for _ in 0..2 {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::io::AsyncReadExt::read(&mut third, &mut byte),
+        )
+        .await
+        .expect("the third connection is answered at once");
+        assert!(
+            matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{read:?}"
+        );
+        let text = metrics.encode(crate::metrics::Format::Text);
+        let port = addr.port();
+        let busy = format!("okd_appliance_lb_unrouted_total{{port=\"{port}\",reason=\"busy\"}} 1");
+        assert!(text.contains(&busy), "{text}");
+        // The silent two are still held (not reset): nothing to read yet.
+        for s in &silent {
+            let mut b = [0u8; 1];
+            assert!(
+                matches!(s.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            );
+        }
+        token.cancel();
+        task.await.unwrap().unwrap();
     }
 }
