@@ -190,21 +190,8 @@ fn host_files_load_or_fail_with_the_golden_diagnostics() {
             // Behind a shared frontend, a cluster's names point there and its own frontends
             // are the router's; nothing else differs.
             let mut alone = alone.config;
-            if host.shared_frontend.is_some() && alone.direct_single_node().is_none() {
-                let v6 = alone.network.v6.is_some();
-                alone.lb.shared = host.shared_frontend.as_ref().map(|s| {
-                    let all = s.addresses().into_iter();
-                    all.filter(|ip| ip.is_ipv4() || v6).collect()
-                });
-                let l = &mut alone.listen;
-                for frontends in [
-                    &mut l.api,
-                    &mut l.machine_config,
-                    &mut l.ingress_https,
-                    &mut l.ingress_http,
-                ] {
-                    frontends.clear();
-                }
+            if let Some(shared) = &host.shared_frontend {
+                alone = config::host::routed(alone, shared);
             }
             alone.api.clone_from(&host.api);
             assert!(

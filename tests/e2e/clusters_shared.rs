@@ -18,7 +18,7 @@ use harness::{Process, require_root, require_tools, wait_until};
 
 use crate::clusters::{Cluster, TwoSegments, get, reserved};
 use crate::dns_support::start_appliance;
-use crate::support::{appliance, run_ok};
+use crate::support::appliance;
 
 /// The shared frontend: an address of the services namespace on okd's segment.
 const SHARED: Ipv4Addr = Ipv4Addr::new(10, 98, 1, 50);
@@ -196,31 +196,7 @@ print(body.split(b"\r\n\r\n", 1)[-1].decode())
 "#;
 
 fn backend(ns: &harness::Netns, dir: &Path, name: &str, ip: Ipv4Addr) -> Process {
-    let (cert, key) = (
-        dir.join(format!("{name}.crt")),
-        dir.join(format!("{name}.key")),
-    );
-    let subject = format!("/CN={name}");
-    run_ok(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            &subject,
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            cert.to_str().unwrap(),
-        ],
-    );
+    let (cert, key) = crate::support::self_signed(dir, name, &format!("DNS:{name}"));
     let ip = ip.to_string();
     let p = ns
         .spawn(

@@ -13,7 +13,7 @@
 //! reported once, in the later file, with the earlier file's line drawn under it.
 //!
 //! `serve` runs every cluster of a host file in one process (`supervisor/layout.rs`); with a
-//! `shared_frontend`, `routed` points each cluster's names and frontends at the host's router.
+//! `shared_frontend`, [`routed`] points each cluster's names and frontends at the host's router.
 //!
 //! Architecture invariant: as for a cluster file, nothing past this module sees YAML.
 
@@ -473,7 +473,7 @@ fn shared_frontend(host: &mut Problems, raw: &RawShared) -> Option<SharedFronten
 /// `config` as a cluster of a host with a shared frontend: its names resolve to the shared
 /// addresses and its frontends are the host's router's, so it listens on none of its own. A
 /// single-node cluster whose names point at its node keeps them (it has no frontends).
-fn routed(mut config: Config, shared: &SharedFrontend) -> Config {
+pub fn routed(mut config: Config, shared: &SharedFrontend) -> Config {
     if config.direct_single_node().is_some() {
         return config;
     }
