@@ -672,6 +672,13 @@ pub(crate) fn two_clusters_on_their_own_subnets_are_served_by_one_appliance() {
     assert_eq!(code, "200");
     assert!(body.contains("cluster=\"okd\""), "{body}");
     assert!(!body.contains("cluster=\"test\""), "{body}");
+    // Its requests are counted under its own label.
+    assert!(
+        body.contains(
+            "okd_appliance_http_requests_total{route=\"script\",status=\"200\",cluster=\"okd\"}"
+        ),
+        "{body}"
+    );
     expect_operator_per_cluster(&dir.path().join("state"), &test_m0, &okd_m0);
     app.assert_running()
         .expect("okd-appliance is still running");

@@ -119,7 +119,9 @@ pub async fn serve(
         };
         let body = if plain.head { &[][..] } else { &body[..] };
         // Counted before it is sent, as the ordinary way counts.
-        cx.metrics.http_request("artifacts", 200, body.len() as u64);
+        let cluster = cx.plan.load().host_cluster.clone();
+        cx.metrics
+            .http_request(cluster.as_ref(), "artifacts", 200, body.len() as u64);
         send(stream, &out, body).await?;
         served = true;
         buf.advance(plain.len);

@@ -166,6 +166,7 @@ pub async fn serve(
                         })
                         .unwrap_or(0);
                     metrics.http_request(
+                        plan.host_cluster.as_ref(),
                         route(req.uri().path()),
                         response.status().as_u16(),
                         bytes,

@@ -65,7 +65,7 @@ pub struct Plan {
     pub api: Option<crate::config::Api>,
     /// The cluster's id when it is served as one of a host's clusters (its boot server's
     /// `/metrics` then shows only its own series); `None` for a cluster file.
-    pub host_cluster: Option<String>,
+    pub host_cluster: Option<std::sync::Arc<str>>,
 }
 
 /// The listeners as configured; with a pair, DNS also on each host's own address (the

@@ -103,7 +103,7 @@ fn cluster(plan: &Plan, state_dir: &Path, id: &str) -> Plan {
     p.listen.tftp.clear();
     p.zones.clear();
     p.state_dir = cluster_state_dir(state_dir, id);
-    p.host_cluster = Some(id.to_owned());
+    p.host_cluster = Some(Arc::from(id));
     p
 }
 
