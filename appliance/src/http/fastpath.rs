@@ -118,10 +118,6 @@ pub async fn serve(
             return Ok(Outcome::Hyper(buf.freeze()));
         };
         let body = if plain.head { &[][..] } else { &body[..] };
-        // Counted before it is sent, as the ordinary way counts.
-        let cluster = cx.plan.load().host_cluster.clone();
-        cx.metrics
-            .http_request(cluster.as_ref(), "artifacts", 200, body.len() as u64);
         send(stream, &out, body).await?;
         served = true;
         buf.advance(plain.len);
@@ -154,6 +150,10 @@ fn answer(
     if !plain.head {
         super::server::artifact_fetched(&plan, cx.journal, cx.peer, target);
     }
+    // Counted before it is sent, as the ordinary way counts.
+    let sent = if plain.head { 0 } else { body.len() as u64 };
+    let cluster = plan.host_cluster.as_ref();
+    cx.metrics.http_request(cluster, "artifacts", 200, sent);
     out.clear();
     // The headers `response::file` gives a whole small file, in its order; hyper adds `date`.
     out.extend_from_slice(b"HTTP/1.1 200 OK\r\netag: ");
