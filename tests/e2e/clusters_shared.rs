@@ -254,6 +254,17 @@ fn whoami(ns: &harness::Netns, name: &str, port: u16) -> String {
     body
 }
 
+/// python3 running `script` with `args` in `ns`: its stdout (trimmed) and stderr.
+fn python(ns: &harness::Netns, script: &str, args: &[&str]) -> (String, String) {
+    let mut argv = vec!["python3", "-c", script];
+    argv.extend_from_slice(args);
+    let out = ns.exec(argv).output().expect("python3");
+    (
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The `okd_appliance_lb_*` sample lines of okd's boot server's `/metrics`.
 fn lb_metrics(ns: &harness::Netns, okd: &Cluster) -> String {
     let (code, body) = get(ns, &format!("{}/metrics", okd.http()));
@@ -419,23 +430,14 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
         );
     }
     // A ClientHello written 7 bytes at a time, 20 ms apart, still routes.
-    let out = okd_node
-        .exec([
-            "python3",
-            "-c",
-            SLOW_HELLO,
-            &SHARED.to_string(),
-            "6443",
-            "api.test.lab.example.com",
-            "7",
-        ])
-        .output()
-        .expect("python3");
+    let (stdout, stderr) = python(
+        okd_node,
+        SLOW_HELLO,
+        &[&SHARED.to_string(), "6443", "api.test.lab.example.com", "7"],
+    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "test-master-0 6443 api.test.lab.example.com",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stdout, "test-master-0 6443 api.test.lab.example.com",
+        "{stderr}"
     );
 
     // No cluster's name, no name at all, another port's name: reset, never guessed.
@@ -475,42 +477,34 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
     assert_ne!(code, Some(0), "plain HTTP on 6443 was routed: {body}");
     // A client that says nothing is reset once the peek time is up.
     let started = Instant::now();
-    let out = okd_node
-        .exec([
-            "python3",
-            "-c",
-            "import socket,sys; s=socket.create_connection((sys.argv[1], 443), timeout=15)\n\
+    let (stdout, stderr) = python(
+        okd_node,
+        "import socket,sys; s=socket.create_connection((sys.argv[1], 443), timeout=15)\n\
              try:\n  print(len(s.recv(1)))\nexcept ConnectionResetError:\n  print('reset')",
-            &SHARED.to_string(),
-        ])
-        .output()
-        .expect("python3");
+        &[&SHARED.to_string()],
+    );
     let waited = started.elapsed();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "reset");
+    assert_eq!(stdout, "reset", "{stderr}");
     assert!(
         (Duration::from_secs(4)..Duration::from_secs(8)).contains(&waited),
         "reset after {waited:?}"
     );
     // Clients that send part of a ClientHello and then half-close are done with at once (no
     // verdict can come), and the router goes on routing the others.
-    let out = okd_node
-        .exec([
-            "python3",
-            "-c",
-            "import socket,sys,time\n\
+    let (stdout, stderr) = python(
+        okd_node,
+        "import socket,sys,time\n\
              t=time.monotonic(); socks=[]\n\
              for _ in range(64):\n  s=socket.create_connection((sys.argv[1], 6443), timeout=10)\n  \
              s.sendall(bytes([0x16,3,1,2,0,1])); s.shutdown(socket.SHUT_WR); socks.append(s)\n\
              for s in socks:\n  try:\n    assert s.recv(1) == b''\n  except ConnectionResetError:\n    pass\n\
              print(round(time.monotonic()-t, 1))",
-            &SHARED.to_string(),
-        ])
-        .output()
-        .expect("python3");
-    let took: f64 = String::from_utf8_lossy(&out.stdout)
+        &[&SHARED.to_string()],
+    );
+    let took: f64 = stdout
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|_| panic!("{}", stderr));
     assert!(took < 2.0, "half-closed partial hellos were held {took} s");
     assert_eq!(
         whoami(okd_node, "api.okd.lab.example.com", 6443),
@@ -599,11 +593,9 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
     );
     // A request head still unfinished when the peek time is up goes to the default cluster
     // with every byte read so far: the rest arrives after, and the backend reads it whole.
-    let out = okd_node
-        .exec([
-            "python3",
-            "-c",
-            "import socket,sys,time\n\
+    let (stdout, stderr) = python(
+        okd_node,
+        "import socket,sys,time\n\
              s=socket.create_connection((sys.argv[1], 80), timeout=15)\n\
              s.sendall(b'GET /whoami HTTP/1.1\\r\\nHost: nowhere.example')\n\
              time.sleep(6)\n\
@@ -611,16 +603,9 @@ fn one_shared_frontend_routes_each_connection_to_the_cluster_it_names() {
              data=b''\n\
              while (chunk := s.recv(4096)):\n  data += chunk\n\
              print(data.split(b'\\r\\n\\r\\n', 1)[-1].decode())",
-            &SHARED.to_string(),
-        ])
-        .output()
-        .expect("python3");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "test-master-0 80 nowhere.example",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &[&SHARED.to_string()],
     );
+    assert_eq!(stdout, "test-master-0 80 nowhere.example", "{stderr}");
     app.assert_running()
         .expect("okd-appliance is still running");
 }

@@ -86,7 +86,7 @@ async fn serve(
                     "lb/{} {peer}: reset: {PENDING_MAX} connections are naming their server",
                     kind.name()
                 );
-                let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                reset(&client);
                 return;
             };
             let deadline = tokio::time::Instant::now() + PEEK_TIME;
@@ -116,13 +116,18 @@ async fn serve(
                         kind.name(),
                         explain(why, &peeked)
                     );
-                    // A reset, not a close: the client learns at once that nothing is there.
-                    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+                    reset(&client);
                 }
             }
         }
     })
     .await
+}
+
+/// Makes dropping `client` a reset, not a close: the client learns at once that nothing is
+/// there for it.
+fn reset(client: &TcpStream) {
+    let _ = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO));
 }
 
 fn explain(why: Unrouted, peeked: &Peeked) -> String {

@@ -3,6 +3,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use serde_saphyr::Location;
+
 use super::super::super::diagnostic::{Problem, Severity, Source};
 use super::super::super::host::{Listed, RawShared};
 use crate::config::SharedFrontend;
@@ -19,16 +21,7 @@ pub(in crate::config) fn shared(
 ) -> Vec<(Option<usize>, Problem)> {
     let mut out = Vec::new();
     let in_host = |at, message: String, label: &str, hint: &str| {
-        let mut p = Problem::new(
-            host_src,
-            Severity::Error,
-            "host::shared-frontend",
-            at,
-            message,
-            label,
-        );
-        p.hint(hint);
-        (None, p)
+        (None, problem(host_src, at, message, label, hint))
     };
     if let (Some(id), Some(at)) = (
         &shared.default_cluster,
@@ -96,19 +89,12 @@ pub(in crate::config) fn shared(
                 .ipv6
                 .as_ref()
                 .map_or(m.raw.cluster.name.referenced, |v| v.subnet.referenced);
-            let mut p = Problem::new(
-                &m.src,
-                Severity::Error,
-                "host::shared-frontend",
-                at,
-                format!(
-                    "cluster {} is dual-stack, and the shared frontend has no IPv6 address for its AAAA records",
-                    m.id
-                ),
-                "dual-stack",
+            let message = format!(
+                "cluster {} is dual-stack, and the shared frontend has no IPv6 address for its AAAA records",
+                m.id
             );
-            p.hint("give the host file's shared_frontend an address_v6");
-            out.push((Some(i), p));
+            let hint = "give the host file's shared_frontend an address_v6";
+            out.push((Some(i), problem(&m.src, at, message, "dual-stack", hint)));
         }
         let l = &m.raw.listen;
         for (key, stated) in [
@@ -124,16 +110,9 @@ pub(in crate::config) fn shared(
             else {
                 continue;
             };
-            let mut p = Problem::new(
-                &m.src,
-                Severity::Error,
-                "host::shared-frontend",
-                at,
-                format!("`listen.{key}` in a cluster of a host with a shared frontend"),
-                "here",
-            );
-            p.hint("the host's router listens on the shared frontend for every cluster: leave this out");
-            out.push((Some(i), p));
+            let message = format!("`listen.{key}` in a cluster of a host with a shared frontend");
+            let hint = "the host's router listens on the shared frontend for every cluster: leave this out";
+            out.push((Some(i), problem(&m.src, at, message, "here", hint)));
         }
     }
     out
@@ -158,16 +137,30 @@ fn ports_taken(m: &Listed, i: usize, addresses: &[IpAddr]) -> Vec<(Option<usize>
             .as_ref()
             .and_then(|v| v.first())
             .map_or(m.raw.network.appliance_ip.referenced, |t| t.referenced);
-        let mut p = Problem::new(
-            &m.src,
-            Severity::Error,
-            "host::shared-frontend",
-            at,
-            format!("{key} on {addr} takes a port the shared frontend's router listens on"),
-            "port taken",
-        );
-        p.hint("the router listens on 6443, 22623, 443 and 80 of the shared addresses");
-        out.push((Some(i), p));
+        out.push((
+            Some(i),
+            problem(
+                &m.src,
+                at,
+                format!("{key} on {addr} takes a port the shared frontend's router listens on"),
+                "port taken",
+                "the router listens on 6443, 22623, 443 and 80 of the shared addresses",
+            ),
+        ));
     }
     out
+}
+
+/// A `host::shared-frontend` error in `src` at `at`.
+fn problem(src: &Source, at: Location, message: String, label: &str, hint: &str) -> Problem {
+    let mut p = Problem::new(
+        src,
+        Severity::Error,
+        "host::shared-frontend",
+        at,
+        message,
+        label,
+    );
+    p.hint(hint);
+    p
 }
