@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod openshift_install;
 pub mod operator;
 pub mod orchestration;
+pub mod per_address;
 pub mod plan;
 pub mod records;
 pub mod render;

@@ -32,6 +32,7 @@ use super::{fastpath, files};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::journal::{EventKind, Journal};
+use crate::per_address::PerAddress;
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, RoleConfig};
 
@@ -55,7 +56,7 @@ pub async fn serve(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let per_address = PerAddress::default();
+    let per_address = PerAddress::new(PER_ADDRESS);
     let isos = Arc::new(IsoCache::default());
     let opened_files = Arc::new(OpenCache::default());
     {
@@ -80,7 +81,7 @@ pub async fn serve(
                 }
             },
         };
-        let Some(held) = per_address.admit(IpAddr::to_canonical(&peer.ip())) else {
+        let Some(held) = per_address.admit(peer.ip()) else {
             tracing::debug!(
                 "http {peer}: its address holds {PER_ADDRESS} connections already; closed"
             );
@@ -205,45 +206,6 @@ pub async fn serve(
                 }
             }
         });
-    }
-}
-
-/// Open connections per client address.
-#[derive(Debug, Default, Clone)]
-struct PerAddress(Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>);
-
-/// One connection of an address, counted until dropped.
-#[derive(Debug)]
-struct Held {
-    table: PerAddress,
-    ip: IpAddr,
-}
-
-impl PerAddress {
-    /// Counts a new connection from `ip`, or `None` when it holds [`PER_ADDRESS`] already.
-    fn admit(&self, ip: IpAddr) -> Option<Held> {
-        let mut table = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = table.entry(ip).or_default();
-        if *n >= PER_ADDRESS {
-            return None;
-        }
-        *n += 1;
-        Some(Held {
-            table: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let mut table = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = table.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                table.remove(&self.ip);
-            }
-        }
     }
 }
 
@@ -777,22 +739,6 @@ mod tests {
         let loaded = crate::config::parse(&text, file, &dir, crate::config::InstallCheck::Skip)
             .unwrap_or_else(|e| panic!("{e:?}"));
         Plan::derive(&loaded.config, 1)
-    }
-
-    #[test]
-    fn one_address_holds_at_most_its_share_of_connections() {
-        let table = PerAddress::default();
-        let (a, b) = (
-            "10.0.0.5".parse::<IpAddr>().unwrap(),
-            "10.0.0.6".parse().unwrap(),
-        );
-        let mut held: Vec<Held> = (0..PER_ADDRESS).map(|_| table.admit(a).unwrap()).collect();
-        assert!(table.admit(a).is_none());
-        let other = table.admit(b).expect("another address is not affected");
-        held.pop();
-        let again = table.admit(a).expect("a slot came back");
-        drop((held, other, again));
-        assert!(table.0.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::proxy;
 use super::route::{self, Peeked, Routes, Unrouted};
 use crate::metrics::Metrics;
+use crate::per_address::PerAddress;
 use crate::plan::FrontendKind;
 use crate::service::{self, Context, Running};
 use crate::sockets::BoundSocket;
@@ -35,6 +36,16 @@ const FIRST_PEEK: usize = 4096;
 /// rustls its copy) for [`PEEK_TIME`], so clients that trickle their first bytes can't make the
 /// router hold more than about 32 MiB. One more is reset and counted (`busy`).
 const PENDING_MAX: usize = 1024;
+/// Of those, the most one client address may hold: one host can't take every slot from the
+/// others (the rest of the rack's kubelets, routers and browsers).
+const PENDING_PER_ADDRESS: usize = 64;
+
+/// The connections still naming their server: all of them, and each address's.
+#[derive(Debug, Clone)]
+struct Pending {
+    all: Arc<Semaphore>,
+    per_address: PerAddress,
+}
 
 /// The routed clusters, swapped whole when a reload adds or removes one.
 pub type SharedRoutes = Arc<ArcSwap<Routes>>;
@@ -46,7 +57,10 @@ pub fn start(
     routes: &SharedRoutes,
 ) -> anyhow::Result<Running> {
     let mut tasks: Vec<Running> = Vec::new();
-    let pending = Arc::new(Semaphore::new(PENDING_MAX));
+    let pending = Pending {
+        all: Arc::new(Semaphore::new(PENDING_MAX)),
+        per_address: PerAddress::new(PENDING_PER_ADDRESS),
+    };
     for bound in sockets {
         let addr = bound.local_addr;
         let service = bound.spec.service;
@@ -58,7 +72,7 @@ pub fn start(
         tasks.push(Box::pin(serve(
             listener,
             kind,
-            (Arc::clone(routes), Arc::clone(&pending)),
+            (Arc::clone(routes), pending.clone()),
             Arc::clone(&ctx.metrics),
             ctx.shutdown.clone(),
         )));
@@ -67,28 +81,31 @@ pub fn start(
 }
 
 /// Routes the connections `listener` accepts over `routes`, at most as many at once still
-/// naming their server as `pending` has permits.
+/// naming their server as `pending` allows.
 async fn serve(
     listener: TcpListener,
     kind: FrontendKind,
-    (routes, pending): (SharedRoutes, Arc<Semaphore>),
+    (routes, pending): (SharedRoutes, Pending),
     metrics: Arc<Metrics>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
     proxy::accept(listener, kind, &token, move |client, peer| {
         let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
-        let waiting = Arc::clone(&pending).try_acquire_owned();
+        let own = pending.per_address.admit(peer.ip());
+        let all = Arc::clone(&pending.all).try_acquire_owned();
+        let limit = pending.per_address.limit();
         async move {
-            let Ok(waiting) = waiting else {
+            let (Some(own), Ok(all)) = (own, all) else {
                 metrics.lb_unrouted(port, Unrouted::Busy.reason());
                 tracing::debug!(
-                    "lb/{} {peer}: reset: {PENDING_MAX} connections are naming their server",
+                    "lb/{} {peer}: reset: {PENDING_MAX} connections, or {limit} of its address, are naming their server",
                     kind.name()
                 );
                 reset(&client);
                 return;
             };
+            let waiting = (own, all);
             let deadline = tokio::time::Instant::now() + PEEK_TIME;
             let read = first_bytes(&client, kind, deadline).await;
             drop(waiting);
@@ -199,6 +216,26 @@ mod tests {
     /// wait for their name as before.
     #[tokio::test]
     async fn past_the_pending_cap_a_connection_is_reset_at_once() {
+        third_of_two_is_reset(Pending {
+            all: Arc::new(Semaphore::new(2)),
+            per_address: PerAddress::new(64),
+        })
+        .await;
+    }
+
+    /// So is one past its address's share, however many slots the others leave.
+    #[tokio::test]
+    async fn past_its_addresss_share_a_connection_is_reset_at_once() {
+        third_of_two_is_reset(Pending {
+            all: Arc::new(Semaphore::new(64)),
+            per_address: PerAddress::new(2),
+        })
+        .await;
+    }
+
+    /// With `pending` full after two silent connections from 127.0.0.1, a third from there is
+    /// reset at once and counted as busy; the two are still held.
+    async fn third_of_two_is_reset(pending: Pending) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let metrics = Arc::new(Metrics::new());
@@ -207,7 +244,7 @@ mod tests {
         let task = tokio::spawn(serve(
             listener,
             FrontendKind::IngressHttps,
-            (routes, Arc::new(Semaphore::new(2))),
+            (routes, pending),
             Arc::clone(&metrics),
             token.clone(),
         ));
