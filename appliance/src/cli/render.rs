@@ -72,6 +72,12 @@ pub fn run(
         }
         config::Target::Host(host) => {
             eprint!("{}", host.warnings.warnings_line());
+            if let (FormatArg::Keepalived, Some(_)) = (format, &cluster) {
+                eprintln!(
+                    "error: a host file's pair moves every cluster's addresses: render keepalived without --cluster"
+                );
+                return ExitCode::from(2);
+            }
             let Some(id) = cluster else {
                 return match host_files(host, format, serial_or_now(serial)) {
                     Ok(files) => write_out(&files, format, output),
@@ -105,7 +111,7 @@ pub fn run(
             }
         }
     } else if let FormatArg::Keepalived = format {
-        match keepalived(config) {
+        match keepalived(&Plan::derive(config, 0), &config.state_dir) {
             Ok(files) => files,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -151,15 +157,28 @@ fn host_files(
     use okd_appliance::plan::host::{HostPlan, Member};
     if !matches!(
         format,
-        FormatArg::Human | FormatArg::Bind | FormatArg::Haproxy
+        FormatArg::Human | FormatArg::Bind | FormatArg::Haproxy | FormatArg::Keepalived
     ) {
         eprintln!(
-            "error: a host file renders as human, bind (the host's zones) or haproxy (every \
-             cluster's frontends); the other formats are one cluster's: add `--cluster ID` \
-             (its clusters: {})",
+            "error: a host file renders as human, bind (the host's zones), haproxy (every \
+             cluster's frontends) or keepalived (the host's pair); the other formats are one \
+             cluster's: add `--cluster ID` (its clusters: {})",
             cluster_ids(host)
         );
         return Err(ExitCode::from(2));
+    }
+    if let FormatArg::Keepalived = format {
+        let views = okd_appliance::plan::views::HostViews::derive(host, serial, None)
+            .map_err(|e| {
+                eprintln!(
+                    "error: {e}, which the host file's rules should have refused: please report it"
+                );
+                ExitCode::from(1)
+            })?;
+        return keepalived(&views.dns, &host.state_dir).map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        });
     }
     let members = host
         .clusters
@@ -270,22 +289,17 @@ fn write_mode(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
 
 /// keepalived's config for both hosts of the pair, naming this binary and the state directory
 /// by their absolute paths, with the VRRP password derived from the pair's secret.
-fn keepalived(config: &config::Config) -> Result<Vec<render::Rendered>, String> {
-    let ha = config
+fn keepalived(plan: &Plan, state_dir: &Path) -> Result<Vec<render::Rendered>, String> {
+    let ha = plan
         .ha
         .as_ref()
         .ok_or("the config has no ha section: keepalived is for a pair of appliances")?;
     let keys =
         okd_appliance::secrets::PairKeys::read(&ha.secret_file).map_err(|e| e.to_string())?;
     let binary = std::env::current_exe().map_err(|e| format!("can't find this binary: {e}"))?;
-    let state_dir = std::path::absolute(&config.state_dir)
-        .map_err(|e| format!("{}: {e}", config.state_dir.display()))?;
-    render::keepalived::render(
-        &Plan::derive(config, 0),
-        &binary,
-        &state_dir,
-        &keys.vrrp_password,
-    )
+    let state_dir = std::path::absolute(state_dir)
+        .map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    render::keepalived::render(plan, &binary, &state_dir, &keys.vrrp_password)
 }
 
 /// A host file's cluster ids, for a message.

@@ -46,6 +46,9 @@ pub struct Host {
     pub shared_frontend: Option<SharedFrontend>,
     /// The HTTP API and status page on TCP (every cluster's plan carries it too).
     pub api: Option<super::Api>,
+    /// A pair of appliances serving every cluster (every cluster's config carries it too):
+    /// one VRRP instance moves every cluster's `appliance_ip` and the shared frontend.
+    pub ha: Option<super::Ha>,
     /// Warnings, file by file (the host file first).
     pub warnings: HostProblems,
 }
@@ -181,6 +184,9 @@ struct RawHost {
     /// The HTTP API and status page on TCP, for every cluster.
     #[serde(default)]
     api: Option<Spanned<super::raw::RawApi>>,
+    /// A pair of appliances serving every cluster.
+    #[serde(default)]
+    ha: Option<Spanned<super::raw::RawHa>>,
 }
 
 /// `shared_frontend:` as written.
@@ -298,6 +304,10 @@ pub(super) fn parse(
         .shared_frontend
         .as_ref()
         .and_then(|s| shared_frontend(&mut host, &s.value));
+    let ha = raw
+        .ha
+        .as_ref()
+        .and_then(|h| super::validate::host_ha(&mut host, h, dir, files));
     let mut members = Vec::new();
     let mut clusters = Vec::new();
     // Each file once: a file listed twice would clash with itself in every rule.
@@ -390,6 +400,15 @@ pub(super) fn parse(
             &members,
         ));
     }
+    if let (Some(ha), Some(raw)) = (&ha, &raw.ha) {
+        let hosts: Vec<Location> = raw.value.hosts.value.iter().map(|h| h.referenced).collect();
+        found.extend(super::validate::host::pair(
+            &host_src,
+            (ha, raw.referenced, &hosts),
+            &members,
+            shared.as_ref(),
+        ));
+    }
     for (member, mut problem) in found {
         // A problem in a cluster file also points at that file's entry in the host file.
         if let Some(m) = member.map(|m| &members[m]) {
@@ -430,12 +449,15 @@ pub(super) fn parse(
                     // The host's API serves every cluster: each plan carries it, as a
                     // cluster file's does.
                     config.api.clone_from(&api);
+                    // So does the pair.
+                    config.ha.clone_from(&ha);
                     config
                 },
             })
             .collect(),
         shared_frontend: shared,
         api,
+        ha,
         warnings: problems,
     })
 }

@@ -8,38 +8,41 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use crate::plan::Plan;
+use super::status::Listener;
 
 /// How long each probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What keepalived's check asks: does DNS answer at this host's own address, and, on the
-/// active host, do the load balancer's and the boot server's listeners accept connections?
-pub fn check(plan: &Plan, host: Ipv4Addr, active: bool) -> Result<String, String> {
-    let dns_port = plan
-        .listen
-        .dns
+/// What keepalived's check asks: does DNS answer `name` at this host's own address, and, on
+/// the active host, do the load balancer's and the boot server's listeners (every cluster's,
+/// and the shared frontend's router) accept connections? `listeners` are the process's
+/// sockets as they are now (they follow reloads).
+pub fn check(
+    listeners: &[Listener],
+    name: &str,
+    host: Ipv4Addr,
+    active: bool,
+) -> Result<String, String> {
+    let dns_port = listeners
         .iter()
-        .find(|a| a.ip() == IpAddr::V4(host))
-        .map(|a| a.port())
+        .find(|l| l.service == "dns" && l.proto == "udp" && l.addr.ip() == IpAddr::V4(host))
+        .map(|l| l.addr.port())
         .ok_or_else(|| format!("no DNS listener on this host's address {host}"))?;
-    let name = plan.orchestration.api_server_name.clone();
-    dns_probe(SocketAddr::new(host.into(), dns_port), &name)?;
+    dns_probe(SocketAddr::new(host.into(), dns_port), name)?;
     let mut accepted = 0;
     if active {
-        let l = &plan.listen;
-        for addr in l
-            .api
-            .iter()
-            .chain(&l.machine_config)
-            .chain(&l.ingress_https)
-            .chain(&l.ingress_http)
-            .chain(&l.http)
-        {
-            let target = if addr.ip().is_unspecified() {
-                SocketAddr::new(host.into(), addr.port())
+        let probed = listeners.iter().filter(|l| {
+            l.proto == "tcp"
+                && matches!(
+                    l.service.as_str(),
+                    "api" | "machine-config" | "ingress-https" | "ingress-http" | "http"
+                )
+        });
+        for l in probed {
+            let target = if l.addr.ip().is_unspecified() {
+                SocketAddr::new(host.into(), l.addr.port())
             } else {
-                *addr
+                l.addr
             };
             TcpStream::connect_timeout(&target, PROBE_TIMEOUT)
                 .map_err(|e| format!("{target} does not accept connections: {e}"))?;

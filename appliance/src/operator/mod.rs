@@ -419,9 +419,12 @@ impl Operator {
     /// keepalived's health probe of this host: what it checked, or why it fails.
     pub async fn ha_health(&self) -> Result<String, OpError> {
         let host = self.ha_host()?;
-        let (plan, active) = (self.plan.load_full(), self.active.is_active());
+        let name = self.plan.load().orchestration.api_server_name.clone();
+        let listeners = self.fixed.listeners.load_full();
+        let active = self.active.is_active();
         // Blocking probes, bounded by their timeouts.
-        match tokio::task::spawn_blocking(move || health::check(&plan, host, active)).await {
+        let probes = move || health::check(&listeners, &name, host, active);
+        match tokio::task::spawn_blocking(probes).await {
             Ok(Ok(line)) => Ok(line),
             Ok(Err(why)) => Err(OpError::Failed(why)),
             Err(e) => Err(OpError::Failed(format!("the health check failed: {e}"))),

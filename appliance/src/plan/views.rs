@@ -79,8 +79,17 @@ impl HostViews {
             .iter()
             .map(|m| (m.id.clone(), cluster(&m.plan, &host.state_dir, &m.id)))
             .collect();
+        // One pair for the host: every instance knows every address it moves.
+        let pair = super::ha::HaPlan::of_host(
+            plans.iter().filter_map(|p| p.ha.as_ref()),
+            &host
+                .shared_frontend
+                .as_ref()
+                .map(SharedFrontend::addresses)
+                .unwrap_or_default(),
+        );
         let host_plan = HostPlan::assemble(members, serial, previous)?;
-        Ok(HostViews {
+        let mut views = HostViews {
             dns: Plan {
                 zones: host_plan.zones().to_vec(),
                 ..dns
@@ -90,7 +99,27 @@ impl HostViews {
             router,
             clusters,
             host: host_plan,
-        })
+        };
+        for p in views.plans_mut() {
+            p.ha.clone_from(&pair);
+        }
+        Ok(views)
+    }
+}
+
+impl HostViews {
+    /// Every plan, each once.
+    fn plans_mut(&mut self) -> impl Iterator<Item = &mut Plan> {
+        std::iter::once(&mut self.dns)
+            .chain(&mut self.dhcp)
+            .chain(std::iter::once(&mut self.tftp))
+            .chain(&mut self.router)
+            .chain(self.clusters.iter_mut().map(|(_, p)| p))
+    }
+
+    /// The host's pair, if it has one (every view carries it).
+    pub fn pair(&self) -> Option<&super::ha::HaPlan> {
+        self.dns.ha.as_ref()
     }
 }
 

@@ -367,6 +367,17 @@ pub(in crate::config) fn host_api(
     Validator { p }.api(raw, dir, files.credentials())
 }
 
+/// A host file's `ha`: the pair's own rules (two hosts, the router ID, the secret); what it
+/// needs of the clusters is `host::pair`.
+pub(in crate::config) fn host_ha(
+    p: &mut Problems,
+    raw: &Spanned<RawHa>,
+    dir: &Path,
+    files: InstallCheck<'_>,
+) -> Option<Ha> {
+    Validator { p }.ha(raw, None, &[], dir, files.credentials())
+}
+
 /// `state_dir`, relative to `dir`; an empty one is an error.
 pub(in crate::config) fn state_dir(p: &mut Problems, dir: &Path, raw: &Text) -> PathBuf {
     if raw.value.trim().is_empty() {

@@ -13,8 +13,10 @@ use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
 use machines::machines;
 use network::{dhcp_interfaces, listeners, pools, subnets};
+pub(in crate::config) use ha::pair;
 pub(in crate::config) use shared::shared;
 
+mod ha;
 mod machines;
 mod network;
 mod shared;
@@ -130,27 +132,19 @@ fn host_keys(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
             (
                 "state_dir",
                 raw.state_dir.as_ref().map(|s| s.referenced),
-                true,
             ),
             (
                 "run_as",
                 raw.run_as.as_ref().map(|r| r.user.referenced),
-                true,
             ),
-            ("api", raw.api.as_ref().map(|a| a.referenced), true),
-            ("ha", raw.ha.as_ref().map(|h| h.referenced), false),
+            ("api", raw.api.as_ref().map(|a| a.referenced)),
+            ("ha", raw.ha.as_ref().map(|h| h.referenced)),
         ];
-        for (key, at, movable) in stated {
+        for (key, at) in stated {
             let Some(at) = at else { continue };
-            let hint = if movable {
-                format!(
-                    "`{key}` is the host's: move it to the host file, which states it once for every cluster"
-                )
-            } else {
-                format!(
-                    "a host file has no `{key}` yet: serve this cluster from its own file to use it"
-                )
-            };
+            let hint = format!(
+                "`{key}` is the host's: move it to the host file, which states it once for every cluster"
+            );
             let mut p = Problem::new(
                 &m.src,
                 Severity::Error,

@@ -1,0 +1,116 @@
+//! A host file's `ha` against its clusters: a pair of appliances serving every cluster, with
+//! one VRRP instance that moves every cluster's `appliance_ip` (and the shared frontend) as
+//! virtual addresses.
+
+use std::net::IpAddr;
+
+use serde_saphyr::Location;
+
+use super::super::super::diagnostic::{Problem, Severity, Source};
+use super::super::super::host::Listed;
+use crate::config::{Ha, SharedFrontend};
+
+/// Every problem the pair `ha` (stated at `at`, its hosts at `hosts_at`) has with `members`,
+/// each with the member whose file it is reported in (`None`: the host file).
+pub(in crate::config) fn pair(
+    host_src: &Source,
+    (ha, at, hosts_at): (&Ha, Location, &[Location]),
+    members: &[Listed],
+    shared: Option<&SharedFrontend>,
+) -> Vec<(Option<usize>, Problem)> {
+    let mut out = Vec::new();
+    let in_host = |at, message: String, label: &str, hint: &str| {
+        (None, problem(host_src, at, message, label, hint))
+    };
+    // VRRP runs on the segment of the hosts' own addresses: the first host's.
+    let segment = members
+        .iter()
+        .find(|m| m.config.network.v4.subnet.contains(&ha.hosts[0]));
+    match segment {
+        None => out.push(in_host(
+            hosts_at.first().copied().unwrap_or(at),
+            format!("ha host {} is on no cluster's subnet", ha.hosts[0]),
+            "not on a cluster network",
+            "list the two hosts' own addresses on the segment VRRP is to run on",
+        )),
+        Some(s) if !s.config.network.v4.subnet.contains(&ha.hosts[1]) => out.push(in_host(
+            hosts_at.get(1).copied().unwrap_or(at),
+            format!(
+                "ha host {} is outside {}, the subnet of the first host (cluster {})",
+                ha.hosts[1], s.config.network.v4.subnet, s.id
+            ),
+            "another segment",
+            "VRRP runs on one segment: both hosts' own addresses are on it",
+        )),
+        Some(_) => {}
+    }
+    let shared = shared.map(SharedFrontend::addresses).unwrap_or_default();
+    for (n, host) in ha.hosts.iter().enumerate() {
+        let host_at = hosts_at.get(n).copied().unwrap_or(at);
+        let ip = IpAddr::V4(*host);
+        if shared.contains(&ip) {
+            out.push(in_host(
+                host_at,
+                format!("ha host {host} is the shared frontend, a virtual address"),
+                "the shared frontend",
+                "list the two hosts' own addresses; the shared frontend moves between them",
+            ));
+        }
+        for m in members {
+            let c = &m.config;
+            if c.network.v4.appliance == *host {
+                out.push(in_host(
+                    host_at,
+                    format!(
+                        "ha host {host} is the appliance_ip of cluster {}, a virtual address",
+                        m.id
+                    ),
+                    "a virtual address",
+                    "list the two hosts' own addresses; every cluster's appliance_ip moves between them",
+                ));
+            }
+            if let Some(node) = c.nodes.iter().find(|n| n.ipv4 == *host) {
+                out.push(in_host(
+                    host_at,
+                    format!("ha host {host} is node {} of cluster {}", node.name, m.id),
+                    "a node's address",
+                    "list the two hosts' own addresses",
+                ));
+            }
+            if c.network.dhcp_pool.is_some_and(|p| p.contains(*host)) {
+                out.push(in_host(
+                    host_at,
+                    format!("ha host {host} is in the DHCP pool of cluster {}", m.id),
+                    "leased to strangers",
+                    "keep the hosts' own addresses out of every pool",
+                ));
+            }
+        }
+    }
+    // keepalived adds each cluster's appliance_ip to that cluster's interface.
+    for (i, m) in members.iter().enumerate() {
+        if m.config.network.interface.is_none() {
+            let message = format!(
+                "cluster {} has no network.interface, and the pair adds its appliance_ip to one",
+                m.id
+            );
+            let mut p = problem(
+                &m.src,
+                m.raw.network.appliance_ip.referenced,
+                message,
+                "a virtual address of the pair",
+                "set network.interface to the cluster-side NIC (the same name on both hosts)",
+            );
+            p.related_at(host_src, at, "the host file's pair", "ha");
+            out.push((Some(i), p));
+        }
+    }
+    out
+}
+
+/// A `host::ha` error in `src` at `at`.
+fn problem(src: &Source, at: Location, message: String, label: &str, hint: &str) -> Problem {
+    let mut p = Problem::new(src, Severity::Error, "host::ha", at, message, label);
+    p.hint(hint);
+    p
+}
