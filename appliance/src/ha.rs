@@ -10,6 +10,7 @@
 //! Architecture invariant: the [`Activity`] flag is the only state; services read it per
 //! message. A process outside a pair is always active. A leaf: services import it.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,15 +30,20 @@ pub struct Activity {
 /// The replication link as `ha status` reports it.
 #[derive(Debug, Clone, Default)]
 pub struct Replication {
-    /// An authenticated session in this host's direction is up: sending to the peer (active)
-    /// or receiving from it (standby). Derived from the live sessions when read, so a stranger's
-    /// connection or a session of the other direction never changes it.
+    /// Every channel has an authenticated session in this host's direction: sending to the
+    /// peer (active) or receiving from it (standby). Derived from the live sessions when read,
+    /// so a stranger's connection or a session of the other direction never changes it.
     pub connected: bool,
+    /// A host file's channels (`cluster/<id>`, `segment/<interface>`) without such a session.
+    pub waiting: Vec<String>,
     pub last_update: Option<std::time::SystemTime>,
     pub updates: u64,
     pub last_error: Option<String>,
-    sending: usize,
-    receiving: usize,
+    /// The channels this host replicates ("" for a cluster file's one), each once per
+    /// instance that serves it.
+    channels: Vec<String>,
+    sending: HashMap<String, usize>,
+    receiving: HashMap<String, usize>,
 }
 
 /// Which way an authenticated replication session carries the updates.
@@ -47,19 +53,42 @@ pub enum Direction {
     Receiving,
 }
 
-/// Counts an authenticated session as live until dropped.
+/// Counts an authenticated session of a channel as live until dropped.
 #[derive(Debug)]
 pub struct Session {
     activity: Activity,
     direction: Direction,
+    channel: String,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let direction = self.direction;
-        self.activity.update_replication(|r| match direction {
-            Direction::Sending => r.sending = r.sending.saturating_sub(1),
-            Direction::Receiving => r.receiving = r.receiving.saturating_sub(1),
+        let (direction, channel) = (self.direction, &self.channel);
+        self.activity.update_replication(|r| {
+            let count = match direction {
+                Direction::Sending => r.sending.get_mut(channel),
+                Direction::Receiving => r.receiving.get_mut(channel),
+            };
+            if let Some(n) = count {
+                *n = n.saturating_sub(1);
+            }
+        });
+    }
+}
+
+/// Keeps a channel among those this host replicates until dropped.
+#[derive(Debug)]
+pub struct Served {
+    activity: Activity,
+    channel: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.activity.update_replication(|r| {
+            if let Some(i) = r.channels.iter().position(|c| *c == self.channel) {
+                r.channels.swap_remove(i);
+            }
         });
     }
 }
@@ -96,26 +125,48 @@ impl Activity {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        r.connected = if self.is_active() {
-            r.sending > 0
+        let live = if self.is_active() {
+            &r.sending
         } else {
-            r.receiving > 0
+            &r.receiving
         };
+        let mut waiting: Vec<String> = r
+            .channels
+            .iter()
+            .filter(|c| live.get(*c).is_none_or(|n| *n == 0))
+            .cloned()
+            .collect();
+        waiting.sort();
+        waiting.dedup();
+        r.connected = !r.channels.is_empty() && waiting.is_empty();
+        r.waiting = waiting.into_iter().filter(|c| !c.is_empty()).collect();
         r
     }
 
-    /// An authenticated replication session starts: live until the returned guard drops.
-    pub fn session(&self, direction: Direction) -> Session {
+    /// This host replicates `channel` ("" for a cluster file's one) until the guard drops.
+    pub fn serve_channel(&self, channel: &str) -> Served {
+        self.update_replication(|r| r.channels.push(channel.to_owned()));
+        Served {
+            activity: self.clone(),
+            channel: channel.to_owned(),
+        }
+    }
+
+    /// An authenticated replication session of `channel` starts: live until the returned
+    /// guard drops.
+    pub fn session(&self, direction: Direction, channel: &str) -> Session {
         self.update_replication(|r| {
-            match direction {
-                Direction::Sending => r.sending += 1,
-                Direction::Receiving => r.receiving += 1,
-            }
+            let count = match direction {
+                Direction::Sending => &mut r.sending,
+                Direction::Receiving => &mut r.receiving,
+            };
+            *count.entry(channel.to_owned()).or_default() += 1;
             r.last_error = None;
         });
         Session {
             activity: self.clone(),
             direction,
+            channel: channel.to_owned(),
         }
     }
 

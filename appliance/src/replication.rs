@@ -18,6 +18,7 @@
 //! use (`install_state`, `lb::drain`, the orchestration's phase record, and for leases the
 //! journal, which the DHCP server follows); every wait is bounded or ends with the shutdown.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -72,9 +73,32 @@ pub enum Update {
     Alive,
 }
 
-/// What a replication end needs.
+/// What a channel carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carries {
+    /// A cluster file's one channel: its leases and its cluster's state.
+    Everything,
+    /// A host's segment: its lease journal.
+    Leases,
+    /// One of a host's clusters: its markers, phase record and drains.
+    Cluster,
+}
+
+/// The first line a host's channel sends once both ends proved the secret: which of the
+/// receiver's channels the updates are for. A cluster file's one channel sends none (as before
+/// channels existed, so a pair can be upgraded one host at a time).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hello {
+    channel: String,
+}
+
+/// What a replication channel's ends need.
 #[derive(Clone)]
 struct Parts {
+    /// `None`: a cluster file's one channel.
+    channel: Option<String>,
+    carries: Carries,
     peer: Ipv4Addr,
     secret: Arc<Vec<u8>>,
     /// The current plan: its state directory and node list are read at each use, so a node
@@ -82,19 +106,42 @@ struct Parts {
     plan: crate::plan::Handle,
     active: Activity,
     journal: Journal,
-    pools: SharedPools,
+    /// A cluster's pools (not a segment's).
+    pools: Option<SharedPools>,
     orchestrator: Option<Orchestrator>,
 }
 
+impl Parts {
+    fn name(&self) -> &str {
+        self.channel.as_deref().unwrap_or_default()
+    }
+}
+
+/// The channels this host serves, by name (`None`: a cluster file's one), each with the
+/// number its opening got (a channel opened again is not closed by its previous opening).
+type Channels = Arc<std::sync::Mutex<HashMap<Option<String>, (u64, Parts)>>>;
+
+/// Numbers the openings of channels.
+static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The replication of a pair: one listener on this host's own address for every channel, and
+/// a sender per channel.
+#[derive(Clone)]
+pub struct Hub {
+    peer: Ipv4Addr,
+    secret: Arc<Vec<u8>>,
+    connector: tokio_rustls::TlsConnector,
+    channels: Channels,
+}
+
 /// Reads the secret, makes this host's certificate, and starts the listener (bound by the
-/// supervisor on this host's address) and the sender.
-pub fn start(
+/// supervisor on this host's address): the hub the instances open their channels on, and the
+/// listener's task.
+pub fn listen(
     listener: std::net::TcpListener,
     peer: Ipv4Addr,
     ctx: &Context,
-    pools: SharedPools,
-    orchestrator: Option<Orchestrator>,
-) -> anyhow::Result<Running> {
+) -> anyhow::Result<(Hub, Running)> {
     let plan = ctx.plan.load();
     let ha = plan.ha.as_ref().context("replication without a pair")?;
     let keys = crate::secrets::PairKeys::read(&ha.secret_file)?;
@@ -106,23 +153,109 @@ pub fn start(
     ));
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
-    let parts = Parts {
+    let hub = Hub {
         peer,
         secret: Arc::new(keys.replication.to_vec()),
-        plan: ctx.plan.clone(),
-        active: ctx.active.clone(),
-        journal: ctx.journal.clone(),
-        pools,
-        orchestrator,
+        connector,
+        channels: Arc::default(),
     };
     let token = ctx.shutdown.clone();
-    Ok(Box::pin(async move {
-        tokio::select! {
-            () = token.cancelled() => Ok(()),
-            r = receive(listener, acceptor, parts.clone()) => r,
-            () = send(connector, parts) => Ok(()),
+    let (channels, secret, active) = (
+        Arc::clone(&hub.channels),
+        Arc::clone(&hub.secret),
+        ctx.active.clone(),
+    );
+    Ok((
+        hub,
+        Box::pin(async move {
+            tokio::select! {
+                () = token.cancelled() => Ok(()),
+                r = receive(listener, acceptor, channels, secret, active) => r,
+            }
+        }),
+    ))
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let channels: Vec<Option<String>> = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        f.debug_struct("Hub")
+            .field("peer", &self.peer)
+            .field("channels", &channels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hub {
+    /// Opens `channel` for the instance whose context is `ctx`: the peer's updates of it are
+    /// applied through `ctx`'s journal, plan, `pools` and `orchestrator`, and this host's are
+    /// sent while it is active. The channel closes when the task ends (the instance's token).
+    pub fn channel(
+        &self,
+        channel: Option<String>,
+        carries: Carries,
+        ctx: &Context,
+        pools: Option<SharedPools>,
+        orchestrator: Option<Orchestrator>,
+    ) -> Running {
+        let parts = Parts {
+            channel: channel.clone(),
+            carries,
+            peer: self.peer,
+            secret: Arc::clone(&self.secret),
+            plan: ctx.plan.clone(),
+            active: ctx.active.clone(),
+            journal: ctx.journal.clone(),
+            pools,
+            orchestrator,
+        };
+        let opening = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let open = Open {
+            channels: Arc::clone(&self.channels),
+            channel: channel.clone(),
+            opening,
+            _served: parts.active.serve_channel(parts.name()),
+        };
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(channel, (opening, parts.clone()));
+        let (connector, token) = (self.connector.clone(), ctx.shutdown.clone());
+        Box::pin(async move {
+            let _open = open;
+            tokio::select! {
+                () = token.cancelled() => {}
+                () = send(connector, parts) => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A channel in the hub until dropped.
+struct Open {
+    channels: Channels,
+    channel: Option<String>,
+    opening: u64,
+    _served: crate::ha::Served,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if channels
+            .get(&self.channel)
+            .is_some_and(|(n, _)| *n == self.opening)
+        {
+            channels.remove(&self.channel);
         }
-    }))
+    }
 }
 
 fn server_config(ip: std::net::IpAddr) -> anyhow::Result<rustls::ServerConfig> {
@@ -162,7 +295,9 @@ fn verify(secret: &[u8], role: &[u8], exported: &[u8; 32], tag: &[u8]) -> bool {
 async fn receive(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
-    parts: Parts,
+    channels: Channels,
+    secret: Arc<Vec<u8>>,
+    active: Activity,
 ) -> anyhow::Result<()> {
     loop {
         let (stream, from) = match listener.accept().await {
@@ -173,19 +308,31 @@ async fn receive(
                 continue;
             }
         };
-        let (acceptor, parts) = (acceptor.clone(), parts.clone());
+        let (acceptor, channels, secret) =
+            (acceptor.clone(), Arc::clone(&channels), Arc::clone(&secret));
+        let active = active.clone();
         tokio::spawn(async move {
             // Before the peer proved the secret, nothing it does reaches the status: a
             // stranger's connection can't make the pair look disconnected.
-            let tls = match authenticate_peer(stream, from, acceptor, &parts).await {
+            let tls = match authenticate_peer(stream, from, acceptor, &secret).await {
                 Ok(tls) => tls,
                 Err(e) => {
                     tracing::warn!("replication from {from}: {e:#}");
                     return;
                 }
             };
-            let _session = parts.active.session(Direction::Receiving);
-            if let Err(e) = receive_from(tls, from, &parts).await {
+            let (reader, writer) = tokio::io::split(tls);
+            let mut lines = BufReader::new(reader);
+            let (parts, first) = match channel_of(&mut lines, &channels).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!("replication from {from}: {e:#}");
+                    active.update_replication(|r| r.last_error = Some(format!("{from}: {e:#}")));
+                    return;
+                }
+            };
+            let _session = parts.active.session(Direction::Receiving, parts.name());
+            if let Err(e) = receive_from(lines, writer, first, from, &parts).await {
                 tracing::warn!("replication from {from}: {e:#}");
                 parts
                     .active
@@ -195,6 +342,35 @@ async fn receive(
     }
 }
 
+type Lines = BufReader<tokio::io::ReadHalf<ServerTls>>;
+
+/// The channel an authenticated session is for: its first line names it, or is already an
+/// update of a cluster file's one channel (returned, to be applied first).
+async fn channel_of(
+    lines: &mut Lines,
+    channels: &Channels,
+) -> anyhow::Result<(Parts, Option<String>)> {
+    let mut line = String::new();
+    let n = tokio::time::timeout(SILENCE, lines.take(MAX_LINE).read_line(&mut line))
+        .await
+        .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
+    anyhow::ensure!(n > 0, "the peer closed the session");
+    let (channel, first) = match serde_json::from_str::<Hello>(&line) {
+        Ok(hello) => (Some(hello.channel), None),
+        Err(_) => (None, Some(line)),
+    };
+    let parts = channels
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&channel)
+        .map(|(_, parts)| parts.clone());
+    let parts = parts.with_context(|| match &channel {
+        Some(c) => format!("the peer replicates {c}, which this host does not serve"),
+        None => "the peer replicates a cluster file, and this host serves a host file".into(),
+    })?;
+    Ok((parts, first))
+}
+
 type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
 
 /// The TLS handshake and the proofs of the secret, both ways.
@@ -202,7 +378,7 @@ async fn authenticate_peer(
     stream: TcpStream,
     from: SocketAddr,
     acceptor: tokio_rustls::TlsAcceptor,
-    parts: &Parts,
+    secret: &[u8],
 ) -> anyhow::Result<ServerTls> {
     let mut tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
         .await
@@ -215,34 +391,47 @@ async fn authenticate_peer(
     tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.read_exact(&mut tag))
         .await
         .context("no proof of the secret")??;
-    if !verify(&parts.secret, b"client", &exported, &tag) {
+    if !verify(secret, b"client", &exported, &tag) {
         tracing::warn!("replication refused from {from}: it does not hold the pair's secret");
         anyhow::bail!("refused: the peer does not hold the pair's secret");
     }
-    tls.write_all(proof(&parts.secret, b"server", &exported).as_ref())
+    tls.write_all(proof(secret, b"server", &exported).as_ref())
         .await?;
     tls.flush().await?;
     Ok(tls)
 }
 
-/// An authenticated session from the peer: first this host's own live leases go back to it
-/// (the peer, active, learns the leases this host granted while both were active: a split
-/// brain), then the peer's updates are applied while this host is the standby.
-async fn receive_from(tls: ServerTls, from: SocketAddr, parts: &Parts) -> anyhow::Result<()> {
-    tracing::info!("replication: receiving from {from}");
-    let (reader, mut writer) = tokio::io::split(tls);
+/// An authenticated session of one channel from the peer: first this host's own live leases
+/// go back to it (the peer, active, learns the leases this host granted while both were
+/// active: a split brain), then the peer's updates (`first` the one already read) are applied
+/// while this host is the standby.
+async fn receive_from(
+    mut lines: Lines,
+    mut writer: tokio::io::WriteHalf<ServerTls>,
+    first: Option<String>,
+    from: SocketAddr,
+    parts: &Parts,
+) -> anyhow::Result<()> {
+    match &parts.channel {
+        Some(c) => tracing::info!("replication: receiving {c} from {from}"),
+        None => tracing::info!("replication: receiving from {from}"),
+    }
     for update in own_leases(parts).await? {
         write(&mut writer, &update).await?;
     }
-    let mut lines = BufReader::new(reader);
     let mut line = String::new();
+    let mut first = first;
     loop {
         line.clear();
-        let n = tokio::time::timeout(SILENCE, (&mut lines).take(MAX_LINE).read_line(&mut line))
-            .await
-            .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
-        if n == 0 {
-            return Ok(());
+        if let Some(f) = first.take() {
+            line = f;
+        } else {
+            let n = tokio::time::timeout(SILENCE, (&mut lines).take(MAX_LINE).read_line(&mut line))
+                .await
+                .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
+            if n == 0 {
+                return Ok(());
+            }
         }
         let update: Update = serde_json::from_str(&line)
             .with_context(|| format!("an update that does not read: {}", line.trim()))?;
@@ -282,6 +471,19 @@ fn in_peer_half(parts: &Parts, ip: Ipv4Addr) -> bool {
 }
 
 async fn apply(parts: &Parts, update: Update) {
+    let lease = matches!(update, Update::Lease { .. });
+    let carried = match parts.carries {
+        Carries::Everything => true,
+        Carries::Leases => lease,
+        Carries::Cluster => !lease,
+    };
+    if !carried {
+        tracing::warn!(
+            "replication: an update {} does not carry: {update:?}",
+            parts.name()
+        );
+        return;
+    }
     match update {
         Update::Alive => {}
         Update::Lease { ip, mac, expires } => match mac.parse::<MacAddr>() {
@@ -311,7 +513,8 @@ async fn apply(parts: &Parts, update: Update) {
             }
         }
         Update::Drain { node, draining } => {
-            let pools = parts.pools.load();
+            let Some(pools) = &parts.pools else { return };
+            let pools = pools.load();
             if draining {
                 crate::lb::drain::drain_quietly(&pools, &node, &parts.journal);
             } else {
@@ -369,8 +572,17 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
         verify(&parts.secret, b"server", &exported, &tag),
         "the peer does not hold the pair's secret"
     );
-    tracing::info!("replication: sending to {addr}");
-    let _session = parts.active.session(Direction::Sending);
+    if let Some(channel) = &parts.channel {
+        let mut hello = serde_json::to_vec(&Hello {
+            channel: channel.clone(),
+        })?;
+        hello.push(b'\n');
+        tls.write_all(&hello).await?;
+        tracing::info!("replication: sending {channel} to {addr}");
+    } else {
+        tracing::info!("replication: sending to {addr}");
+    }
+    let _session = parts.active.session(Direction::Sending, parts.name());
     let (reader, mut writer) = tokio::io::split(tls);
     // What the peer sends back: its own leases (those it granted while both were active).
     let merging = merge_peer_leases(reader, parts);
@@ -440,8 +652,11 @@ async fn merge_peer_leases<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
-/// This host's live leases, as updates.
+/// This host's live leases, as updates (none on a cluster's channel of a host).
 async fn own_leases(parts: &Parts) -> anyhow::Result<Vec<Update>> {
+    if parts.carries == Carries::Cluster {
+        return Ok(Vec::new());
+    }
     let dir = parts.plan.load().state_dir.clone();
     let leases =
         tokio::task::spawn_blocking(move || crate::dhcp::leases::read_live(&dir, unix_now()))
@@ -470,18 +685,31 @@ async fn write<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, update: &Update) -> 
     Ok(())
 }
 
-/// Everything, for a peer that just connected.
+/// Everything the channel carries, for a peer that just connected.
 async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
+    let (leases, cluster) = match parts.carries {
+        Carries::Everything => (true, true),
+        Carries::Leases => (true, false),
+        Carries::Cluster => (false, true),
+    };
     let (dir, nodes) = {
         let plan = parts.plan.load();
-        let nodes: Vec<String> = plan.boot.iter().map(|b| b.node.clone()).collect();
+        let nodes: Vec<String> = if cluster {
+            plan.boot.iter().map(|b| b.node.clone()).collect()
+        } else {
+            Vec::new()
+        };
         (plan.state_dir.clone(), nodes)
     };
     let (leases, markers) = tokio::task::spawn_blocking(move || {
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let leases = crate::dhcp::leases::read_live(&dir, now)?;
+        let leases = if leases {
+            crate::dhcp::leases::read_live(&dir, now)?
+        } else {
+            Vec::new()
+        };
         let markers = nodes
             .into_iter()
             .map(|n| install_state::read_markers(&dir, &n).map(|m| (n, m)))
@@ -507,7 +735,10 @@ async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
             progress: o.progress(),
         });
     }
-    let pools = parts.pools.load();
+    let Some(pools) = &parts.pools else {
+        return Ok(out);
+    };
+    let pools = pools.load();
     let mut drained: Vec<String> = pools
         .served()
         .map(|(_, b)| b)

@@ -168,8 +168,8 @@ fn host_files(
         return Err(ExitCode::from(2));
     }
     if let FormatArg::Keepalived = format {
-        let views = okd_appliance::plan::views::HostViews::derive(host, serial, None)
-            .map_err(|e| {
+        let views =
+            okd_appliance::plan::views::HostViews::derive(host, serial, None).map_err(|e| {
                 eprintln!(
                     "error: {e}, which the host file's rules should have refused: please report it"
                 );
@@ -297,8 +297,8 @@ fn keepalived(plan: &Plan, state_dir: &Path) -> Result<Vec<render::Rendered>, St
     let keys =
         okd_appliance::secrets::PairKeys::read(&ha.secret_file).map_err(|e| e.to_string())?;
     let binary = std::env::current_exe().map_err(|e| format!("can't find this binary: {e}"))?;
-    let state_dir = std::path::absolute(state_dir)
-        .map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    let state_dir =
+        std::path::absolute(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
     render::keepalived::render(plan, &binary, &state_dir, &keys.vrrp_password)
 }
 

@@ -353,6 +353,13 @@ async fn ha(op: &Operator, request: HaRequest) -> String {
                 role(activity.is_active()),
                 r.updates
             );
+            if !r.waiting.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "replication not connected for: {}",
+                    r.waiting.join(", ")
+                );
+            }
             if let Some(e) = r.last_error.filter(|_| !r.connected) {
                 let _ = writeln!(out, "replication error: {e}");
             }

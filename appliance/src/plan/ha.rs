@@ -160,7 +160,10 @@ mod tests {
         // A shared address on no cluster's subnet goes on the VRRP interface as a host route.
         let apart = HaPlan::of_host([&okd], &["192.0.2.9".parse().unwrap()]).unwrap();
         assert_eq!(
-            apart.addresses.last().map(|a| (a.prefix, a.interface.as_str())),
+            apart
+                .addresses
+                .last()
+                .map(|a| (a.prefix, a.interface.as_str())),
             Some((32, "ens19"))
         );
         assert_eq!(HaPlan::of_host([], &shared), None);

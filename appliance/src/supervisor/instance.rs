@@ -15,6 +15,7 @@ use crate::journal::Journal;
 use crate::operator::status::{Fixed, Sampler};
 use crate::operator::{Operator, ReloadRequest};
 use crate::plan;
+use crate::replication::Carries;
 use crate::service::{self, Running};
 use crate::sockets::{BoundSocket, Service};
 
@@ -78,6 +79,8 @@ pub(super) struct Wing {
     pub host_mode: bool,
     /// The shared frontend's routes (the layout fills them in once the clusters start).
     pub routes: crate::lb::router::SharedRoutes,
+    /// A pair's replication, which each cluster and each segment opens its channel on.
+    pub replication: Option<crate::replication::Hub>,
 }
 
 impl Instance {
@@ -190,6 +193,14 @@ impl Instance {
                 })?,
             });
         }
+        if let (Role::Dhcp(interface), Some(hub)) = (&self.role, &wing.replication) {
+            let channel = format!("segment/{}", interface.as_deref().unwrap_or("any"));
+            tasks.push(Task {
+                name: "replication",
+                token: self.token.clone(),
+                running: hub.channel(Some(channel), Carries::Leases, &ctx, None, None),
+            });
+        }
         let (Some(id), Some(pools)) = (self.role.cluster(), pools) else {
             return Ok(tasks);
         };
@@ -216,8 +227,24 @@ impl Instance {
             orchestrator: orchestration.as_ref().ok().cloned(),
             plan: Arc::clone(&ctx.plan),
         });
-        if let Some(task) = self.replication(&ctx, &pools, &orchestration, wing)? {
-            tasks.push(task);
+        if let Some(hub) = &wing.replication {
+            // A cluster file's one channel carries everything, unnamed on the wire.
+            let (channel, carries) = match &self.role {
+                Role::Cluster(id) => (Some(format!("cluster/{id}")), Carries::Cluster),
+                _ => (None, Carries::Everything),
+            };
+            let orchestrator = orchestration.as_ref().ok().cloned();
+            tasks.push(Task {
+                name: "replication",
+                token: self.token.clone(),
+                running: hub.channel(
+                    channel,
+                    carries,
+                    &ctx,
+                    Some(Arc::clone(&pools)),
+                    orchestrator,
+                ),
+            });
         }
         self.operator = Some(Operator::new(
             &ctx,
@@ -228,45 +255,5 @@ impl Instance {
             wing.fixed.clone(),
         ));
         Ok(tasks)
-    }
-
-    /// A pair's replication (a cluster file's only): without it a failover loses state, so it
-    /// must start.
-    fn replication(
-        &self,
-        ctx: &service::Context,
-        pools: &crate::lb::SharedPools,
-        orchestration: &Result<crate::orchestration::Orchestrator, String>,
-        wing: &Wing,
-    ) -> Result<Option<Task>, ServeError> {
-        let (Some(host), Some(ha)) = (wing.ha_host, ctx.plan.load().ha.clone()) else {
-            return Ok(None);
-        };
-        let peer = if ha.hosts[0] == host {
-            ha.hosts[1]
-        } else {
-            ha.hosts[0]
-        };
-        let addr = crate::replication::listen_addr(host);
-        let listener = crate::sockets::bind_tcp(addr).map_err(|e| ServeError::Service {
-            service: "replication",
-            source: anyhow::anyhow!("binding {addr}: {e}"),
-        })?;
-        let replication = crate::replication::start(
-            listener,
-            peer,
-            ctx,
-            Arc::clone(pools),
-            orchestration.as_ref().ok().cloned(),
-        )
-        .map_err(|source| ServeError::Service {
-            service: "replication",
-            source,
-        })?;
-        Ok(Some(Task {
-            name: "replication",
-            token: self.token.clone(),
-            running: replication,
-        }))
     }
 }

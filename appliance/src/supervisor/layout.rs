@@ -107,23 +107,33 @@ impl Layout {
         Ok(layout)
     }
 
-    /// A new instance of `role`, with its own journal if it is a host's cluster.
+    /// A new instance of `role`, with its own journal if it is a host's cluster or segment (a
+    /// segment's routes to the clusters' journals too, and holds its own leases' events, which
+    /// the pair's replication of that segment follows).
     fn instance(&self, role: Role, plan: Plan) -> Instance {
         let journal = match &role {
             Role::Everything(_) => Journal::new(),
             Role::Cluster(id) => Journal::of_cluster(id),
-            Role::Dns | Role::Dhcp(_) | Role::Tftp | Role::Router => self.host_journal.clone(),
+            Role::Dhcp(_) => Journal::routing(self.cluster_journals()),
+            Role::Dns | Role::Tftp | Role::Router => self.host_journal.clone(),
         };
         Instance::new(role, plan, journal, &self.root)
     }
 
-    /// Points the host journal at the clusters' journals.
+    /// Points the host journal and the segments' at the clusters' journals.
     fn reroute(&self) {
-        let routes = self
-            .clusters()
+        self.host_journal.reroute(self.cluster_journals());
+        for i in &self.instances {
+            if let Role::Dhcp(_) = i.role {
+                i.journal.reroute(self.cluster_journals());
+            }
+        }
+    }
+
+    fn cluster_journals(&self) -> Vec<(String, Journal)> {
+        self.clusters()
             .map(|(id, i)| (id.to_owned(), i.journal.clone()))
-            .collect();
-        self.host_journal.reroute(routes);
+            .collect()
     }
 
     /// Whether this is a host file's layout (its clusters named in metrics and logs).

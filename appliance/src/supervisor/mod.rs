@@ -103,6 +103,34 @@ pub fn listener_specs(plan: &Plan) -> Vec<ListenerSpec> {
     specs
 }
 
+/// A pair's replication: its listener on this host's own address, which every cluster and
+/// segment opens its channel on; without it a failover loses state, so it must start.
+fn replication(
+    ha: &crate::plan::ha::HaPlan,
+    host: std::net::Ipv4Addr,
+    base: &service::Context,
+) -> Result<(crate::replication::Hub, Task), ServeError> {
+    let peer = if ha.hosts[0] == host {
+        ha.hosts[1]
+    } else {
+        ha.hosts[0]
+    };
+    let failed = |source| ServeError::Service {
+        service: "replication",
+        source,
+    };
+    let addr = crate::replication::listen_addr(host);
+    let listener = crate::sockets::bind_tcp(addr)
+        .map_err(|e| failed(anyhow::anyhow!("binding {addr}: {e}")))?;
+    let (hub, running) = crate::replication::listen(listener, peer, base).map_err(failed)?;
+    let task = Task {
+        name: "replication",
+        token: base.shutdown.clone(),
+        running,
+    };
+    Ok((hub, task))
+}
+
 /// Raises the soft limit on open descriptors to the hard one, as the unit's `LimitNOFILE` does
 /// for both: a balanced connection holds up to six (two sockets, two splice pipes), so a login
 /// shell's soft limit of 1024 would cap `serve` started by hand at about 170 connections before
@@ -233,14 +261,23 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
+    let (replication, hub) = match (&ha, ha_host) {
+        (Some(ha), Some(host)) => {
+            let (hub, task) = replication(ha, host, &base)?;
+            (Some(hub), Some(task))
+        }
+        _ => (None, None),
+    };
     let wing = instance::Wing {
         reloads: reload_requests,
         ha_host,
         fixed,
         host_mode: layout.host_mode(),
         routes: std::sync::Arc::clone(&layout.routes),
+        replication,
     };
-    let (started, clusters) = layout.start(groups, base, wing)?;
+    let (mut started, clusters) = layout.start(groups, base, wing)?;
+    started.extend(hub);
     let mut fronts = Vec::new();
     start_fronts(
         admin_socket,

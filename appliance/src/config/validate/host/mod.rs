@@ -11,9 +11,9 @@ use serde_saphyr::Location;
 use super::super::diagnostic::{Problem, Severity, Source};
 use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
+pub(in crate::config) use ha::pair;
 use machines::machines;
 use network::{dhcp_interfaces, listeners, pools, subnets};
-pub(in crate::config) use ha::pair;
 pub(in crate::config) use shared::shared;
 
 mod ha;
@@ -129,14 +129,8 @@ fn host_keys(members: &[Listed], out: &mut Vec<(Option<usize>, Problem)>) {
     for (i, m) in members.iter().enumerate() {
         let raw = &m.raw;
         let stated = [
-            (
-                "state_dir",
-                raw.state_dir.as_ref().map(|s| s.referenced),
-            ),
-            (
-                "run_as",
-                raw.run_as.as_ref().map(|r| r.user.referenced),
-            ),
+            ("state_dir", raw.state_dir.as_ref().map(|s| s.referenced)),
+            ("run_as", raw.run_as.as_ref().map(|r| r.user.referenced)),
             ("api", raw.api.as_ref().map(|a| a.referenced)),
             ("ha", raw.ha.as_ref().map(|h| h.referenced)),
         ];
