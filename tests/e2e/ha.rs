@@ -64,7 +64,7 @@ listen:
     )
 }
 
-fn run(args: &[&str], config_or_state: &[&str]) -> (bool, String) {
+pub(crate) fn run(args: &[&str], config_or_state: &[&str]) -> (bool, String) {
     let out = Command::new(appliance_bin().unwrap())
         .args(args)
         .args(config_or_state)
@@ -153,7 +153,7 @@ fn ignition_status_of(node: &Netns, name: &str) -> String {
 
 /// busybox udhcpc in `ns` (given `mac`), kept running to renew later: its hook, the process
 /// and its first `bound` call.
-fn lease(
+pub(crate) fn lease(
     ns: &harness::Node,
     dir: &Path,
     mac: &str,
@@ -200,7 +200,12 @@ fn state(dir: &Path) -> String {
 }
 
 fn keepalived(ns: &Netns, dir: &Path, host: &str) -> Process {
-    let config = dir.join("okd.yml");
+    keepalived_of(ns, &dir.join("okd.yml"), dir, host)
+}
+
+/// keepalived in `ns` for `host`, from `render --format keepalived` of `config` (written in
+/// `dir`).
+pub(crate) fn keepalived_of(ns: &Netns, config: &Path, dir: &Path, host: &str) -> Process {
     let out = dir.join("keepalived");
     let (ok, text) = run(
         &[

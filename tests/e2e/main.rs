@@ -16,6 +16,7 @@ mod dns;
 mod dns_differential;
 mod dns_support;
 mod ha;
+mod ha_clusters;
 mod hardening;
 mod harness_selftest;
 mod http;
