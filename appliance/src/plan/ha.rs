@@ -162,7 +162,8 @@ mod tests {
         assert_eq!(
             apart
                 .addresses
-                .last()
+                .iter()
+                .find(|a| a.ip.to_string() == "192.0.2.9")
                 .map(|a| (a.prefix, a.interface.as_str())),
             Some((32, "ens19"))
         );
