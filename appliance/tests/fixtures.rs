@@ -194,6 +194,7 @@ fn host_files_load_or_fail_with_the_golden_diagnostics() {
                 alone = config::host::routed(alone, shared);
             }
             alone.api.clone_from(&host.api);
+            alone.ha.clone_from(&host.ha);
             assert!(
                 alone == member.config,
                 "{} reads differently alone",

@@ -400,14 +400,21 @@ pub(super) fn parse(
             &members,
         ));
     }
-    if let (Some(ha), Some(raw)) = (&ha, &raw.ha) {
-        let hosts: Vec<Location> = raw.value.hosts.value.iter().map(|h| h.referenced).collect();
-        found.extend(super::validate::host::pair(
-            &host_src,
-            (ha, raw.referenced, &hosts),
-            &members,
-            shared.as_ref(),
-        ));
+    if let Some(raw) = &raw.ha {
+        // The hosts as written (what is wrong with them alone is the pair's own error).
+        let listed = &raw.value.hosts.value;
+        let hosts: Vec<Ipv4Addr> = listed.iter().filter_map(|h| h.value.parse().ok()).collect();
+        let at: Vec<Location> = listed.iter().map(|h| h.referenced).collect();
+        if let Ok(hosts) = <[Ipv4Addr; 2]>::try_from(hosts)
+            && hosts[0] != hosts[1]
+        {
+            found.extend(super::validate::host::pair(
+                &host_src,
+                (&hosts, raw.referenced, &at),
+                &members,
+                shared.as_ref(),
+            ));
+        }
     }
     for (member, mut problem) in found {
         // A problem in a cluster file also points at that file's entry in the host file.

@@ -2,19 +2,20 @@
 //! one VRRP instance that moves every cluster's `appliance_ip` (and the shared frontend) as
 //! virtual addresses.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use serde_saphyr::Location;
 
 use super::super::super::diagnostic::{Problem, Severity, Source};
 use super::super::super::host::Listed;
-use crate::config::{Ha, SharedFrontend};
+use crate::config::SharedFrontend;
 
-/// Every problem the pair `ha` (stated at `at`, its hosts at `hosts_at`) has with `members`,
-/// each with the member whose file it is reported in (`None`: the host file).
+/// Every problem the pair of `hosts` (its `ha` stated at `at`, each host at `hosts_at`) has
+/// with `members`, each with the member whose file it is reported in (`None`: the host file).
+/// Independent of the pair's other keys, so a bad secret file hides none of them.
 pub(in crate::config) fn pair(
     host_src: &Source,
-    (ha, at, hosts_at): (&Ha, Location, &[Location]),
+    (hosts, at, hosts_at): (&[Ipv4Addr; 2], Location, &[Location]),
     members: &[Listed],
     shared: Option<&SharedFrontend>,
 ) -> Vec<(Option<usize>, Problem)> {
@@ -25,19 +26,19 @@ pub(in crate::config) fn pair(
     // VRRP runs on the segment of the hosts' own addresses: the first host's.
     let segment = members
         .iter()
-        .find(|m| m.config.network.v4.subnet.contains(&ha.hosts[0]));
+        .find(|m| m.config.network.v4.subnet.contains(&hosts[0]));
     match segment {
         None => out.push(in_host(
             hosts_at.first().copied().unwrap_or(at),
-            format!("ha host {} is on no cluster's subnet", ha.hosts[0]),
+            format!("ha host {} is on no cluster's subnet", hosts[0]),
             "not on a cluster network",
             "list the two hosts' own addresses on the segment VRRP is to run on",
         )),
-        Some(s) if !s.config.network.v4.subnet.contains(&ha.hosts[1]) => out.push(in_host(
+        Some(s) if !s.config.network.v4.subnet.contains(&hosts[1]) => out.push(in_host(
             hosts_at.get(1).copied().unwrap_or(at),
             format!(
                 "ha host {} is outside {}, the subnet of the first host (cluster {})",
-                ha.hosts[1], s.config.network.v4.subnet, s.id
+                hosts[1], s.config.network.v4.subnet, s.id
             ),
             "another segment",
             "VRRP runs on one segment: both hosts' own addresses are on it",
@@ -45,7 +46,7 @@ pub(in crate::config) fn pair(
         Some(_) => {}
     }
     let shared = shared.map(SharedFrontend::addresses).unwrap_or_default();
-    for (n, host) in ha.hosts.iter().enumerate() {
+    for (n, host) in hosts.iter().enumerate() {
         let host_at = hosts_at.get(n).copied().unwrap_or(at);
         let ip = IpAddr::V4(*host);
         if shared.contains(&ip) {
