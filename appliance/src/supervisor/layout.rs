@@ -414,7 +414,16 @@ impl Layout {
         }
         let next = derive(target, next_serial(Some(current)), self.host.as_ref())
             .map_err(|e| format!("reload refused: {e}"))?;
+        let moved = |plan: &Plan| plan.ha.as_ref().map(|h| h.addresses.clone());
+        let before = moved(&self.instances[0].plan.load());
         let (tasks, failures) = self.replace(next)?;
+        let after = moved(&self.instances[0].plan.load());
+        if before != after {
+            // keepalived moves what its file lists; the appliance does not rewrite it.
+            tracing::warn!(
+                "the pair's virtual addresses changed: render --format keepalived again and reload keepalived on both hosts"
+            );
+        }
         let serial = self.serial();
         self.plan_loaded();
         let line = format!("reloaded: now serving plan {serial}");
