@@ -154,12 +154,13 @@ fn ignition_status_of(node: &Netns, name: &str) -> String {
 /// busybox udhcpc in `ns` (given `mac`), kept running to renew later: its hook, the process
 /// and its first `bound` call.
 pub(crate) fn lease(
-    ns: &harness::Node,
+    ns: &Netns,
     dir: &Path,
     mac: &str,
     name: &str,
 ) -> (Hook, Process, crate::dhcp_support::HookCall) {
-    ns.set_mac(mac).unwrap();
+    ns.ip(["link", "set", "dev", "eth0", "address", mac])
+        .unwrap();
     let hook = Hook::new(dir, name);
     let hook_path = hook.path.display().to_string();
     let udhcpc = Process::spawn(

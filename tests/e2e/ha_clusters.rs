@@ -1,69 +1,112 @@
-//! A pair of appliances serving a host file (issue 26): two clusters on one segment, each with
-//! its own `appliance_ip`, one VRRP instance (Debian's keepalived, from `render --format
-//! keepalived` of the host file) moving both addresses.
+//! A pair of appliances serving a host file (issue 26), with Debian's keepalived from `render
+//! --format keepalived` of the host file: three clusters, two of them sharing segment `eth0`
+//! (okd with its pool, test without one), the third (lab, with its own pool) on segment `eth1`,
+//! each cluster with its own `appliance_ip`. One VRRP instance runs on `eth0`, where the hosts'
+//! own addresses are, and moves all three addresses, lab's onto `eth1`.
 //!
-//! The preferred host takes both addresses and is active; the standby receives each cluster's
-//! install markers and drains and the segment's leases on their own replication channels (one
-//! listener, `cluster/okd`, `cluster/test`, `segment/eth0`); `kill -9` of the active appliance
-//! moves both addresses to the other host, which then serves both clusters' ignition, offers
-//! each installed node its disk, keeps the drain, and renews the pool lease it received.
+//! The preferred host takes every address and is active. The standby receives each cluster's
+//! install marker and a drain, and each segment's pool lease, each on its own replication
+//! channel (one listener; `cluster/okd`, `cluster/test`, `cluster/lab`, `segment/eth0`,
+//! `segment/eth1`). `kill -9` of the active appliance moves every address to the other host,
+//! which then offers each installed node its disk, hands out each node's ignition, keeps the
+//! drain, and renews both pool clients' addresses.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use harness::{Netns, Topology, require_root, require_tools, wait_until, write_install_dir};
+use harness::{Bridge, Netns, Topology, Veth, require_root, require_tools, wait_until};
 
+use crate::clusters::attach;
 use crate::dhcp_support::expect_acks_logged;
 use crate::dns_support::start_appliance;
 use crate::ha::{keepalived_of, lease, run};
 
 const HOSTS: [&str; 2] = ["10.97.0.3", "10.97.0.4"];
-/// Each cluster: its name, `appliance_ip`, node, node address and MAC.
-const CLUSTERS: [(&str, &str, &str, &str, &str); 2] = [
-    (
-        "okd",
-        "10.97.0.10",
-        "mst0",
-        "10.97.0.11",
-        "52:54:00:00:01:11",
-    ),
-    (
-        "test",
-        "10.97.0.20",
-        "tst0",
-        "10.97.0.21",
-        "52:54:00:00:02:21",
-    ),
+
+/// One cluster of the host file.
+struct Cluster {
+    name: &'static str,
+    interface: &'static str,
+    /// The /24's first three octets.
+    net: &'static str,
+    vip: &'static str,
+    node: &'static str,
+    node_ip: &'static str,
+    mac: &'static str,
+    /// A pool client's MAC, when the cluster has the segment's pool.
+    pool_client: Option<&'static str>,
+}
+
+const CLUSTERS: [Cluster; 3] = [
+    Cluster {
+        name: "okd",
+        interface: "eth0",
+        net: "10.97.0",
+        vip: "10.97.0.10",
+        node: "mst0",
+        node_ip: "10.97.0.11",
+        mac: "52:54:00:00:01:11",
+        pool_client: Some("52:54:00:00:01:77"),
+    },
+    Cluster {
+        name: "test",
+        interface: "eth0",
+        net: "10.97.0",
+        vip: "10.97.0.20",
+        node: "tst0",
+        node_ip: "10.97.0.21",
+        mac: "52:54:00:00:02:21",
+        pool_client: None,
+    },
+    Cluster {
+        name: "lab",
+        interface: "eth1",
+        net: "10.96.0",
+        vip: "10.96.0.10",
+        node: "lbm0",
+        node_ip: "10.96.0.11",
+        mac: "52:54:00:00:03:11",
+        pool_client: Some("52:54:00:00:03:77"),
+    },
 ];
 
-/// The host file and its two cluster files in `dir` (okd has the segment's pool).
+/// The host file and its cluster files in `dir`.
 fn write_host(dir: &Path) -> PathBuf {
     let secret = dir.join("ha-secret");
     std::fs::write(&secret, "pair-secret-0123456789abcdef-0123456789\n").unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    for (name, vip, node, ip, mac) in CLUSTERS {
-        write_install_dir(&dir.join(format!("{name}-install"))).unwrap();
+    for c in &CLUSTERS {
+        let Cluster {
+            name,
+            interface,
+            net,
+            vip,
+            node,
+            node_ip,
+            mac,
+            pool_client,
+        } = c;
+        harness::write_install_dir(&dir.join(format!("{name}-install"))).unwrap();
         // A second master, which never boots: the cluster is not a single node.
         let other = node.replace('0', "1");
         let other_mac = format!("{}2", &mac[..mac.len() - 1]);
-        let other_ip = format!("{}2", &ip[..ip.len() - 1]);
-        let pool = if name == "okd" {
-            "  dhcp_pool: { start: 10.97.0.100, end: 10.97.0.120 }\n"
-        } else {
-            ""
-        };
+        let other_ip = format!("{}2", &node_ip[..node_ip.len() - 1]);
+        let pool = pool_client.map_or(String::new(), |_| {
+            format!("  dhcp_pool: {{ start: {net}.100, end: {net}.120 }}\n")
+        });
         std::fs::write(
             dir.join(format!("{name}.yml")),
             format!(
                 r#"version: 1
 cluster: {{ name: {name}, base_domain: lab.example.com }}
 network:
-  interface: eth0
-  subnet: 10.97.0.0/24
+  interface: {interface}
+  subnet: {net}.0/24
   appliance_ip: {vip}
 {pool}nodes:
-  - {{ name: {node}, role: master, mac: "{mac}", ip: {ip} }}
+  - {{ name: {node}, role: master, mac: "{mac}", ip: {node_ip} }}
   - {{ name: {other}, role: master, mac: "{other_mac}", ip: {other_ip} }}
 install: {{ ignition_dir: ./{name}-install, artifacts_dir: ./artifacts }}
 lb: {{ health: {{ interval: 200ms, timeout: 200ms, rise: 1, fall: 1, control_plane_check: tcp }} }}
@@ -84,7 +127,7 @@ listen:
     std::fs::write(
         &host,
         format!(
-            "version: 1\nclusters: [okd.yml, test.yml]\nstate_dir: ./state\n\
+            "version: 1\nclusters: [okd.yml, test.yml, lab.yml]\nstate_dir: ./state\n\
              ha: {{ hosts: [{}, {}], router_id: 79, secret_file: ha-secret }}\n",
             HOSTS[0], HOSTS[1]
         ),
@@ -93,27 +136,21 @@ listen:
     host
 }
 
-/// Whether `ns` holds both clusters' addresses.
-fn has_both(ns: &Netns) -> bool {
-    ns.exec(["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
-        .output()
-        .is_ok_and(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            CLUSTERS
-                .iter()
-                .all(|(_, vip, ..)| text.contains(&format!(" {vip}/")))
+/// How many of the clusters' addresses `ns` holds, each on its cluster's interface.
+fn held(ns: &Netns) -> usize {
+    let Ok(out) = ns.exec(["ip", "-4", "-o", "addr", "show"]).output() else {
+        return 0;
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    CLUSTERS
+        .iter()
+        .filter(|c| {
+            text.lines().any(|l| {
+                l.split_whitespace().nth(1) == Some(c.interface)
+                    && l.contains(&format!(" {}/24 ", c.vip))
+            })
         })
-}
-
-fn holds_any(ns: &Netns) -> bool {
-    ns.exec(["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
-        .output()
-        .is_ok_and(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            CLUSTERS
-                .iter()
-                .any(|(_, vip, ..)| text.contains(&format!(" {vip}/")))
-        })
+        .count()
 }
 
 fn state_arg(dir: &Path) -> String {
@@ -124,7 +161,7 @@ fn ha_status(dir: &Path) -> String {
     run(&["ha", "status", "--state-dir"], &[&state_arg(dir)]).1
 }
 
-/// `curl` from `ns`: the body (or the status code with `code`).
+/// `curl` from `ns`: the body, or the status code with `code`.
 fn curl(ns: &Netns, url: &str, code: bool) -> String {
     let mut args = vec!["curl", "-s", "--max-time", "3"];
     if code {
@@ -155,9 +192,29 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         topo.add_node("hstb", &format!("{}/24", HOSTS[1]), None)
             .unwrap(),
     ];
+    // The second segment: each host's eth1 on its own bridge, no address of the host's own.
+    let br1 = Bridge::create(topo.services(), "br1").unwrap();
+    let _uplinks: Vec<Veth> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = format!("hac1p{i}");
+            let veth = Veth::create(h, "eth1", topo.services(), &port).unwrap();
+            br1.attach(&port).unwrap();
+            veth
+        })
+        .collect();
+    // A namespace on the segment of `interface` (kept: dropping it removes its link).
+    let on = |interface: &str, name: &str, cidr: Option<&str>| -> Box<dyn Deref<Target = Netns>> {
+        match (interface, cidr) {
+            ("eth1", _) => Box::new(attach(&br1, name, cidr)),
+            (_, Some(cidr)) => Box::new(topo.add_node(name, cidr, None).unwrap()),
+            (_, None) => Box::new(topo.add_bare_node(name).unwrap()),
+        }
+    };
     let nodes: Vec<_> = CLUSTERS
         .iter()
-        .map(|(_, _, node, ip, _)| topo.add_node(node, &format!("{ip}/24"), None).unwrap())
+        .map(|c| on(c.interface, c.node, Some(&format!("{}/24", c.node_ip))))
         .collect();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let configs = [write_host(dirs[0].path()), write_host(dirs[1].path())];
@@ -166,12 +223,11 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         &[configs[0].to_str().unwrap()],
     );
     assert!(ok, "{rendered}");
-    for line in [
-        "        10.97.0.10/24 dev eth0\n",
-        "        10.97.0.20/24 dev eth0\n",
-    ] {
-        assert!(rendered.contains(line), "no {line:?} in\n{rendered}");
+    for c in &CLUSTERS {
+        let line = format!("        {}/24 dev {}\n", c.vip, c.interface);
+        assert!(rendered.contains(&line), "no {line:?} in\n{rendered}");
     }
+    assert!(rendered.contains("    interface eth0\n"), "{rendered}");
     let mut first = start_appliance(&hosts[0], &configs[0]);
     let second = start_appliance(&hosts[1], &configs[1]);
     assert!(
@@ -186,15 +242,16 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         keepalived_of(&hosts[1], &configs[1], dirs[1].path(), HOSTS[1]),
     ];
     assert!(
-        wait_until(Duration::from_secs(15), || has_both(&hosts[0])
+        wait_until(Duration::from_secs(15), || held(&hosts[0])
+            == CLUSTERS.len()
             && ha_status(dirs[0].path()).contains("ok: active")),
-        "the preferred host never became active with both addresses: {}\n{}\n{}",
+        "the preferred host never became active with every address: {}\n{}\n{}",
         ha_status(dirs[0].path()),
         first.log_tails(),
         _keepalived[0].log_tails()
     );
     assert!(
-        wait_until(Duration::from_secs(5), || !holds_any(&hosts[1])
+        wait_until(Duration::from_secs(5), || held(&hosts[1]) == 0
             && ha_status(dirs[1].path()).contains("ok: standby")),
         "{}",
         ha_status(dirs[1].path())
@@ -206,38 +263,46 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         &[&state_arg(dirs[0].path())],
     );
     assert!(
-        ok && health.contains("4 listeners accept connections"),
+        ok && health.contains("6 listeners accept connections"),
         "{health}"
     );
 
     // Each node fetches its ignition from its own cluster's address on the active host; its
     // marker reaches the standby in that cluster's state.
-    for ((name, vip, node, ..), ns) in CLUSTERS.iter().zip(&nodes) {
-        let url = format!("http://{vip}:8080/ignition/{node}.ign");
+    for (c, ns) in CLUSTERS.iter().zip(&nodes) {
+        let url = format!("http://{}:8080/ignition/{}.ign", c.vip, c.node);
         assert_eq!(curl(ns, &url, true), "200", "{url}");
-        let marker = dirs[1]
-            .path()
-            .join(format!("state/clusters/{name}/ignition-fetched/{node}"));
+        let marker = dirs[1].path().join(format!(
+            "state/clusters/{}/ignition-fetched/{}",
+            c.name, c.node
+        ));
         assert!(
             wait_until(Duration::from_secs(5), || marker.exists()),
-            "{node}'s install marker never reached the standby: {}\n{}",
+            "{}'s install marker never reached the standby: {}\n{}",
+            c.node,
             ha_status(dirs[1].path()),
             second.log_tails()
         );
     }
-    // A pool lease of the segment, from the active host, reaches the standby.
-    let roamer = topo.add_bare_node("dyn").unwrap();
-    let (hook, udhcpc, bound) = lease(&roamer, dirs[0].path(), "52:54:00:00:01:77", "udhcpc");
-    let pool_ip = bound.env["ip"].clone();
-    assert_eq!(bound.env["serverid"], CLUSTERS[0].1);
-    assert!(
-        wait_until(Duration::from_secs(5), || second.stderr().contains(
-            &format!("lease {pool_ip} to 52:54:00:00:01:77 replicated")
-        )),
-        "the lease never reached the standby\n{}",
-        second.log_tails()
-    );
-    // A drain of the second cluster's node on the active host reaches the standby.
+    // A pool client on each segment, leased by the active host; each lease reaches the standby.
+    let mut clients = Vec::new();
+    for (n, c) in CLUSTERS.iter().enumerate() {
+        let Some(mac) = c.pool_client else { continue };
+        let ns = on(c.interface, &format!("dyn{n}"), None);
+        let (hook, udhcpc, bound) = lease(&ns, dirs[0].path(), mac, &format!("udhcpc{n}"));
+        let ip = bound.env["ip"].clone();
+        assert_eq!(bound.env["serverid"], c.vip, "{:?}", bound.env);
+        assert!(ip.starts_with(&format!("{}.1", c.net)), "{ip}");
+        assert!(
+            wait_until(Duration::from_secs(5), || second
+                .stderr()
+                .contains(&format!("lease {ip} to {mac} replicated"))),
+            "the lease of {mac} never reached the standby\n{}",
+            second.log_tails()
+        );
+        clients.push((mac, ip, hook, udhcpc, ns));
+    }
+    // A drain of test's node on the active host reaches the standby.
     let (ok, out) = run(
         &["lb", "drain", "tst0", "--cluster", "test", "--state-dir"],
         &[&state_arg(dirs[0].path())],
@@ -249,6 +314,11 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         "the drain never reached the standby: {}",
         lb_status(dirs[1].path(), "test")
     );
+    assert!(
+        !lb_status(dirs[1].path(), "okd").contains("draining"),
+        "a drain of test reached another cluster: {}",
+        lb_status(dirs[1].path(), "okd")
+    );
     let standby = ha_status(dirs[1].path());
     assert!(
         standby.contains("replication: receiving from the peer, connected")
@@ -256,7 +326,7 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         "{standby}"
     );
 
-    // The active appliance dies: both addresses move, and the other host serves both clusters
+    // The active appliance dies: every address moves, and the other host serves every cluster
     // with what it received.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(first.pid()).unwrap()),
@@ -270,28 +340,34 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
             .is_some()
     );
     assert!(
-        wait_until(Duration::from_secs(10), || has_both(&hosts[1])),
+        wait_until(Duration::from_secs(10), || held(&hosts[1])
+            == CLUSTERS.len()),
         "the addresses never moved\n{}",
         _keepalived[1].log_tails()
     );
-    assert!(!holds_any(&hosts[0]), "both hosts hold an address");
+    assert_eq!(held(&hosts[0]), 0, "both hosts hold an address");
     assert!(
         wait_until(Duration::from_secs(3), || ha_status(dirs[1].path())
             .contains("ok: active")),
         "{}",
         ha_status(dirs[1].path())
     );
-    for ((_, vip, node, _, mac), ns) in CLUSTERS.iter().zip(&nodes) {
+    for (c, ns) in CLUSTERS.iter().zip(&nodes) {
         let script = curl(
             ns,
-            &format!("http://{vip}:8080/boot/{}.ipxe", mac.replace(':', "-")),
+            &format!(
+                "http://{}:8080/boot/{}.ipxe",
+                c.vip,
+                c.mac.replace(':', "-")
+            ),
             false,
         );
         assert!(
             script.contains("fetched its ignition; booting its disk"),
-            "{node} would be installed again: {script}"
+            "{} would be installed again: {script}",
+            c.node
         );
-        let url = format!("http://{vip}:8080/ignition/{node}.ign");
+        let url = format!("http://{}:8080/ignition/{}.ign", c.vip, c.node);
         assert_eq!(
             curl(ns, &url, true),
             "200",
@@ -303,16 +379,18 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         "{}",
         lb_status(dirs[1].path(), "test")
     );
-    // The pool client renews the same address at the new active host.
-    let seen = hook.calls().len();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
-        nix::sys::signal::Signal::SIGUSR1,
-    )
-    .unwrap();
-    let renewed = hook
-        .wait(seen, &["renew", "bound"], Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), second.log_tails()));
-    assert_eq!(renewed.env["ip"], pool_ip, "{:?}", renewed.env);
-    expect_acks_logged(&second, pool_ip.parse().unwrap(), "52:54:00:00:01:77", 1);
+    // Each pool client renews the same address at the new active host.
+    for (mac, ip, hook, udhcpc, _ns) in &clients {
+        let seen = hook.calls().len();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .unwrap();
+        let renewed = hook
+            .wait(seen, &["renew", "bound"], Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), second.log_tails()));
+        assert_eq!(&renewed.env["ip"], ip, "{:?}", renewed.env);
+        expect_acks_logged(&second, ip.parse().unwrap(), mac, 1);
+    }
 }
