@@ -38,7 +38,12 @@ pub struct Replication {
     pub waiting: Vec<String>,
     pub last_update: Option<std::time::SystemTime>,
     pub updates: u64,
+    /// While not connected: the last error of each channel that has one (its name first on a
+    /// host's).
     pub last_error: Option<String>,
+    /// The last error of each channel ("" also for a session refused before it named one),
+    /// until that channel's next session.
+    errors: std::collections::BTreeMap<String, String>,
     /// The channels this host replicates ("" for a cluster file's one), each once per
     /// instance that serves it.
     channels: Vec<String>,
@@ -139,6 +144,22 @@ impl Activity {
         waiting.sort();
         waiting.dedup();
         r.connected = !r.channels.is_empty() && waiting.is_empty();
+        r.last_error = if r.connected || r.errors.is_empty() {
+            None
+        } else {
+            let each: Vec<String> = r
+                .errors
+                .iter()
+                .map(|(c, e)| {
+                    if c.is_empty() {
+                        e.clone()
+                    } else {
+                        format!("{c}: {e}")
+                    }
+                })
+                .collect();
+            Some(each.join("; "))
+        };
         r.waiting = waiting.into_iter().filter(|c| !c.is_empty()).collect();
         r
     }
@@ -161,13 +182,21 @@ impl Activity {
                 Direction::Receiving => &mut r.receiving,
             };
             *count.entry(channel.to_owned()).or_default() += 1;
-            r.last_error = None;
+            r.errors.remove(channel);
         });
         Session {
             activity: self.clone(),
             direction,
             channel: channel.to_owned(),
         }
+    }
+
+    /// What went wrong with `channel` ("" when the session named none), shown until its next
+    /// session.
+    pub fn replication_failed(&self, channel: &str, error: String) {
+        self.update_replication(|r| {
+            r.errors.insert(channel.to_owned(), error);
+        });
     }
 
     pub fn update_replication(&self, f: impl FnOnce(&mut Replication)) {

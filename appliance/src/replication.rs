@@ -27,6 +27,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::ha::{Activity, Direction};
 use crate::install_state::{self, Markers};
@@ -109,6 +110,8 @@ struct Parts {
     /// A cluster's pools (not a segment's).
     pools: Option<SharedPools>,
     orchestrator: Option<Orchestrator>,
+    /// Cancelled when the channel closes (its instance's token).
+    closed: CancellationToken,
 }
 
 impl Parts {
@@ -214,6 +217,7 @@ impl Hub {
             journal: ctx.journal.clone(),
             pools,
             orchestrator,
+            closed: ctx.shutdown.clone(),
         };
         let opening = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let open = Open {
@@ -327,16 +331,22 @@ async fn receive(
                 Ok(found) => found,
                 Err(e) => {
                     tracing::warn!("replication from {from}: {e:#}");
-                    active.update_replication(|r| r.last_error = Some(format!("{from}: {e:#}")));
+                    active.replication_failed("", format!("{from}: {e:#}"));
                     return;
                 }
             };
             let _session = parts.active.session(Direction::Receiving, parts.name());
-            if let Err(e) = receive_from(lines, writer, first, from, &parts).await {
+            // The session ends with its channel: a channel closed by a reload (and maybe opened
+            // again, with another instance) takes none of the peer's updates after that.
+            let received = tokio::select! {
+                r = receive_from(lines, writer, first, from, &parts) => r,
+                () = parts.closed.cancelled() => Ok(()),
+            };
+            if let Err(e) = received {
                 tracing::warn!("replication from {from}: {e:#}");
                 parts
                     .active
-                    .update_replication(|r| r.last_error = Some(format!("{from}: {e:#}")));
+                    .replication_failed(parts.name(), format!("{from}: {e:#}"));
             }
         });
     }
@@ -413,7 +423,11 @@ async fn receive_from(
     parts: &Parts,
 ) -> anyhow::Result<()> {
     match &parts.channel {
-        Some(c) => tracing::info!("replication: receiving {c} from {from}"),
+        Some(c) => {
+            tracing::info!("replication: receiving {c} from {from}");
+            // A named channel is acknowledged: the sender counts its session from here.
+            write(&mut writer, &Update::Alive).await?;
+        }
         None => tracing::info!("replication: receiving from {from}"),
     }
     for update in own_leases(parts).await? {
@@ -533,7 +547,7 @@ async fn send(connector: tokio_rustls::TlsConnector, parts: Parts) {
             tracing::debug!("replication to {}: {e:#}", parts.peer);
             parts
                 .active
-                .update_replication(|r| r.last_error = Some(format!("{}: {e:#}", parts.peer)));
+                .replication_failed(parts.name(), format!("{}: {e:#}", parts.peer));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -582,8 +596,20 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
     } else {
         tracing::info!("replication: sending to {addr}");
     }
-    let _session = parts.active.session(Direction::Sending, parts.name());
     let (reader, mut writer) = tokio::io::split(tls);
+    let mut reader = BufReader::new(reader);
+    if let Some(channel) = &parts.channel {
+        // The peer's acknowledgement: without it, it does not serve this channel.
+        let mut ack = String::new();
+        let n = tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            (&mut reader).take(MAX_LINE).read_line(&mut ack),
+        )
+        .await
+        .context("the peer did not acknowledge the channel")??;
+        anyhow::ensure!(n > 0, "the peer does not serve {channel}");
+    }
+    let _session = parts.active.session(Direction::Sending, parts.name());
     // What the peer sends back: its own leases (those it granted while both were active).
     let merging = merge_peer_leases(reader, parts);
     tokio::pin!(merging);

@@ -7,7 +7,8 @@
 //! The preferred host takes every address and is active. The standby receives each cluster's
 //! install marker and a drain, and each segment's pool lease, each on its own replication
 //! channel (one listener; `cluster/okd`, `cluster/test`, `cluster/lab`, `segment/eth0`,
-//! `segment/eth1`). `kill -9` of the active appliance moves every address to the other host,
+//! `segment/eth1`). lab's link down on the active host moves every address to the other
+//! (keepalived's `track_interface`), and back when it is up again. `kill -9` of the active appliance moves every address to the other host,
 //! which then offers each installed node its disk, hands out each node's ignition, keeps the
 //! drain, and renews both pool clients' addresses.
 
@@ -324,6 +325,31 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         standby.contains("replication: receiving from the peer, connected")
             && !standby.contains("not connected for"),
         "{standby}"
+    );
+
+    // lab's link down on the active host (keepalived's track_interface, weight -60): every
+    // address moves to the host that has every link, and back once the link is up again.
+    hosts[0].ip(["link", "set", "eth1", "down"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&hosts[1])
+            == CLUSTERS.len()
+            && ha_status(dirs[1].path()).contains("ok: active")),
+        "the addresses never moved off the host whose eth1 is down: {}\n{}",
+        ha_status(dirs[1].path()),
+        _keepalived[1].log_tails()
+    );
+    hosts[0].ip(["link", "set", "eth1", "up"]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&hosts[0])
+            == CLUSTERS.len()
+            && held(&hosts[1]) == 0
+            && ha_status(dirs[0].path()).contains("ok: active")
+            && ha_status(dirs[1].path())
+                .contains("replication: receiving from the peer, connected")),
+        "the preferred host never took the addresses back: {}\n{}\n{}",
+        ha_status(dirs[0].path()),
+        ha_status(dirs[1].path()),
+        _keepalived[0].log_tails()
     );
 
     // The active appliance dies: every address moves, and the other host serves every cluster

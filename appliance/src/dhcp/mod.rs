@@ -52,6 +52,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
         leases,
         ctx.plan.clone(),
         ctx.journal.clone(),
+        server::subscribe(&ctx.journal, &ctx.active),
         ctx.active.clone(),
         std::sync::Arc::clone(&ctx.metrics),
         ctx.shutdown.clone(),

@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use dhcproto::Encodable;
 use dhcproto::v4::Message;
 use tokio::net::UdpSocket;
+use tokio::sync::broadcast;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -75,12 +76,27 @@ struct Server<'a> {
     counted: (i64, i64),
 }
 
+/// The journal subscription a pair's DHCP server records replicated leases from: made when the
+/// service is set up, so a lease replicated before its task first runs is not missed.
+pub fn subscribe(
+    journal: &Journal,
+    active: &crate::ha::Activity,
+) -> Option<broadcast::Receiver<crate::journal::Event>> {
+    active.paired().then(|| journal.subscribe())
+}
+
 /// Serves DHCP on `socket` with the lease table `leases` until `token` is cancelled.
+///
+/// In a pair, leases travel through the journal: recorded here (the active host's replication
+/// sends them) and replicated here (the standby's records them), from `replicated`, the
+/// subscription [`subscribe`] made before the replication could publish one.
+#[allow(clippy::too_many_arguments)] // reason: the service context, passed through as is
 pub async fn serve(
     socket: UdpSocket,
     leases: Leases,
     plan: plan::Handle,
     journal: Journal,
+    replicated: Option<broadcast::Receiver<crate::journal::Event>>,
     active: crate::ha::Activity,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     token: CancellationToken,
@@ -89,12 +105,10 @@ pub async fn serve(
     if let Some(host) = active.host() {
         state.in_pair(host);
     }
-    // In a pair, leases travel through the journal: recorded here (the active host's
-    // replication sends them) and replicated here (the standby's records them).
-    let mut replicated = active.paired().then(|| {
+    let mut replicated = replicated;
+    if replicated.is_some() {
         state.leases.track_changes();
-        journal.subscribe()
-    });
+    }
     let mut server = Server {
         socket: &socket,
         journal: &journal,

@@ -16,9 +16,14 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// What keepalived's check asks: does DNS answer `name` at this host's own address, and, on
 /// the active host, do the load balancer's and the boot server's listeners (every cluster's,
 /// and the shared frontend's router) accept connections? `listeners` are the process's
-/// sockets as they are now (they follow reloads).
+/// sockets as they are now (they follow reloads); `local` the addresses this host has now.
+///
+/// A listener on an address this host does not have is not probed but counted: after a reload
+/// that added a cluster, its address arrives only once keepalived's file is rendered again,
+/// and failing the check meanwhile would move every other cluster's address for nothing.
 pub fn check(
     listeners: &[Listener],
+    local: &[IpAddr],
     name: &str,
     host: Ipv4Addr,
     active: bool,
@@ -29,7 +34,7 @@ pub fn check(
         .map(|l| l.addr.port())
         .ok_or_else(|| format!("no DNS listener on this host's address {host}"))?;
     dns_probe(SocketAddr::new(host.into(), dns_port), name)?;
-    let mut accepted = 0;
+    let (mut accepted, mut absent) = (0, Vec::new());
     if active {
         let probed = listeners.iter().filter(|l| {
             l.proto == "tcp"
@@ -41,17 +46,51 @@ pub fn check(
         for l in probed {
             let target = if l.addr.ip().is_unspecified() {
                 SocketAddr::new(host.into(), l.addr.port())
-            } else {
+            } else if local.contains(&l.addr.ip()) {
                 l.addr
+            } else {
+                absent.push(l.addr.ip());
+                continue;
             };
             TcpStream::connect_timeout(&target, PROBE_TIMEOUT)
                 .map_err(|e| format!("{target} does not accept connections: {e}"))?;
             accepted += 1;
         }
     }
-    Ok(format!(
-        "dns answers {name} at {host}:{dns_port}; {accepted} listeners accept connections"
-    ))
+    // Active with none of its addresses (removed under keepalived): not serving anyone.
+    if accepted == 0 && !absent.is_empty() {
+        return Err(format!(
+            "this host is active and has none of its listeners' addresses ({} and more)",
+            absent[0]
+        ));
+    }
+    let mut line =
+        format!("dns answers {name} at {host}:{dns_port}; {accepted} listeners accept connections");
+    absent.sort();
+    absent.dedup();
+    if !absent.is_empty() {
+        let list: Vec<String> = absent.iter().map(ToString::to_string).collect();
+        line.push_str(&format!(
+            "; not on this host, so not probed: {} (render keepalived again?)",
+            list.join(", ")
+        ));
+    }
+    Ok(line)
+}
+
+/// The addresses this host's interfaces have now.
+pub fn local_addresses() -> Vec<IpAddr> {
+    nix::ifaddrs::getifaddrs()
+        .map(|all| {
+            all.filter_map(|i| i.address)
+                .filter_map(|a| {
+                    a.as_sockaddr_in()
+                        .map(|s| IpAddr::V4(s.ip()))
+                        .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// One A query; an answer with NOERROR and at least one record passes.

@@ -423,7 +423,10 @@ impl Operator {
         let listeners = self.fixed.listeners.load_full();
         let active = self.active.is_active();
         // Blocking probes, bounded by their timeouts.
-        let probes = move || health::check(&listeners, &name, host, active);
+        let probes = move || {
+            let local = health::local_addresses();
+            health::check(&listeners, &local, &name, host, active)
+        };
         match tokio::task::spawn_blocking(probes).await {
             Ok(Ok(line)) => Ok(line),
             Ok(Err(why)) => Err(OpError::Failed(why)),

@@ -9,6 +9,13 @@ use std::path::Path;
 
 use super::Rendered;
 use crate::plan::Plan;
+use crate::plan::ha::VirtualAddress;
+
+/// The IPv4 addresses a VRRPv2 advert carries at most.
+const ADVERTISED: usize = 20;
+/// What a cluster interface that is down takes off a host's VRRP priority: more than the
+/// preferred host's lead (150 against 100), less than it when both hosts lose that link.
+const TRACK_WEIGHT: u8 = 60;
 
 /// `binary` and `state_dir` as the scripts will name them (absolute); `auth` the VRRP password
 /// (8 characters, all VRRP's PASS authentication carries; derived from the pair's secret apart
@@ -34,14 +41,33 @@ pub fn render(
     let (active, standby) = (cli("notify active"), cli("notify standby"));
     let auth: String = auth.chars().take(8).collect();
     let mut files = Vec::new();
-    let lines = |v6: bool| -> String {
-        ha.addresses
-            .iter()
-            .filter(|a| a.ip.is_ipv6() == v6)
+    // VRRPv2 adverts carry up to 20 IPv4 addresses: those on VRRP's interface go there, every
+    // other address moves with the instance unadvertised (keepalived treats both the same).
+    let (mut advertised, mut excluded): (Vec<&VirtualAddress>, Vec<&VirtualAddress>) =
+        (Vec::new(), Vec::new());
+    for a in &ha.addresses {
+        if a.ip.is_ipv4() && a.interface == ha.interface && advertised.len() < ADVERTISED {
+            advertised.push(a);
+        } else {
+            excluded.push(a);
+        }
+    }
+    let lines = |of: &[&VirtualAddress]| -> String {
+        of.iter()
             .map(|a| format!("        {}/{} dev {}\n", a.ip, a.prefix, a.interface))
             .collect()
     };
-    let (v4, v6) = (lines(false), lines(true));
+    let (v4, v6) = (lines(&advertised), lines(&excluded));
+    let only_v6 = excluded.iter().all(|a| a.ip.is_ipv6());
+    // Every other interface the addresses are on: its link down on one host lowers that host's
+    // priority below the peer's (150 - 60 < 100), so the addresses move to the host that has
+    // every link; down on both, the preferred host keeps them.
+    let mut tracked: Vec<&str> = Vec::new();
+    for a in &ha.addresses {
+        if a.interface != ha.interface && !tracked.contains(&a.interface.as_str()) {
+            tracked.push(&a.interface);
+        }
+    }
     for (i, host) in ha.hosts.iter().enumerate() {
         let peer = ha.hosts[1 - i];
         let mut t = String::new();
@@ -57,9 +83,24 @@ pub fn render(
             prio = ha.priority(i),
         );
         if !v6.is_empty() {
+            let why = if only_v6 {
+                "VRRPv2 carries IPv4 only: the IPv6 addresses move with the instance."
+            } else {
+                "Not in the adverts (VRRPv2 carries IPv4 on its interface, 20 at most): these move with the instance all the same."
+            };
             let _ = writeln!(
                 t,
-                "    # VRRPv2 carries IPv4 only: the IPv6 addresses move with the instance.\n    virtual_ipaddress_excluded {{\n{v6}    }}"
+                "    # {why}\n    virtual_ipaddress_excluded {{\n{v6}    }}"
+            );
+        }
+        if !tracked.is_empty() {
+            let each: String = tracked
+                .iter()
+                .map(|i| format!("        {i} weight -{TRACK_WEIGHT}\n"))
+                .collect();
+            let _ = writeln!(
+                t,
+                "    # A cluster interface down here lowers this host below its peer.\n    track_interface {{\n{each}    }}"
             );
         }
         let _ = write!(
@@ -72,4 +113,100 @@ pub fn render(
         });
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config;
+
+    /// A pair's plan whose virtual addresses are `addresses` (`ip/prefix dev interface`).
+    fn plan(addresses: &[String]) -> Plan {
+        let text = "version: 1\ncluster: { name: okd, base_domain: lab.example.com }\n\
+                    network: { interface: ens19, subnet: 10.0.0.0/24, appliance_ip: 10.0.0.10 }\n\
+                    nodes:\n  - { name: master-0, role: master, mac: \"52:54:00:00:00:02\", ip: 10.0.0.2 }\n\
+                    install: { ignition_dir: ./install_dir, artifacts_dir: ./artifacts }\n\
+                    ha: { hosts: [10.0.0.3, 10.0.0.4], secret_file: ha-secret }\n";
+        let loaded = config::parse(text, "okd.yml", Path::new("."), config::InstallCheck::Skip)
+            .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        let mut plan = Plan::derive(&loaded.config, 1);
+        let ha = plan.ha.as_mut().unwrap();
+        ha.addresses = addresses
+            .iter()
+            .map(|a| {
+                let (net, interface) = a.split_once(" dev ").unwrap();
+                let (ip, prefix) = net.split_once('/').unwrap();
+                VirtualAddress {
+                    ip: ip.parse().unwrap(),
+                    prefix: prefix.parse().unwrap(),
+                    interface: interface.into(),
+                }
+            })
+            .collect();
+        plan
+    }
+
+    fn block<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        let Some(start) = text.find(&format!("    {name} {{\n")) else {
+            return Vec::new();
+        };
+        text[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| *l != "    }")
+            .map(str::trim)
+            .collect()
+    }
+
+    #[test]
+    fn addresses_off_vrrps_interface_move_unadvertised_and_their_links_are_tracked() {
+        // 21 addresses on VRRP's interface, one on a VLAN, one IPv6.
+        let mut addresses: Vec<String> = (1..=21)
+            .map(|i| format!("10.0.0.{i}/24 dev ens19"))
+            .collect();
+        addresses.push("10.0.20.1/24 dev ens19.20".into());
+        addresses.push("fd00::1/64 dev ens19".into());
+        let files = render(
+            &plan(&addresses),
+            Path::new("/bin/okd-appliance"),
+            Path::new("/var/lib/okd-appliance"),
+            "password",
+        )
+        .unwrap();
+        let text = &files[0].text;
+        let advertised = block(text, "virtual_ipaddress");
+        assert_eq!(advertised.len(), ADVERTISED, "{text}");
+        assert_eq!(advertised[0], "10.0.0.1/24 dev ens19");
+        assert_eq!(
+            block(text, "virtual_ipaddress_excluded"),
+            [
+                "10.0.0.21/24 dev ens19",
+                "10.0.20.1/24 dev ens19.20",
+                "fd00::1/64 dev ens19"
+            ]
+        );
+        assert_eq!(block(text, "track_interface"), ["ens19.20 weight -60"]);
+        // A cluster file's pair: one address, nothing tracked, no exclusion.
+        let files = render(
+            &plan(&["10.0.0.10/24 dev ens19".into()]),
+            Path::new("/bin/okd-appliance"),
+            Path::new("/var/lib/okd-appliance"),
+            "password",
+        )
+        .unwrap();
+        let text = &files[1].text;
+        assert_eq!(block(text, "virtual_ipaddress"), ["10.0.0.10/24 dev ens19"]);
+        assert!(
+            block(text, "virtual_ipaddress_excluded").is_empty(),
+            "{text}"
+        );
+        assert!(block(text, "track_interface").is_empty(), "{text}");
+        // Losing one tracked link takes the preferred host below the other; both losing it
+        // leaves the order as it was.
+        let ha = plan(&[]).ha.unwrap();
+        let (first, second) = (ha.priority(0), ha.priority(1));
+        assert!(first - TRACK_WEIGHT < second && first - TRACK_WEIGHT > second - TRACK_WEIGHT);
+    }
 }

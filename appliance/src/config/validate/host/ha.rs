@@ -57,6 +57,20 @@ pub(in crate::config) fn pair(
                 "list the two hosts' own addresses; the shared frontend moves between them",
             ));
         }
+        if let Some(subnet) = members
+            .iter()
+            .map(|m| m.config.network.v4.subnet)
+            .find(|s| s.contains(host))
+            && subnet.prefix_len() < 31
+            && (*host == subnet.network() || *host == subnet.broadcast())
+        {
+            out.push(in_host(
+                host_at,
+                format!("ha host {host} is not a host address of {subnet}"),
+                "not a host address",
+                "list the two hosts' own addresses",
+            ));
+        }
         for m in members {
             let c = &m.config;
             if c.network.v4.appliance == *host {
@@ -76,6 +90,37 @@ pub(in crate::config) fn pair(
                     format!("ha host {host} is node {} of cluster {}", node.name, m.id),
                     "a node's address",
                     "list the two hosts' own addresses",
+                ));
+            }
+            if c.network.v4.gateway == Some(*host) {
+                out.push(in_host(
+                    host_at,
+                    format!("ha host {host} is the gateway of cluster {}", m.id),
+                    "the gateway",
+                    "list the two hosts' own addresses",
+                ));
+            }
+            let l = &c.listen;
+            let replication = [
+                &l.dns,
+                &l.http,
+                &l.api,
+                &l.machine_config,
+                &l.ingress_https,
+                &l.ingress_http,
+            ]
+            .into_iter()
+            .flatten()
+            .find(|a| a.port() == REPLICATION_PORT && (a.ip().is_unspecified() || a.ip() == ip));
+            if let Some(addr) = replication {
+                out.push(in_host(
+                    host_at,
+                    format!(
+                        "cluster {} listens on {addr}, the pair's replication port on ha host {host}",
+                        m.id
+                    ),
+                    "replication listens here",
+                    "the pair replicates on TCP 7443 of each host's own address: move that listener",
                 ));
             }
             if c.network.dhcp_pool.is_some_and(|p| p.contains(*host)) {
@@ -108,6 +153,9 @@ pub(in crate::config) fn pair(
     }
     out
 }
+
+/// The pair's replication port on each host's own address (`replication::PORT`).
+pub(super) const REPLICATION_PORT: u16 = 7443;
 
 /// A `host::ha` error in `src` at `at`.
 fn problem(src: &Source, at: Location, message: String, label: &str, hint: &str) -> Problem {

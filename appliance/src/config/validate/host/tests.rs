@@ -214,3 +214,104 @@ fn one_interface_serves_one_pool_and_dhcp_needs_an_interface_to_share() {
         ["host::dhcp-without-interface"]
     );
 }
+
+/// The messages the pair of `hosts` gets against these cluster files (and `shared`).
+fn pair_messages(files: &[String], hosts: [&str; 2], shared: Option<&str>) -> Vec<String> {
+    let host: super::super::super::diagnostic::Source =
+        Arc::new(NamedSource::new("host.yml", String::new()));
+    let members: Vec<Listed> = files
+        .iter()
+        .enumerate()
+        .map(|(slot, text)| {
+            let name = format!("c{slot}.yml");
+            let (loaded, raw) =
+                parse_cluster(text, &name, Path::new("/tmp"), InstallCheck::Skip).unwrap();
+            Listed {
+                id: loaded.config.cluster.name.clone(),
+                name,
+                at: raw.version.referenced,
+                slot,
+                src: Arc::clone(loaded.warnings.source()),
+                path: Path::new("/tmp").join(format!("c{slot}.yml")),
+                raw,
+                config: loaded.config,
+            }
+        })
+        .collect();
+    let at = members[0].at;
+    let hosts = hosts.map(|h| h.parse().unwrap());
+    let shared = shared.map(|a| crate::config::SharedFrontend {
+        v4: a.parse().unwrap(),
+        v6: None,
+        default_cluster: None,
+    });
+    super::pair(&host, (&hosts, at, &[at, at]), &members, shared.as_ref())
+        .into_iter()
+        .map(|(_, p)| {
+            assert_eq!(p.code(), "host::ha");
+            p.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_hosts_pair_takes_two_own_addresses_of_one_segment() {
+    let a = cluster(
+        "a",
+        1,
+        10,
+        "  gateway: 10.0.0.254\n  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.150 }\n",
+    );
+    let b = cluster("b", 2, 20, "");
+    let clean = pair_messages(&[a.clone(), b.clone()], ["10.0.0.3", "10.0.0.4"], None);
+    assert_eq!(clean, Vec::<String>::new());
+    let each = |hosts: [&str; 2], shared: Option<&str>| {
+        pair_messages(&[a.clone(), b.clone()], hosts, shared)
+    };
+    assert_eq!(
+        each(["10.0.0.2", "10.0.0.254"], Some("10.0.0.4")),
+        [
+            "ha host 10.0.0.2 is the appliance_ip of cluster b, a virtual address",
+            "ha host 10.0.0.254 is the gateway of cluster a",
+        ]
+    );
+    assert_eq!(
+        each(["10.0.0.4", "10.0.0.11"], Some("10.0.0.4")),
+        [
+            "ha host 10.0.0.4 is the shared frontend, a virtual address",
+            "ha host 10.0.0.11 is node master-1 of cluster a",
+        ]
+    );
+    assert_eq!(
+        each(["10.0.0.255", "10.0.0.120"], None),
+        [
+            "ha host 10.0.0.255 is not a host address of 10.0.0.0/24",
+            "ha host 10.0.0.120 is in the DHCP pool of cluster a",
+        ]
+    );
+    assert_eq!(
+        each(["192.168.1.3", "10.0.0.4"], None),
+        ["ha host 192.168.1.3 is on no cluster's subnet"]
+    );
+    // A listener on the replication port of a host's address (or every address).
+    let c = cluster(
+        "c",
+        5,
+        30,
+        "---sections---\nlisten: { http: [\"0.0.0.0:7443\"] }\n",
+    );
+    assert_eq!(
+        pair_messages(&[a.clone(), c], ["10.0.0.3", "10.0.0.4"], None),
+        [
+            "cluster c listens on 0.0.0.0:7443, the pair's replication port on ha host 10.0.0.3",
+            "cluster c listens on 0.0.0.0:7443, the pair's replication port on ha host 10.0.0.4",
+        ]
+    );
+    // Every cluster needs an interface to hold its address.
+    let bare = cluster("d", 6, 40, "").replace("  interface: ens19\n", "");
+    assert_eq!(
+        pair_messages(&[a, bare], ["10.0.0.3", "10.0.0.4"], None),
+        ["cluster d has no network.interface, and the pair adds its appliance_ip to one"]
+    );
+    assert_eq!(super::ha::REPLICATION_PORT, crate::replication::PORT);
+}
