@@ -613,8 +613,21 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
     // What the peer sends back: its own leases (those it granted while both were active).
     let merging = merge_peer_leases(reader, parts);
     tokio::pin!(merging);
-    for update in snapshot(parts).await? {
-        write(&mut writer, &update).await?;
+    // The copy goes out while the peer's own leases come in: both ends write theirs first, and
+    // neither may wait for the other to read (a pool of thousands fills the sockets' buffers).
+    let copy = snapshot(parts).await?;
+    let sending = async {
+        for update in &copy {
+            write(&mut writer, update).await?;
+        }
+        Ok::<(), anyhow::Error>(())
+    };
+    tokio::select! {
+        r = sending => r?,
+        r = &mut merging => {
+            r?;
+            anyhow::bail!("the peer closed the session");
+        }
     }
     parts.active.update_replication(|r| {
         r.last_update = Some(SystemTime::now());
