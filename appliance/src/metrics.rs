@@ -46,11 +46,6 @@ struct DnsLabels {
     qtype: String,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TypeLabel {
-    r#type: String,
-}
-
 /// A boot server request's labels: its route, its status, and on a host of several clusters the
 /// cluster whose boot server answered (a cluster file's series carry no `cluster` label).
 #[derive(Debug, Clone, Hash, PartialEq, Eq)]
@@ -75,11 +70,33 @@ impl EncodeLabelSet for HttpLabels {
     }
 }
 
+/// A DHCP message received, by type, and on a host of several clusters the cluster that
+/// answers its client.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+struct DhcpLabels {
+    r#type: &'static str,
+    cluster: Option<Arc<str>>,
+}
+
+impl EncodeLabelSet for DhcpLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel as _;
+        ("type", self.r#type).encode(encoder.encode_label())?;
+        if let Some(cluster) = &self.cluster {
+            ("cluster", &**cluster).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
+
 /// A connection the shared frontend's router passed to a cluster.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoutedLabels {
     port: u16,
-    cluster: String,
+    cluster: Arc<str>,
 }
 
 /// A connection the shared frontend's router passed to no cluster, and why.
@@ -120,7 +137,10 @@ pub struct Metrics {
     pub dns_cache_hits: Counter,
     pub dns_cache_misses: Counter,
     pub dns_upstream_seconds: Histogram,
+    /// A cluster file's series, made at start (no lookup per message).
     dhcp_messages: Vec<Counter>,
+    /// Every series, a host's clusters' among them.
+    dhcp_by_cluster: Family<DhcpLabels, Counter>,
     pub dhcp_leases: Gauge,
     pub dhcp_pool_free: Gauge,
     http_requests: Family<HttpLabels, Counter>,
@@ -177,18 +197,23 @@ impl Metrics {
             "Time to an upstream resolver's answer (or the forwarder's failure)",
             dns_upstream_seconds.clone(),
         );
-        let messages = Family::<TypeLabel, Counter>::default();
+        let messages = Family::<DhcpLabels, Counter>::default();
         let dhcp_messages = DHCP_TYPES
             .iter()
             .map(|t| {
                 messages
-                    .get_or_create(&TypeLabel {
-                        r#type: (*t).into(),
+                    .get_or_create(&DhcpLabels {
+                        r#type: t,
+                        cluster: None,
                     })
                     .clone()
             })
             .collect();
-        registry.register("dhcp_messages", "DHCP messages received, by type", messages);
+        registry.register(
+            "dhcp_messages",
+            "DHCP messages received, by type (and on a host of several clusters, the cluster that answers the client)",
+            messages.clone(),
+        );
         let dhcp_leases = Gauge::default();
         let dhcp_pool_free = Gauge::default();
         registry.register("dhcp_leases", "Live dynamic leases", dhcp_leases.clone());
@@ -242,6 +267,7 @@ impl Metrics {
             dns_cache_misses,
             dns_upstream_seconds,
             dhcp_messages,
+            dhcp_by_cluster: messages,
             dhcp_leases,
             dhcp_pool_free,
             http_requests,
@@ -265,9 +291,22 @@ impl Metrics {
     }
 
     /// Counts one DHCP message of `kind` (1 DISCOVER .. 8 INFORM, RFC 2132).
-    pub fn dhcp_message(&self, kind: u8) {
+    /// Counts one DHCP message of type `kind` whose client `cluster` answers (a host's; `None`
+    /// for a cluster file's): no allocation once its series exists.
+    pub fn dhcp_message(&self, kind: u8, cluster: Option<&Arc<str>>) {
         let i = usize::from(kind).wrapping_sub(1).min(DHCP_TYPES.len() - 1);
-        self.dhcp_messages[i].inc();
+        match cluster {
+            None => {
+                self.dhcp_messages[i].inc();
+            }
+            Some(cluster) => {
+                let labels = DhcpLabels {
+                    r#type: DHCP_TYPES[i],
+                    cluster: Some(Arc::clone(cluster)),
+                };
+                self.dhcp_by_cluster.get_or_create(&labels).inc();
+            }
+        }
     }
 
     /// Counts one boot server request of `cluster` (a host's; `None` for a cluster file's): no
@@ -289,11 +328,11 @@ impl Metrics {
     }
 
     /// Counts a connection to the shared frontend's `port` passed to `cluster`.
-    pub fn lb_routed(&self, port: u16, cluster: &str) {
+    pub fn lb_routed(&self, port: u16, cluster: &Arc<str>) {
         self.lb_routed
             .get_or_create(&RoutedLabels {
                 port,
-                cluster: cluster.to_owned(),
+                cluster: Arc::clone(cluster),
             })
             .inc();
     }

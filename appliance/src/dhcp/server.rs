@@ -180,7 +180,9 @@ impl Server<'_> {
                 continue;
             };
             if let Some(kind) = request.opts().msg_type() {
-                self.metrics.dhcp_message(u8::from(kind));
+                let mac = request.chaddr().get(..6).and_then(|b| b.try_into().ok());
+                let cluster = mac.and_then(|m| dhcp.counted_as(crate::vocabulary::MacAddr(m)));
+                self.metrics.dhcp_message(u8::from(kind), cluster);
             }
             match handle(&request, dhcp, &mut self.state, now) {
                 // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.

@@ -147,7 +147,7 @@ fn normal(name: &str) -> String {
 /// or its removal's drain timeout).
 #[derive(Debug, Clone)]
 pub struct Route {
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     pub pools: SharedPools,
     pub token: CancellationToken,
 }
@@ -198,7 +198,7 @@ impl Routes {
                 .insert(normal(&domain), routes.clusters.len());
             routes.clusters.push(route);
         }
-        routes.default = default.and_then(|id| routes.clusters.iter().position(|r| r.id == id));
+        routes.default = default.and_then(|id| routes.clusters.iter().position(|r| &*r.id == id));
         routes
     }
 

@@ -8,8 +8,8 @@ fn answers_are_counted_by_rcode_and_type() {
     m.dns_answer(3, 28);
     m.dns_answer(3, 28);
     m.dns_answer(0, 99);
-    m.dhcp_message(1);
-    m.dhcp_message(42);
+    m.dhcp_message(1, None);
+    m.dhcp_message(42, None);
     m.http_request(None, "ignition", 403, 10);
     let text = m.encode(Format::OpenMetrics);
     for line in [
@@ -23,6 +23,24 @@ fn answers_are_counted_by_rcode_and_type() {
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }
+}
+
+#[test]
+fn a_hosts_dhcp_messages_carry_the_cluster_that_answers_them() {
+    let m = Metrics::new();
+    let ci: Arc<str> = Arc::from("ci");
+    m.dhcp_message(1, Some(&ci));
+    m.dhcp_message(3, Some(&ci));
+    let text = m.encode(Format::OpenMetrics);
+    for line in [
+        "okd_appliance_dhcp_messages_total{type=\"discover\",cluster=\"ci\"} 1",
+        "okd_appliance_dhcp_messages_total{type=\"request\",cluster=\"ci\"} 1",
+    ] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
+    // Another cluster's boot server does not show them.
+    let (_, okd) = m.exposition_of(Some("application/openmetrics-text"), "okd");
+    assert!(!okd.contains("cluster=\"ci\""), "{okd}");
 }
 
 /// What Prometheus 2.42 (the one in Debian 12) sends.

@@ -16,6 +16,9 @@ pub use crate::config::Pool;
 pub struct DhcpPlan {
     /// The cluster these answers are for: its name, or its id in a host file.
     pub cluster: String,
+    /// Its id when it is one of a host's clusters (its DHCP messages are counted under it);
+    /// `None` for a cluster file.
+    pub host_cluster: Option<std::sync::Arc<str>>,
     /// The server identifier (option 54): the appliance's address.
     pub server_id: Ipv4Addr,
     pub subnet: Ipv4Net,
@@ -56,6 +59,15 @@ impl DhcpPlan {
             .find(|o| o.reservations.iter().any(|r| r.mac == mac))
             .unwrap_or(self)
     }
+
+    /// The host's cluster `mac`'s messages are counted under: the one that answers it; `None`
+    /// for a cluster file's, or a node this segment never answers.
+    pub fn counted_as(&self, mac: MacAddr) -> Option<&std::sync::Arc<str>> {
+        if self.silent.contains(&mac) {
+            return None;
+        }
+        self.for_mac(mac).host_cluster.as_ref()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +98,7 @@ pub fn derive(config: &Config) -> DhcpPlan {
     reservations.sort_by_key(|r| r.ip);
     DhcpPlan {
         cluster: config.cluster.name.clone(),
+        host_cluster: None,
         server_id: net.v4.appliance,
         subnet: net.v4.subnet,
         router: net.v4.gateway,

@@ -61,6 +61,7 @@ impl HostViews {
             .map(|m| {
                 let mut plan = Plan::derive(&m.config, serial);
                 plan.dhcp.cluster.clone_from(&m.id);
+                plan.dhcp.host_cluster = Some(Arc::from(m.id.as_str()));
                 Member {
                     id: m.id.clone(),
                     plan: Arc::new(plan),

@@ -267,7 +267,7 @@ impl Layout {
                 let pools = i.pools.clone()?;
                 (plan.lb.sharing == Sharing::Routed).then(|| {
                     let route = crate::lb::route::Route {
-                        id: id.to_owned(),
+                        id: std::sync::Arc::from(id),
                         pools,
                         token: i.connections.clone(),
                     };

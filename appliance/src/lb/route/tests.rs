@@ -136,7 +136,7 @@ fn a_request_head_names_its_host_without_the_port() {
 
 fn route(id: &str) -> Route {
     Route {
-        id: id.to_owned(),
+        id: Arc::from(id),
         pools: Arc::new(arc_swap::ArcSwap::from_pointee(
             super::super::pool::Pools::from_plan(
                 &crate::plan::LbPlan {
@@ -166,7 +166,7 @@ fn table(default: Option<&str>) -> Routes {
 fn picked(routes: &Routes, kind: FrontendKind, name: &str) -> Result<String, Unrouted> {
     routes
         .pick(kind, &Peeked::Name(name.to_owned()))
-        .map(|r| r.id.clone())
+        .map(|r| r.id.to_string())
 }
 
 #[test]
@@ -244,7 +244,7 @@ fn the_default_cluster_takes_what_no_cluster_names() {
     assert_eq!(
         routes
             .pick(FrontendKind::IngressHttps, &Peeked::NoName)
-            .map(|r| r.id.clone()),
+            .map(|r| r.id.to_string()),
         Ok("test".to_owned())
     );
     // A default that is no routed cluster (a single node reached directly) is none.

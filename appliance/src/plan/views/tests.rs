@@ -330,6 +330,19 @@ fn a_node_of_another_segment_gets_nothing_from_this_ones_pool() {
 }
 
 #[test]
+fn a_segments_dhcp_messages_are_counted_under_the_cluster_that_answers_them() {
+    let segment = segment();
+    let counted = |m: [u8; 6]| segment.counted_as(MacAddr(m)).map(|c| c.to_string());
+    assert_eq!(counted(OKD_MASTER).as_deref(), Some("okd"));
+    assert_eq!(counted(CI_MASTER).as_deref(), Some("ci"));
+    // A stranger gets the pool's cluster's answer.
+    assert_eq!(counted(STRANGER).as_deref(), Some("okd"));
+    // Another segment's node is answered by none: counted under none.
+    let v = views("two-labs.yml");
+    assert_eq!(v.dhcp[0].dhcp.counted_as(mac("52:54:00:20:00:02")), None);
+}
+
+#[test]
 fn a_shared_frontend_is_the_routers_and_every_clusters_names_point_there() {
     let v = views("shared-frontend.yml");
     let router = v.router.as_ref().expect("a router view");
