@@ -419,4 +419,18 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
         assert_eq!(&renewed.env["ip"], ip, "{:?}", renewed.env);
         expect_acks_logged(&second, ip.parse().unwrap(), mac, 1);
     }
+    // The new active host counted each renewal under the cluster whose pool it is.
+    for (c, ns) in CLUSTERS.iter().zip(&nodes) {
+        let m = crate::support::scrape(ns, &format!("http://{}:8080/metrics", c.vip));
+        let series = format!(
+            "okd_appliance_dhcp_messages_total{{cluster=\"{}\",type=\"request\"}}",
+            c.name
+        );
+        let counted = m.get(&series).copied().unwrap_or(0.0);
+        if c.pool_client.is_some() {
+            assert!(counted >= 1.0, "{series} = {counted}: {m:#?}");
+        } else {
+            assert_eq!(counted, 0.0, "{series}: {m:#?}");
+        }
+    }
 }
