@@ -180,6 +180,33 @@ pub(crate) fn lease(
     (hook, udhcpc, bound)
 }
 
+/// `kill -9` of an appliance, waited for.
+pub(crate) fn kill_appliance(app: &mut Process) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(app.pid()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(app.wait_timeout(Duration::from_secs(5)).unwrap().is_some());
+}
+
+/// Makes a running udhcpc renew now (SIGUSR1): its next `renew` or `bound` call, answered by
+/// `server` (whose logs a failure shows).
+pub(crate) fn renew(
+    hook: &Hook,
+    udhcpc: &Process,
+    server: &Process,
+) -> crate::dhcp_support::HookCall {
+    let seen = hook.calls().len();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    hook.wait(seen, &["renew", "bound"], Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), server.log_tails()))
+}
+
 /// The iPXE script the active host serves the node with MAC `mac` (dashes), fetched from `ns`.
 fn boot_script(ns: &Netns, mac: &str) -> String {
     let out = ns
@@ -476,17 +503,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     };
     std::thread::sleep(Duration::from_millis(500));
     let killed = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(first.pid()).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(
-        first
-            .wait_timeout(Duration::from_secs(5))
-            .unwrap()
-            .is_some()
-    );
+    kill_appliance(&mut first);
     assert!(
         wait_until(Duration::from_secs(10), || has_vip(&hosts[1])),
         "the address never moved\n{}",
@@ -511,15 +528,7 @@ fn a_pair_moves_the_virtual_address_when_the_active_appliance_dies() {
     );
     // The client renews its address at the new active host (a unicast REQUEST to the
     // virtual address): the same address, from the lease the standby had received.
-    let seen = hook.calls().len();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
-        nix::sys::signal::Signal::SIGUSR1,
-    )
-    .unwrap();
-    let renewed = hook
-        .wait(seen, &["renew", "bound"], Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), second.log_tails()));
+    let renewed = renew(&hook, &udhcpc, &second);
     assert_eq!(renewed.env["ip"], pool_ip, "{:?}", renewed.env);
     // The ACK leaves before its log line is written: wait for the line.
     expect_acks_logged(&second, pool_ip.parse().unwrap(), "52:54:00:00:00:77", 1);
@@ -741,15 +750,7 @@ fn a_split_brain_never_hands_one_address_to_two_clients() {
     let _ = roamer
         .exec(["ip", "neigh", "flush", "dev", "eth0"])
         .status();
-    let seen = hook.calls().len();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
-        nix::sys::signal::Signal::SIGUSR1,
-    )
-    .unwrap();
-    let renewed = hook
-        .wait(seen, &["renew", "bound"], Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), apps[0].log_tails()));
+    let renewed = renew(&hook, &udhcpc, &apps[0]);
     assert_eq!(renewed.env["ip"], late_ip.to_string(), "{:?}", renewed.env);
     expect_acks_logged(&apps[0], late_ip, "52:54:00:00:02:01", 1);
 }

@@ -21,7 +21,7 @@ use harness::{Bridge, Netns, Topology, Veth, require_root, require_tools, wait_u
 use crate::clusters::attach;
 use crate::dhcp_support::expect_acks_logged;
 use crate::dns_support::start_appliance;
-use crate::ha::{keepalived_of, lease, run};
+use crate::ha::{keepalived_of, kill_appliance, lease, renew, run};
 
 const HOSTS: [&str; 2] = ["10.97.0.3", "10.97.0.4"];
 
@@ -354,17 +354,7 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
 
     // The active appliance dies: every address moves, and the other host serves every cluster
     // with what it received.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(first.pid()).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(
-        first
-            .wait_timeout(Duration::from_secs(5))
-            .unwrap()
-            .is_some()
-    );
+    kill_appliance(&mut first);
     assert!(
         wait_until(Duration::from_secs(10), || held(&hosts[1])
             == CLUSTERS.len()),
@@ -407,15 +397,7 @@ fn a_pair_serving_a_host_file_moves_every_clusters_address_and_replicates_each()
     );
     // Each pool client renews the same address at the new active host.
     for (mac, ip, hook, udhcpc, _ns) in &clients {
-        let seen = hook.calls().len();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(i32::try_from(udhcpc.pid()).unwrap()),
-            nix::sys::signal::Signal::SIGUSR1,
-        )
-        .unwrap();
-        let renewed = hook
-            .wait(seen, &["renew", "bound"], Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("no renewal: {:?}\n{}", hook.reasons(), second.log_tails()));
+        let renewed = renew(hook, udhcpc, &second);
         assert_eq!(&renewed.env["ip"], ip, "{:?}", renewed.env);
         expect_acks_logged(&second, ip.parse().unwrap(), mac, 1);
     }

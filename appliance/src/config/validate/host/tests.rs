@@ -29,11 +29,10 @@ fn cluster(name: &str, appliance: u8, first: u8, extra: &str) -> String {
     text
 }
 
-/// The codes `check` reports for these cluster files, listed in this order.
-fn codes(files: &[String]) -> Vec<&'static str> {
-    let host: super::super::super::diagnostic::Source =
-        Arc::new(NamedSource::new("host.yml", String::new()));
-    let members: Vec<Listed> = files
+/// The host file's (empty) source and these cluster files, listed in this order.
+fn listed(files: &[String]) -> (super::super::super::diagnostic::Source, Vec<Listed>) {
+    let host = Arc::new(NamedSource::new("host.yml", String::new()));
+    let members = files
         .iter()
         .enumerate()
         .map(|(slot, text)| {
@@ -52,6 +51,12 @@ fn codes(files: &[String]) -> Vec<&'static str> {
             }
         })
         .collect();
+    (host, members)
+}
+
+/// The codes `check` reports for these cluster files, listed in this order.
+fn codes(files: &[String]) -> Vec<&'static str> {
+    let (host, members) = listed(files);
     conflicts(&host, &members)
         .into_iter()
         .map(|(_, p)| p.code())
@@ -217,27 +222,7 @@ fn one_interface_serves_one_pool_and_dhcp_needs_an_interface_to_share() {
 
 /// The messages the pair of `hosts` gets against these cluster files (and `shared`).
 fn pair_messages(files: &[String], hosts: [&str; 2], shared: Option<&str>) -> Vec<String> {
-    let host: super::super::super::diagnostic::Source =
-        Arc::new(NamedSource::new("host.yml", String::new()));
-    let members: Vec<Listed> = files
-        .iter()
-        .enumerate()
-        .map(|(slot, text)| {
-            let name = format!("c{slot}.yml");
-            let (loaded, raw) =
-                parse_cluster(text, &name, Path::new("/tmp"), InstallCheck::Skip).unwrap();
-            Listed {
-                id: loaded.config.cluster.name.clone(),
-                name,
-                at: raw.version.referenced,
-                slot,
-                src: Arc::clone(loaded.warnings.source()),
-                path: Path::new("/tmp").join(format!("c{slot}.yml")),
-                raw,
-                config: loaded.config,
-            }
-        })
-        .collect();
+    let (host, members) = listed(files);
     let at = members[0].at;
     let hosts = hosts.map(|h| h.parse().unwrap());
     let shared = shared.map(|a| crate::config::SharedFrontend {
