@@ -237,3 +237,43 @@ pub fn this_host(ha: &HaPlan) -> Result<usize, String> {
         _ => Err("this host has both of ha.hosts: each host must have only its own".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connected_means_every_channel_has_a_session_in_this_hosts_direction() {
+        let standby = Activity::standby(1);
+        let (_a, _b) = (
+            standby.serve_channel("cluster/okd"),
+            standby.serve_channel("segment/ens19"),
+        );
+        let r = standby.replication();
+        assert!(!r.connected);
+        assert_eq!(r.waiting, ["cluster/okd", "segment/ens19"]);
+        let okd = standby.session(Direction::Receiving, "cluster/okd");
+        // A session of the other direction counts for nothing on the standby.
+        let _sending = standby.session(Direction::Sending, "segment/ens19");
+        standby.replication_failed("segment/ens19", "10.0.0.3:7443: refused".into());
+        let r = standby.replication();
+        assert_eq!(r.waiting, ["segment/ens19"]);
+        assert_eq!(
+            r.last_error.as_deref(),
+            Some("segment/ens19: 10.0.0.3:7443: refused")
+        );
+        let segment = standby.session(Direction::Receiving, "segment/ens19");
+        let r = standby.replication();
+        assert!(r.connected && r.waiting.is_empty() && r.last_error.is_none());
+        drop(okd);
+        assert_eq!(standby.replication().waiting, ["cluster/okd"]);
+        drop(segment);
+        // A cluster file's one channel is unnamed: never listed, still counted.
+        let single = Activity::standby(0);
+        let _one = single.serve_channel("");
+        let r = single.replication();
+        assert!(!r.connected && r.waiting.is_empty());
+        let _s = single.session(Direction::Receiving, "");
+        assert!(single.replication().connected);
+    }
+}

@@ -181,9 +181,11 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
             ha.host,
             if ha.active { "active" } else { "standby" },
             if ha.replication_connected {
-                "connected"
+                "connected".to_owned()
+            } else if ha.replication_waiting.is_empty() {
+                "not connected".to_owned()
             } else {
-                "not connected"
+                format!("not connected for {}", ha.replication_waiting.join(", "))
             },
             ha.replication_updates,
             ago(ha.last_update, now)

@@ -360,6 +360,7 @@ impl Operator {
                 host: host.to_string(),
                 active: self.active.is_active(),
                 replication_connected: r.connected,
+                replication_waiting: r.waiting,
                 replication_updates: r.updates,
                 last_update: r.last_update.and_then(|t| {
                     t.duration_since(std::time::SystemTime::UNIX_EPOCH)

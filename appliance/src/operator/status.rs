@@ -77,6 +77,10 @@ pub struct HaStatus {
     pub host: String,
     pub active: bool,
     pub replication_connected: bool,
+    /// A host file's replication channels (`cluster/<id>`, `segment/<interface>`) without a
+    /// session in this host's direction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replication_waiting: Vec<String>,
     pub replication_updates: u64,
     pub last_update: Option<u64>,
 }

@@ -295,9 +295,14 @@ fn summary(s: &Status, now: u64) -> String {
             esc(&ha.host),
             if ha.active { "active" } else { "standby" },
             if ha.replication_connected {
-                "connected"
+                "connected".to_owned()
+            } else if ha.replication_waiting.is_empty() {
+                "not connected".to_owned()
             } else {
-                "not connected"
+                format!(
+                    "not connected for {}",
+                    esc(&ha.replication_waiting.join(", "))
+                )
             }
         );
     }
