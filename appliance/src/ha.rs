@@ -218,13 +218,21 @@ impl Activity {
     }
 }
 
+/// The addresses this host's interfaces have now (IPv4 and IPv6).
+pub fn local_addresses() -> nix::Result<Vec<IpAddr>> {
+    Ok(nix::ifaddrs::getifaddrs()?
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|s| IpAddr::V4(s.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+        })
+        .collect())
+}
+
 /// Which of the pair's hosts this is: the one whose address an interface here has.
 pub fn this_host(ha: &HaPlan) -> Result<usize, String> {
-    let local: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
-        .map_err(|e| format!("can't list this host's addresses: {e}"))?
-        .filter_map(|i| i.address)
-        .filter_map(|a| a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())))
-        .collect();
+    let local = local_addresses().map_err(|e| format!("can't list this host's addresses: {e}"))?;
     let mine: Vec<usize> = (0..2)
         .filter(|&i| local.contains(&IpAddr::V4(ha.hosts[i])))
         .collect();

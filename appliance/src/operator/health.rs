@@ -9,6 +9,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use super::status::Listener;
+use crate::sockets::Service;
+
+/// The services whose listeners the active host must have accepting.
+const PROBED: [Service; 5] = [
+    Service::KubeApi,
+    Service::MachineConfig,
+    Service::IngressHttps,
+    Service::IngressHttp,
+    Service::Http,
+];
 
 /// How long each probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -30,19 +40,17 @@ pub fn check(
 ) -> Result<String, String> {
     let dns_port = listeners
         .iter()
-        .find(|l| l.service == "dns" && l.proto == "udp" && l.addr.ip() == IpAddr::V4(host))
+        .find(|l| {
+            l.service == Service::Dns.name() && l.proto == "udp" && l.addr.ip() == IpAddr::V4(host)
+        })
         .map(|l| l.addr.port())
         .ok_or_else(|| format!("no DNS listener on this host's address {host}"))?;
     dns_probe(SocketAddr::new(host.into(), dns_port), name)?;
     let (mut accepted, mut absent) = (0, Vec::new());
     if active {
-        let probed = listeners.iter().filter(|l| {
-            l.proto == "tcp"
-                && matches!(
-                    l.service.as_str(),
-                    "api" | "machine-config" | "ingress-https" | "ingress-http" | "http"
-                )
-        });
+        let probed = listeners
+            .iter()
+            .filter(|l| l.proto == "tcp" && PROBED.iter().any(|s| s.name() == l.service));
         for l in probed {
             let target = if l.addr.ip().is_unspecified() {
                 SocketAddr::new(host.into(), l.addr.port())
@@ -76,21 +84,6 @@ pub fn check(
         ));
     }
     Ok(line)
-}
-
-/// The addresses this host's interfaces have now.
-pub fn local_addresses() -> Vec<IpAddr> {
-    nix::ifaddrs::getifaddrs()
-        .map(|all| {
-            all.filter_map(|i| i.address)
-                .filter_map(|a| {
-                    a.as_sockaddr_in()
-                        .map(|s| IpAddr::V4(s.ip()))
-                        .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One A query; an answer with NOERROR and at least one record passes.

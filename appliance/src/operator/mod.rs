@@ -425,7 +425,7 @@ impl Operator {
         let active = self.active.is_active();
         // Blocking probes, bounded by their timeouts.
         let probes = move || {
-            let local = health::local_addresses();
+            let local = crate::ha::local_addresses().unwrap_or_default();
             health::check(&listeners, &local, &name, host, active)
         };
         match tokio::task::spawn_blocking(probes).await {

@@ -117,11 +117,6 @@ impl HostViews {
             .chain(&mut self.router)
             .chain(self.clusters.iter_mut().map(|(_, p)| p))
     }
-
-    /// The host's pair, if it has one (every view carries it).
-    pub fn pair(&self) -> Option<&super::ha::HaPlan> {
-        self.dns.ha.as_ref()
-    }
 }
 
 /// Cluster `id`'s plan: its HTTP and load-balancer listeners (DNS, DHCP and TFTP are the

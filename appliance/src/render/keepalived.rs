@@ -1,5 +1,6 @@
 //! keepalived's configuration for each host of a pair: one VRRP instance holding the virtual
-//! addresses (a host file's: every cluster's, each on its cluster's interface), unicast between the two hosts, a check script that asks the local appliance
+//! addresses (a host file's: every cluster's, each on its cluster's interface), unicast
+//! between the two hosts, a check script that asks the local appliance
 //! (`okd-appliance ha check`: DNS answering at the host's own address, and on the active host
 //! every load-balancer and boot-server listener accepting), and notify scripts that tell the
 //! appliance whether it is the active host.
@@ -57,7 +58,7 @@ pub fn render(
             .map(|a| format!("        {}/{} dev {}\n", a.ip, a.prefix, a.interface))
             .collect()
     };
-    let (v4, v6) = (lines(&advertised), lines(&excluded));
+    let (advertised_lines, excluded_lines) = (lines(&advertised), lines(&excluded));
     let only_v6 = excluded.iter().all(|a| a.ip.is_ipv6());
     // Every other interface the addresses are on: its link down on one host lowers that host's
     // priority below the peer's (150 - 60 < 100), so the addresses move to the host that has
@@ -77,12 +78,12 @@ pub fn render(
              # /etc/keepalived/keepalived.conf on that host only (mode 0600: it holds the VRRP password).\n\
              global_defs {{\n    router_id okd-appliance-{host}\n    script_user root\n    enable_script_security\n}}\n\n\
              vrrp_script okd_appliance {{\n    script \"{check}\"\n    interval 1\n    timeout 2\n    fall 1\n    rise 2\n}}\n\n\
-             vrrp_instance okd_appliance {{\n    state BACKUP\n    interface {iface}\n    virtual_router_id {id}\n    priority {prio}\n    advert_int 1\n    unicast_src_ip {host}\n    unicast_peer {{\n        {peer}\n    }}\n    authentication {{\n        auth_type PASS\n        auth_pass {auth}\n    }}\n    virtual_ipaddress {{\n{v4}    }}\n",
+             vrrp_instance okd_appliance {{\n    state BACKUP\n    interface {iface}\n    virtual_router_id {id}\n    priority {prio}\n    advert_int 1\n    unicast_src_ip {host}\n    unicast_peer {{\n        {peer}\n    }}\n    authentication {{\n        auth_type PASS\n        auth_pass {auth}\n    }}\n    virtual_ipaddress {{\n{advertised_lines}    }}\n",
             iface = ha.interface,
             id = ha.router_id,
             prio = ha.priority(i),
         );
-        if !v6.is_empty() {
+        if !excluded_lines.is_empty() {
             let why = if only_v6 {
                 "VRRPv2 carries IPv4 only: the IPv6 addresses move with the instance."
             } else {
@@ -90,7 +91,7 @@ pub fn render(
             };
             let _ = writeln!(
                 t,
-                "    # {why}\n    virtual_ipaddress_excluded {{\n{v6}    }}"
+                "    # {why}\n    virtual_ipaddress_excluded {{\n{excluded_lines}    }}"
             );
         }
         if !tracked.is_empty() {

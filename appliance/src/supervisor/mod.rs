@@ -261,7 +261,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
     let (reload_requests, mut reloads) = tokio::sync::mpsc::channel(4);
-    let (replication, hub) = match (&ha, ha_host) {
+    let (hub, replication_task) = match (&ha, ha_host) {
         (Some(ha), Some(host)) => {
             let (hub, task) = replication(ha, host, &base)?;
             (Some(hub), Some(task))
@@ -274,10 +274,10 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         fixed,
         host_mode: layout.host_mode(),
         routes: std::sync::Arc::clone(&layout.routes),
-        replication,
+        replication: hub,
     };
     let (mut started, clusters) = layout.start(groups, base, wing)?;
-    started.extend(hub);
+    started.extend(replication_task);
     let mut fronts = Vec::new();
     start_fronts(
         admin_socket,
