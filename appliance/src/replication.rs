@@ -95,7 +95,6 @@ struct Hello {
 }
 
 /// What a replication channel's ends need.
-#[derive(Clone)]
 struct Parts {
     /// `None`: a cluster file's one channel.
     channel: Option<String>,
@@ -120,12 +119,9 @@ impl Parts {
     }
 }
 
-/// The channels this host serves, by name (`None`: a cluster file's one), each with the
-/// number its opening got (a channel opened again is not closed by its previous opening).
-type Channels = Arc<std::sync::Mutex<HashMap<Option<String>, (u64, Parts)>>>;
-
-/// Numbers the openings of channels.
-static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The channels this host serves, by name (`None`: a cluster file's one), each as its latest
+/// opening made it (a channel opened again is not closed by its previous opening's end).
+type Channels = Arc<std::sync::Mutex<HashMap<Option<String>, Arc<Parts>>>>;
 
 /// The replication of a pair: one listener on this host's own address for every channel, and
 /// a sender per channel.
@@ -219,23 +215,23 @@ impl Hub {
             orchestrator,
             closed: ctx.shutdown.clone(),
         };
-        let opening = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let parts = Arc::new(parts);
         let open = Open {
             channels: Arc::clone(&self.channels),
             channel: channel.clone(),
-            opening,
+            opening: Arc::clone(&parts),
             _served: parts.active.serve_channel(parts.name()),
         };
         self.channels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(channel, (opening, parts.clone()));
+            .insert(channel, Arc::clone(&parts));
         let (connector, token) = (self.connector.clone(), ctx.shutdown.clone());
         Box::pin(async move {
             let _open = open;
             tokio::select! {
                 () = token.cancelled() => {}
-                () = send(connector, parts) => {}
+                () = send(connector, &parts) => {}
             }
             Ok(())
         })
@@ -246,7 +242,7 @@ impl Hub {
 struct Open {
     channels: Channels,
     channel: Option<String>,
-    opening: u64,
+    opening: Arc<Parts>,
     _served: crate::ha::Served,
 }
 
@@ -255,7 +251,7 @@ impl Drop for Open {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if channels
             .get(&self.channel)
-            .is_some_and(|(n, _)| *n == self.opening)
+            .is_some_and(|parts| Arc::ptr_eq(parts, &self.opening))
         {
             channels.remove(&self.channel);
         }
@@ -359,12 +355,10 @@ type Lines = BufReader<tokio::io::ReadHalf<ServerTls>>;
 async fn channel_of(
     lines: &mut Lines,
     channels: &Channels,
-) -> anyhow::Result<(Parts, Option<String>)> {
-    let mut line = String::new();
-    let n = tokio::time::timeout(SILENCE, lines.take(MAX_LINE).read_line(&mut line))
-        .await
-        .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
-    anyhow::ensure!(n > 0, "the peer closed the session");
+) -> anyhow::Result<(Arc<Parts>, Option<String>)> {
+    let line = next_line(lines, SILENCE)
+        .await?
+        .context("the peer closed the session")?;
     let (channel, first) = match serde_json::from_str::<Hello>(&line) {
         Ok(hello) => (Some(hello.channel), None),
         Err(_) => (None, Some(line)),
@@ -373,7 +367,7 @@ async fn channel_of(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(&channel)
-        .map(|(_, parts)| parts.clone());
+        .cloned();
     let parts = parts.with_context(|| match &channel {
         Some(c) => format!("the peer replicates {c}, which this host does not serve"),
         None => "the peer replicates a cluster file, and this host serves a host file".into(),
@@ -382,6 +376,19 @@ async fn channel_of(
 }
 
 type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// The peer's next line (at most [`MAX_LINE`] bytes), `None` when it closed the session; an
+/// error when nothing came for `wait`.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    wait: Duration,
+) -> anyhow::Result<Option<String>> {
+    let mut line = String::new();
+    let n = tokio::time::timeout(wait, reader.take(MAX_LINE).read_line(&mut line))
+        .await
+        .with_context(|| format!("nothing from the peer for {wait:?}"))??;
+    Ok((n > 0).then_some(line))
+}
 
 /// The TLS handshake and the proofs of the secret, both ways.
 async fn authenticate_peer(
@@ -433,20 +440,15 @@ async fn receive_from(
     for update in own_leases(parts).await? {
         write(&mut writer, &update).await?;
     }
-    let mut line = String::new();
     let mut first = first;
     loop {
-        line.clear();
-        if let Some(f) = first.take() {
-            line = f;
-        } else {
-            let n = tokio::time::timeout(SILENCE, (&mut lines).take(MAX_LINE).read_line(&mut line))
-                .await
-                .with_context(|| format!("nothing from the peer for {SILENCE:?}"))??;
-            if n == 0 {
-                return Ok(());
-            }
-        }
+        let line = match first.take() {
+            Some(line) => line,
+            None => match next_line(&mut lines, SILENCE).await? {
+                Some(line) => line,
+                None => return Ok(()),
+            },
+        };
         let update: Update = serde_json::from_str(&line)
             .with_context(|| format!("an update that does not read: {}", line.trim()))?;
         if update == Update::Alive {
@@ -539,10 +541,10 @@ async fn apply(parts: &Parts, update: Update) {
 }
 
 /// While this host is active: connects to the peer, sends everything, then every change.
-async fn send(connector: tokio_rustls::TlsConnector, parts: Parts) {
+async fn send(connector: tokio_rustls::TlsConnector, parts: &Parts) {
     loop {
         if parts.active.is_active()
-            && let Err(e) = send_to_peer(&connector, &parts).await
+            && let Err(e) = send_to_peer(&connector, parts).await
         {
             tracing::debug!("replication to {}: {e:#}", parts.peer);
             parts
@@ -587,11 +589,10 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
         "the peer does not hold the pair's secret"
     );
     if let Some(channel) = &parts.channel {
-        let mut hello = serde_json::to_vec(&Hello {
+        let hello = Hello {
             channel: channel.clone(),
-        })?;
-        hello.push(b'\n');
-        tls.write_all(&hello).await?;
+        };
+        write(&mut tls, &hello).await?;
         tracing::info!("replication: sending {channel} to {addr}");
     } else {
         tracing::info!("replication: sending to {addr}");
@@ -600,14 +601,9 @@ async fn send_to_peer(connector: &tokio_rustls::TlsConnector, parts: &Parts) -> 
     let mut reader = BufReader::new(reader);
     if let Some(channel) = &parts.channel {
         // The peer's acknowledgement: without it, it does not serve this channel.
-        let mut ack = String::new();
-        let n = tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
-            (&mut reader).take(MAX_LINE).read_line(&mut ack),
-        )
-        .await
-        .context("the peer did not acknowledge the channel")??;
-        anyhow::ensure!(n > 0, "the peer does not serve {channel}");
+        next_line(&mut reader, HANDSHAKE_TIMEOUT)
+            .await?
+            .with_context(|| format!("the peer does not serve {channel}"))?;
     }
     let _session = parts.active.session(Direction::Sending, parts.name());
     // What the peer sends back: its own leases (those it granted while both were active).
@@ -716,8 +712,12 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-async fn write<S: tokio::io::AsyncWrite + Unpin>(s: &mut S, update: &Update) -> anyhow::Result<()> {
-    let mut line = serde_json::to_vec(update)?;
+/// One JSON line: an update, or a channel's hello.
+async fn write<S: tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    line: &impl Serialize,
+) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(line)?;
     line.push(b'\n');
     s.write_all(&line).await?;
     s.flush().await?;
