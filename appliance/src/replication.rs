@@ -35,6 +35,7 @@ use crate::journal::{EventKind, Journal};
 use crate::lb::SharedPools;
 use crate::orchestration::Orchestrator;
 use crate::orchestration::phases::Progress;
+use crate::per_address::PerAddress;
 use crate::service::{Context, Running};
 use crate::vocabulary::MacAddr;
 
@@ -45,6 +46,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A line longer than this ends the connection.
 const MAX_LINE: u64 = 1 << 20;
+/// The most connections one address may hold at once before they proved the pair's secret:
+/// the peer opens one per channel (a host file's clusters and segments); a stranger can't
+/// make the listener hold more for it.
+const UNPROVEN_PER_ADDRESS: usize = 256;
 /// The sender's heartbeat when nothing changes.
 const HEARTBEAT: Duration = Duration::from_secs(2);
 /// A session that carried nothing (not even a heartbeat) for this long is over, on both ends.
@@ -299,6 +304,7 @@ async fn receive(
     secret: Arc<Vec<u8>>,
     active: Activity,
 ) -> anyhow::Result<()> {
+    let unproven = PerAddress::new(UNPROVEN_PER_ADDRESS);
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(a) => a,
@@ -308,13 +314,23 @@ async fn receive(
                 continue;
             }
         };
+        // The port is on the cluster network: one address's connections that have not proved
+        // the secret yet are bounded, each for at most the handshake's two timeouts.
+        let Some(proving) = unproven.admit(from.ip()) else {
+            tracing::debug!(
+                "replication from {from}: closed, {UNPROVEN_PER_ADDRESS} of its connections are proving the secret"
+            );
+            continue;
+        };
         let (acceptor, channels, secret) =
             (acceptor.clone(), Arc::clone(&channels), Arc::clone(&secret));
         let active = active.clone();
         tokio::spawn(async move {
             // Before the peer proved the secret, nothing it does reaches the status: a
             // stranger's connection can't make the pair look disconnected.
-            let tls = match authenticate_peer(stream, from, acceptor, &secret).await {
+            let proved = authenticate_peer(stream, from, acceptor, &secret).await;
+            drop(proving);
+            let tls = match proved {
                 Ok(tls) => tls,
                 Err(e) => {
                     tracing::warn!("replication from {from}: {e:#}");
