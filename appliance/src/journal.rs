@@ -41,6 +41,10 @@ pub enum EventKind {
     /// The installer fetched the ignition again although the previous install never brought up
     /// a system that fetched its role config (the install or its disk boot failed).
     InstallRetried,
+    /// The installer fetched the ignition of a node that was installed (it booted its
+    /// installer again: its ISO, a changed boot order): installing again, not installed until
+    /// its new system reports.
+    Reinstalling,
     /// Ignition (`what`) asked for from an address it does not belong to; answered 403.
     FetchRefused {
         from: SocketAddr,
@@ -154,6 +158,10 @@ impl fmt::Display for Event {
             EventKind::InstallRetried => write!(
                 f,
                 "installing again: no installed system fetched its role config after the last install"
+            ),
+            EventKind::Reinstalling => write!(
+                f,
+                "installing again: the installer fetched the ignition of an installed node"
             ),
             EventKind::FetchRefused { from, what, why } => {
                 write!(f, "{what} refused to {from} (403): {why}")

@@ -835,6 +835,7 @@ async fn updates_for(parts: &Parts, event: &crate::journal::Event) -> Vec<Update
             | EventKind::RoleIgnitionFetched { .. }
             | EventKind::ScriptFetched { .. }
             | EventKind::InstallRetried
+            | EventKind::Reinstalling
             | EventKind::ReinstallRequested,
             Some(node),
         ) => {

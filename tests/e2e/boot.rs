@@ -1,7 +1,7 @@
 //! The boot chain in real VMs (qemu TCG on a tap of the services bridge) against the real
 //! appliance serving DHCP, TFTP and HTTP, with Debian's kernel and the test initramfs
 //! (harness::initramfs) playing CoreOS: BIOS with the iPXE ROM, OVMF's own PXE chainloading
-//! ipxe.efi over TFTP, OVMF with the iPXE ROM, OVMF's HTTP boot; an unknown MAC; a machine
+//! snponly.efi over TFTP, OVMF with the iPXE ROM, OVMF's HTTP boot; an unknown MAC; a machine
 //! with a node's MAC at another address; an install that fails after fetching its ignition; a
 //! dual-stack node, whose kernel arguments give it its IPv6 address; the single node of a
 //! single-node cluster booting the live system that installs itself.
@@ -59,15 +59,20 @@ fn bios_ipxe_rom_installs_then_boots_from_disk() {
 /// What a UEFI test waits for after the install.
 #[derive(Clone, Copy, PartialEq)]
 enum Then {
-    /// The next boot gets the local-boot script (iPXE `exit`s to the firmware on UEFI).
+    /// The next power-on gets the local-boot script (iPXE `exit 1`s to the firmware, which
+    /// goes on through its other network entries) and then boots the disk.
     LocalBoot,
     /// Nothing (the first boot is the point; a second costs ~40 s under TCG).
     Stop,
 }
 
+/// How long a UEFI power-on may take to walk its network entries (PXEv4, PXEv6, HTTPv4,
+/// HTTPv6: two IPv6 timeouts under TCG) to the disk.
+const UEFI_WALK_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Boots a UEFI VM with `spec` until the test initramfs installed mst0 (and, with
-/// `Then::LocalBoot`, the next boot got the local-boot script); returns the lab (its log) and
-/// the VM's console.
+/// `Then::LocalBoot`, the next power-on got the local-boot script and booted the disk);
+/// returns the lab (its log) and the VM's console.
 fn uefi_install(prefix: &str, spec: &VmSpec, then: Then) -> Option<(BootLab, String)> {
     if !prerequisites(&[spec]) {
         return None;
@@ -83,6 +88,15 @@ fn uefi_install(prefix: &str, spec: &VmSpec, then: Then) -> Option<(BootLab, Str
         vm.wait_for_serial("mst0 is installed, booting from disk", BOOT_TIMEOUT)
             .unwrap();
         println!("local-boot script after {:?}", vm.uptime());
+        // `exit 0` here returned EFI_SUCCESS and OVMF opened its setup menu instead.
+        let banner = format!("{DISK_BOOT_BANNER} of mst0");
+        vm.wait_for_serial(&banner, UEFI_WALK_TIMEOUT)
+            .unwrap_or_else(|e| {
+                std::fs::write("/tmp/uefi-serial.log", vm.serial()).unwrap();
+                panic!("{e:#}\n{}", vm.console_tail())
+            });
+        println!("booted its disk after {:?}", vm.uptime());
+        assert!(!vm.serial().contains("UiApp"), "{}", vm.console_tail());
         assert_eq!(vm.results().len(), 1, "no reinstall\n{}", vm.console_tail());
     }
     let serial = vm.serial();
@@ -104,8 +118,8 @@ fn uefi_firmware_pxe_chainloads_ipxe_over_tftp() {
     let before = assert_chainloaded(&log);
     let tftp = before
         .find("tftp 10.99.0.11:")
-        .expect("ipxe.efi over TFTP first");
-    assert!(before[tftp..].contains("sending ipxe.efi"), "{log}");
+        .expect("snponly.efi over TFTP first");
+    assert!(before[tftp..].contains("sending snponly.efi"), "{log}");
     assert!(tftp < before.rfind("mst0: dhcp ack").unwrap(), "{log}");
 }
 
@@ -125,12 +139,59 @@ fn assert_chainloaded(log: &str) -> &str {
 }
 
 #[test]
-fn uefi_ipxe_rom_installs() {
+fn uefi_ipxe_rom_installs_then_boots_from_disk() {
     let spec = VmSpec::new(Firmware::Uefi, MST0_MAC, "tap0").with_disk(DISK);
-    let Some((lab, _)) = uefi_install("buip", &spec, Then::Stop) else {
+    let Some((lab, serial)) = uefi_install("buip", &spec, Then::LocalBoot) else {
         return;
     };
-    assert!(!lab.log().contains("tftp 10.99"), "the ROM is iPXE already");
+    // The install: the ROM is iPXE already, so nothing came over TFTP before it.
+    let install = lab.log();
+    let installed = install.find("mst0: installed").expect("installed");
+    assert!(!install[..installed].contains("tftp 10.99"), "{install}");
+    // After it, every network entry of the power-on was told to boot the disk.
+    assert!(
+        serial
+            .matches("mst0 is installed, booting from disk")
+            .count()
+            >= 2,
+        "the ROM's entry and OVMF's own PXE both went on to the next boot option\n{serial}"
+    );
+}
+
+/// A node whose installer fetched its ignition and wrote its disk, but whose installed system
+/// has not reported yet: every network entry of its next power-on is told to try the disk,
+/// and the disk boots. (Before, the ROM's entry used up the one offer, OVMF's own PXE entry
+/// got the install script, and the node was installed again at every power-on.)
+#[test]
+fn uefi_a_node_whose_installer_fetched_its_ignition_tries_its_disk_in_that_power_on() {
+    let spec = VmSpec::new(Firmware::Uefi, MST0_MAC, "tap0").with_disk(DISK);
+    if !prerequisites(&[&spec]) {
+        return;
+    }
+    let _slot = vm_slot();
+    let image = InitramfsBuilder::new(&Kernel::find().unwrap()).without_first_boot();
+    let lab = BootLab::start("bupo", &image);
+    let _tap = lab.tap("tap0");
+    let mut vm = lab.vm(&spec);
+    let first = vm.wait_for_result(1, BOOT_TIMEOUT).unwrap();
+    assert_eq!(first.outcome, Outcome::Installed, "{first}");
+    assert_eq!(first.get("role"), Some("skipped"), "{first}");
+    assert_eq!(install_state(&lab, "mst0"), "ignition fetched");
+
+    let banner = format!("{DISK_BOOT_BANNER} of mst0");
+    vm.wait_for_serial(&banner, UEFI_WALK_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", vm.console_tail()));
+    println!("booted its disk after {:?}", vm.uptime());
+    let serial = vm.serial();
+    let after = &serial[serial.find("okd-e2e-result:").unwrap()..];
+    let offered = after
+        .matches("mst0 fetched its ignition; booting its disk")
+        .count();
+    assert!(offered >= 2, "one answer for every network entry\n{after}");
+    assert!(!after.contains("installing mst0"), "{}", vm.console_tail());
+    assert_eq!(vm.results().len(), 1, "no reinstall\n{}", vm.console_tail());
+    assert_eq!(lab.log().matches("mst0: ignition fetched").count(), 1);
+    assert_eq!(install_state(&lab, "mst0"), "ignition fetched");
 }
 
 #[test]
@@ -147,13 +208,13 @@ fn uefi_http_boot_chainloads_ipxe_over_http() {
         "OVMF's HTTP boot"
     );
     assert!(
-        serial.contains("URI: http://10.99.0.1:8080/ipxe.efi"),
-        "the offer for the HTTPClient class named ipxe.efi's URL"
+        serial.contains("URI: http://10.99.0.1:8080/snponly.efi"),
+        "the offer for the HTTPClient class named snponly.efi's URL"
     );
     let log = lab.log();
     assert!(
         !log.contains("tftp 10.99"),
-        "ipxe.efi came over HTTP:\n{log}"
+        "snponly.efi came over HTTP:\n{log}"
     );
     assert_chainloaded(&log);
 }

@@ -1,7 +1,7 @@
 //! Network boot on a host of several clusters: one `okd-appliance serve HOST.yml` whose two
 //! clusters share one segment (bridge `br0`, 10.99.0.0/24, okd's appliance at .1 and test's at
 //! .21), real VMs (boot_support.rs) playing one node of each cluster: okd's boots BIOS with
-//! the iPXE ROM, test's OVMF's own PXE, which chainloads ipxe.efi over TFTP from the
+//! the iPXE ROM, test's OVMF's own PXE, which chainloads snponly.efi over TFTP from the
 //! next-server its DHCP offer named.
 //!
 //! The node names cross on purpose: okd's VM is `mst0` and okd also has a worker `tst0`; test's
@@ -165,16 +165,16 @@ fn boot_node(
     let serial = vm.serial();
     if spec.rom == NicRom::Firmware {
         // The firmware's PXE: its next-server is its own cluster's appliance address, whose
-        // TFTP server handed it ipxe.efi.
+        // TFTP server handed it snponly.efi.
         for line in [
             format!("Server IP address is {}", own.appliance),
-            "NBP filename is ipxe.efi".to_owned(),
+            "NBP filename is snponly.efi".to_owned(),
         ] {
             assert!(serial.contains(&line), "no {line:?}\n{}", console());
         }
         let sent = log_lines(lab, &format!("tftp {ip}:"));
         assert!(
-            sent.iter().any(|l| l.contains("sending ipxe.efi")),
+            sent.iter().any(|l| l.contains("sending snponly.efi")),
             "{sent:?}\n{}",
             lab.log()
         );

@@ -6,7 +6,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use harness::initramfs::{BootResult, InitramfsBuilder, Kernel, Outcome, TestInitramfs};
-use harness::vm::{Vm, VmSpec};
+use harness::vm::{Firmware, Vm, VmSpec};
 use harness::{Process, Tap, Topology, require_path, require_root, require_tools, wait_until};
 
 use crate::dns_support::{start_appliance_env, write_config};
@@ -65,11 +65,17 @@ pub fn prerequisites(specs: &[&VmSpec]) -> bool {
     if !require_root() || !require_tools(&["qemu-system-x86_64", "busybox", "ldd"]) {
         return false;
     }
-    if !require_path("/dev/net/tun") || !require_path("/usr/lib/ipxe/ipxe.efi") {
+    if !require_path("/dev/net/tun") || !require_path("/usr/lib/ipxe/snponly.efi") {
         return false;
     }
     if let Err(e) = Kernel::find() {
         return harness::skip_or_fail("a Debian kernel (linux-image-amd64)", &format!("{e:#}"));
+    }
+    // A UEFI VM's disk holds an EFI System Partition made with GRUB and mtools.
+    if specs.iter().any(|s| s.firmware == Firmware::Uefi)
+        && !require_tools(&harness::efidisk::TOOLS)
+    {
+        return false;
     }
     specs
         .iter()

@@ -66,6 +66,22 @@ pub const MARKER_PREFIX: &str = "okd-e2e-installed:";
 /// Where the banner text starts in the boot sector (right after [`boot_code`]).
 const BANNER_OFFSET: u16 = 0x16;
 
+/// The MBR partition entry (sector 0, byte 446) the install writes for the EFI System
+/// Partition of a UEFI VM's disk ([`crate::efidisk`]): not active, CHS fields unused
+/// (0xfe 0xff 0xff, "use the LBA"), type 0xEF, then the first sector and the count.
+fn esp_partition_entry() -> [u8; 16] {
+    use crate::efidisk::{ESP_SECTORS, ESP_START_LBA};
+    let mut entry = [0u8; 16];
+    entry[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    entry[4] = 0xef;
+    entry[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    let start = u32::try_from(ESP_START_LBA).expect("fits");
+    let count = u32::try_from(ESP_SECTORS).expect("fits");
+    entry[8..12].copy_from_slice(&start.to_le_bytes());
+    entry[12..16].copy_from_slice(&count.to_le_bytes());
+    entry
+}
+
 /// Real-mode code at 0x7c00: print the NUL-terminated text at 0x7c00 + `BANNER_OFFSET`
 /// byte by byte to the first serial port (0x3f8), then halt for good.
 fn boot_code() -> Vec<u8> {
@@ -167,6 +183,7 @@ pub struct InitramfsBuilder {
     modules: Vec<String>,
     busybox: Option<PathBuf>,
     ignition_host: Option<String>,
+    first_boot: bool,
 }
 
 impl InitramfsBuilder {
@@ -178,7 +195,18 @@ impl InitramfsBuilder {
             modules: DEFAULT_MODULES.iter().map(|m| (*m).to_owned()).collect(),
             busybox: None,
             ignition_host: None,
+            first_boot: true,
         }
+    }
+
+    /// Write the disk without playing the installed system's first boot: no role config is
+    /// fetched (field `role=skipped`), so the appliance sees an installer that fetched the
+    /// ignition and a node whose installed system has not reported yet, as between
+    /// coreos-installer's reboot and Ignition's fetch on the disk.
+    #[must_use]
+    pub fn without_first_boot(mut self) -> InitramfsBuilder {
+        self.first_boot = false;
+        self
     }
 
     /// Fetch the ignition from `host` (`HOST:PORT`, an IPv6 address in brackets) instead of
@@ -263,6 +291,11 @@ impl InitramfsBuilder {
         );
         archive.file("etc/okd-e2e/bootcode", 0o644, boot_code());
         archive.file(
+            "etc/okd-e2e/partition",
+            0o644,
+            esp_partition_entry().to_vec(),
+        );
+        archive.file(
             "etc/okd-e2e/config",
             0o644,
             self.config_text()?.into_bytes(),
@@ -301,6 +334,9 @@ impl InitramfsBuilder {
     /// `/etc/okd-e2e/config`, sourced by `/init`.
     fn config_text(&self) -> Result<String> {
         let mut text = format!("BANNER_OFFSET={BANNER_OFFSET}\n");
+        if !self.first_boot {
+            text.push_str("FIRST_BOOT=no\n");
+        }
         if let Some(host) = &self.ignition_host {
             if !host
                 .chars()

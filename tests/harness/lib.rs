@@ -14,6 +14,7 @@
 
 pub mod appliance;
 mod cmd;
+pub mod efidisk;
 pub mod initramfs;
 pub mod link;
 pub mod liveiso;

@@ -297,6 +297,10 @@ impl Vm {
             Some(size) => {
                 let path = dir.path().join("disk.raw");
                 crate::initramfs::blank_disk(&path, size)?;
+                // What makes the disk bootable on UEFI once an install writes its sector 0.
+                if spec.firmware == Firmware::Uefi {
+                    crate::efidisk::place_esp(&path)?;
+                }
                 Some(path)
             }
             None => None,

@@ -239,7 +239,7 @@ pub struct Install {
     /// `http://host[:port]` without a trailing slash: where nodes reach the boot server.
     pub base_url: String,
     pub artifacts: Artifacts,
-    /// undionly.kpxe and ipxe.efi, served over TFTP (and ipxe.efi over HTTP).
+    /// undionly.kpxe and snponly.efi, served over TFTP (and snponly.efi over HTTP).
     pub ipxe_dir: PathBuf,
 }
 

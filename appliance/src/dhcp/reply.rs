@@ -95,9 +95,9 @@ enum Firmware {
     Ipxe,
     /// Legacy BIOS PXE: chainload undionly.kpxe over TFTP.
     BiosPxe,
-    /// UEFI PXE: chainload ipxe.efi over TFTP.
+    /// UEFI PXE: chainload snponly.efi over TFTP.
     UefiPxe,
-    /// UEFI HTTP boot: ipxe.efi over HTTP.
+    /// UEFI HTTP boot: snponly.efi over HTTP.
     UefiHttp,
 }
 

@@ -349,7 +349,7 @@ fn firmware_gets_the_right_boot_file() {
     let http = pxe(16, b"HTTPClient:Arch:00016:UNDI:003001", &mut state);
     assert_eq!(
         http.fname_str().unwrap().unwrap(),
-        "http://10.0.0.1:8080/ipxe.efi"
+        "http://10.0.0.1:8080/snponly.efi"
     );
     assert_eq!(
         opt(&http, OptionCode::ClassIdentifier),

@@ -176,12 +176,15 @@ fn parse_range(header: &str, len: u64) -> Decision {
 }
 
 /// `rest` percent-decoded as a relative path of plain names (no `..`, no root, no `\\` or NUL),
-/// or `None`. Decoding happens first, so `%2e%2e` is `..` and refused like it.
+/// or `None`. Decoding happens first, so `%2e%2e` is `..` and refused like it. Every name is
+/// written once: an empty one (`a//b`, a trailing `/`) names no file, and `Path` would drop it,
+/// so `kernel/` would be served as `kernel` from the open-file cache and be 404 from the disk.
 pub fn relative_path(rest: &str) -> Option<PathBuf> {
     let decoded = percent_encoding::percent_decode_str(rest)
         .decode_utf8()
         .ok()?;
-    if decoded.is_empty() || decoded.contains(['\\', '\0']) {
+    if decoded.is_empty() || decoded.contains(['\\', '\0']) || decoded.split('/').any(str::is_empty)
+    {
         return None;
     }
     let relative = PathBuf::from(decoded.as_ref());
@@ -502,6 +505,23 @@ mod tests {
         ] {
             assert!(is_artifact_path(good), "{good}");
         }
+    }
+
+    /// A file is named one way: `kernel/` and `fcos//rootfs.img` name nothing, so they are 404
+    /// whether or not `kernel` is in the open-file cache.
+    #[test]
+    fn a_name_written_with_an_empty_segment_names_no_file() {
+        for bad in [
+            "kernel/",
+            "fcos//rootfs.img",
+            "fcos/rootfs.img/",
+            "/kernel",
+            "kernel%2F",
+        ] {
+            assert!(relative_path(bad).is_none(), "{bad}");
+            assert!(!is_artifact_path(bad), "{bad}");
+        }
+        assert!(relative_path("fcos/rootfs.img").is_some());
     }
 
     /// `open_beneath` serves what `resolve` serves (symlinks that stay inside the root, an

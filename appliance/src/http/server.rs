@@ -30,7 +30,7 @@ use super::response::{ARTIFACT_TYPE, Body, Source, empty, file, from_disk, full,
 use super::sendfile::{Segments, SendfileStream};
 use super::{fastpath, files};
 use crate::idle::Watched;
-use crate::install_state::{self, InstallPhase};
+use crate::install_state::{self, BootScript, InstallPhase};
 use crate::journal::{EventKind, Journal};
 use crate::per_address::PerAddress;
 use crate::plan::{self, BootParams, Plan};
@@ -440,7 +440,12 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
                 Ok(InstallPhase::IgnitionFetched { .. }) => {
                     journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
                 }
-                Ok(_) => {}
+                // Booted its installer again (its ISO, a changed boot order): installing again,
+                // not installed until the new system reports.
+                Ok(InstallPhase::Installed) => {
+                    journal.publish(Some(node.node.clone()), EventKind::Reinstalling);
+                }
+                Ok(InstallPhase::NotInstalled) => {}
                 Err(e) => tracing::error!("can't record that {} is installing: {e}", node.node),
             }
         }
@@ -638,38 +643,23 @@ async fn script(
             })
             .await
             .unwrap_or(InstallPhase::NotInstalled);
-            let body: &str = match phase {
-                InstallPhase::Installed => &node.documents.local_boot_script,
-                // A single node's installed system never reports here (it builds its own
-                // config): once its live system has its ignition, every network boot tries the
-                // disk first. BIOS falls through to the live system when the disk does not
-                // boot; on UEFI, `okd-appliance node reinstall` starts over.
-                InstallPhase::IgnitionFetched { .. }
-                    if node.role_config == RoleConfig::SingleNode =>
-                {
-                    &node.documents.first_boot_script
+            let single_node = node.role_config == RoleConfig::SingleNode;
+            let (chosen, opens_power_on) =
+                install_state::script_for(phase, single_node, SystemTime::now());
+            // Only the node itself opens a power-on: no one else can use up its offer.
+            if opens_power_on && req.method() == Method::GET && from_node {
+                let offered = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+                    install_state::record_disk_boot_offered(dir, node, when)
+                })
+                .await;
+                if let Err(e) = offered {
+                    tracing::error!("can't record the disk boot of {}: {e}", node.node);
                 }
-                InstallPhase::IgnitionFetched {
-                    disk_boot_offered: false,
-                } => {
-                    if req.method() == Method::GET && from_node {
-                        let offered =
-                            blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-                                install_state::record_disk_boot_offered(dir, node, when)
-                            })
-                            .await;
-                        if let Err(e) = offered {
-                            tracing::error!("can't record the disk boot of {}: {e}", node.node);
-                        }
-                    }
-                    &node.documents.first_boot_script
-                }
-                // The disk boot offered after the install did not bring up an installed system
-                // (it would have fetched its role config before any new network boot).
-                InstallPhase::IgnitionFetched {
-                    disk_boot_offered: true,
-                }
-                | InstallPhase::NotInstalled => &node.documents.install_script,
+            }
+            let body: &str = match chosen {
+                BootScript::LocalBoot => &node.documents.local_boot_script,
+                BootScript::TryDisk => &node.documents.first_boot_script,
+                BootScript::Install => &node.documents.install_script,
             };
             // Announced once recorded (a pair's replication reads the markers then).
             if from_node {

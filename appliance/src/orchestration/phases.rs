@@ -150,7 +150,7 @@ fn transition(kind: &EventKind) -> Option<Transition> {
             Reach(NodePhase::KernelInitrd)
         }
         EventKind::IgnitionFetched { .. } => Reach(NodePhase::Ignition),
-        EventKind::InstallRetried => Back(NodePhase::Ignition),
+        EventKind::InstallRetried | EventKind::Reinstalling => Back(NodePhase::Ignition),
         EventKind::Installed { .. } | EventKind::RoleIgnitionFetched { .. } => {
             Reach(NodePhase::Installed)
         }
@@ -560,6 +560,39 @@ mod tests {
         run(&mut p, &[machine("destroy", true)]);
         assert_eq!(p.node_phase("master-0"), NodePhase::Defined);
         assert!(p.nodes["master-0"].is_empty());
+    }
+
+    /// An installed node whose installer fetches its ignition again (it booted its ISO): back
+    /// to `ignition`, with the fetch's time, which the CSR approval window counts from.
+    #[test]
+    fn an_installed_node_that_installs_again_is_back_at_ignition_from_then() {
+        let mut p = Progress::default();
+        p.apply("m0", &EventKind::IgnitionFetched { from: from() }, 100);
+        p.apply(
+            "m0",
+            &EventKind::Installed {
+                from: from(),
+                file: "master.ign",
+            },
+            200,
+        );
+        assert_eq!(p.node_phase("m0"), NodePhase::Installed);
+        // The fetch alone can't move an installed node back; the event that says what it
+        // means does.
+        assert!(
+            p.apply("m0", &EventKind::IgnitionFetched { from: from() }, 300)
+                .is_none()
+        );
+        let change = p
+            .apply("m0", &EventKind::Reinstalling, 300)
+            .expect("a change");
+        assert_eq!(change.phase, "ignition");
+        assert_eq!(p.node_phase("m0"), NodePhase::Ignition);
+        assert_eq!(
+            p.nodes["m0"].last().unwrap().at,
+            300,
+            "the reinstall's time"
+        );
     }
 
     #[test]

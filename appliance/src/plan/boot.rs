@@ -36,7 +36,7 @@ pub struct BootFiles {
     /// The role ignition files from `openshift-install create ignition-configs`.
     pub ignition_dir: PathBuf,
     pub artifacts_dir: PathBuf,
-    /// undionly.kpxe and ipxe.efi (TFTP, and HTTP for UEFI HTTP boot); see
+    /// undionly.kpxe and snponly.efi (TFTP, and HTTP for UEFI HTTP boot); see
     /// [`BootFiles::ipxe_binary`].
     pub ipxe_dir: PathBuf,
     /// The operator's CoreOS live ISO, the base of every `/iso/<node>.iso`.
@@ -45,8 +45,17 @@ pub struct BootFiles {
 
 /// The iPXE binary that BIOS PXE firmware chainloads (over TFTP).
 pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
-/// The iPXE binary that UEFI firmware chainloads (over TFTP, or HTTP for UEFI HTTP boot).
-pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
+/// The iPXE binary that UEFI firmware chainloads (over TFTP, or HTTP for UEFI HTTP boot):
+/// iPXE's SNP-only build, which drives the NIC through the firmware's own network driver (the
+/// one the firmware just booted it through) and so hands the machine back to the firmware
+/// cleanly when a script `exit`s. The full `ipxe.efi` takes the NIC over with its own driver;
+/// Debian 12's (iPXE 2019-01-25), chainloaded by OVMF's own PXE, never returned from `exit`,
+/// so an installed node hung instead of reaching its disk (`tests/e2e/boot.rs`, OVMF without
+/// an iPXE ROM). iPXE's build targets page recommends snponly.efi for chainloading.
+pub const UEFI_BOOT_FILE: &str = "snponly.efi";
+/// The full EFI build, still served by name for DHCP servers of one's own that hand it out;
+/// this appliance's DHCP never does.
+pub const UEFI_FULL_BOOT_FILE: &str = "ipxe.efi";
 
 impl BootFiles {
     /// Where the iPXE binary a client asked for by `name` lives (leading slashes ignored, as PXE
@@ -57,7 +66,7 @@ impl BootFiles {
     /// refusing links out of the directory made the default `ipxe_dir` unable to serve it.
     pub fn ipxe_binary(&self, name: &str) -> Option<PathBuf> {
         let name = name.trim_start_matches('/');
-        [BIOS_BOOT_FILE, UEFI_BOOT_FILE]
+        [BIOS_BOOT_FILE, UEFI_BOOT_FILE, UEFI_FULL_BOOT_FILE]
             .contains(&name)
             .then(|| self.ipxe_dir.join(name))
     }
@@ -379,6 +388,10 @@ mod tests {
             ipxe_dir: "/usr/lib/ipxe".into(),
             base_iso: "/a/live.iso".into(),
         };
+        assert_eq!(
+            files.ipxe_binary("snponly.efi"),
+            Some(PathBuf::from("/usr/lib/ipxe/snponly.efi"))
+        );
         assert_eq!(
             files.ipxe_binary("ipxe.efi"),
             Some(PathBuf::from("/usr/lib/ipxe/ipxe.efi"))

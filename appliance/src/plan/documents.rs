@@ -74,15 +74,16 @@ fn install_lines(boot: &BootParams) -> String {
 /// After the installer fetched the ignition and before the installed system fetched its role
 /// config: the disk was probably just written, so boot it; if it does not boot (the install
 /// failed), install again. On BIOS, iPXE's `sanboot` returns when the disk is not bootable and
-/// the script goes on to the install. On UEFI, iPXE can only hand the machine back to the
-/// firmware's boot order; if that brings it back to the network without an installed system
-/// having reported, the appliance serves the install script (see the HTTP service).
+/// the script goes on to the install. On UEFI, iPXE hands the machine back to the firmware's
+/// boot order with a failure ([`UEFI_NEXT_BOOT_OPTION`]); every network entry the firmware
+/// tries in the same power-on gets this script again, and only a network boot after that
+/// power-on brings the install script (`install_state::script_for`).
 fn first_boot_script(boot: &BootParams) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: {node} ({mac}) fetched its ignition; its installed system has not fetched its role config yet\n\
          echo okd-appliance: {node} fetched its ignition; booting its disk (installing again if it does not boot)\n\
-         iseq ${{platform}} efi && exit 0 ||\n\
+         {UEFI_NEXT_BOOT_OPTION}\n\
          sanboot --no-describe --drive 0x80 ||\n\
          echo okd-appliance: the disk of {node} did not boot\n\
          {install}",
@@ -92,13 +93,24 @@ fn first_boot_script(boot: &BootParams) -> String {
     )
 }
 
+/// On UEFI, how a script that means "boot your disk" ends: `exit 1`. iPXE returns a script's
+/// exit status from the EFI image (ipxe/ipxe, src/core/exec.c `exit_exec`, up to `_efi_start`
+/// in src/interface/efi/efiprefix.c: `efirc = EFIRC ( rc )`, an EFI error for any status from
+/// 1 to 128), and EDK2's boot manager stops walking BootOrder and opens its menu when a boot
+/// option returns EFI_SUCCESS, and tries the next option on an error (tianocore/edk2,
+/// MdeModulePkg/Universal/BdsDxe/BdsEntry.c `BootBootOptions`; UEFI 2.10 section 3.1.1). So
+/// `exit 0` left an installed node in OVMF's setup menu instead of on its disk. On BIOS the
+/// status is ignored (iPXE's ROM and undionly.kpxe return to the BIOS, which boots the next
+/// device: SeaBIOS src/boot.c `do_boot`, INT 18h), so the BIOS path goes to `sanboot` instead.
+pub const UEFI_NEXT_BOOT_OPTION: &str = "iseq ${platform} efi && exit 1 ||";
+
 /// Boots the installed disk: back to the firmware's boot order on UEFI, the first disk on BIOS.
 fn local_boot_script(node: &str, mac: MacAddr) -> String {
     format!(
         "#!ipxe\n\
          # okd-appliance: {node} ({mac}) is installed; booting from its disk\n\
          echo okd-appliance: {node} is installed, booting from disk (okd-appliance node reinstall {node} to reinstall)\n\
-         iseq ${{platform}} efi && exit 0 ||\n\
+         {UEFI_NEXT_BOOT_OPTION}\n\
          sanboot --no-describe --drive 0x80\n"
     )
 }
@@ -106,13 +118,14 @@ fn local_boot_script(node: &str, mac: MacAddr) -> String {
 /// For a MAC no node has: say so (iPXE fills in the MAC of the interface it booted from), then
 /// leave the machine to its own boot order.
 pub fn unknown_script() -> String {
-    "#!ipxe\n\
-     # okd-appliance: no node in the cluster config has this MAC address\n\
-     echo okd-appliance: no node in the cluster config has MAC ${netX/mac:hexhyp}; booting locally\n\
-     sleep 5\n\
-     iseq ${platform} efi && exit 0 ||\n\
-     sanboot --no-describe --drive 0x80\n"
-        .to_owned()
+    format!(
+        "#!ipxe\n\
+         # okd-appliance: no node in the cluster config has this MAC address\n\
+         echo okd-appliance: no node in the cluster config has MAC ${{netX/mac:hexhyp}}; booting locally\n\
+         sleep 5\n\
+         {UEFI_NEXT_BOOT_OPTION}\n\
+         sanboot --no-describe --drive 0x80\n"
+    )
 }
 
 /// A node's own ignition (spec 3.2.0): the role's config merged in, plus its host name, so
@@ -187,7 +200,7 @@ mod tests {
         };
         assert_eq!(lines[0], "#!ipxe");
         // UEFI leaves to the firmware; BIOS boots the disk and falls through when it can't.
-        assert!(at("iseq ${platform} efi && exit 0") < at("sanboot"));
+        assert!(at(UEFI_NEXT_BOOT_OPTION) < at("sanboot"));
         assert!(lines[at("sanboot")].ends_with("||"), "{script}");
         assert!(at("sanboot") < at("kernel "));
         assert!(at("kernel ") < at("initrd ") && at("initrd ") < at("boot"));

@@ -173,7 +173,7 @@ pub(super) fn render(plan: &Plan) -> String {
         );
         let _ = writeln!(
             o,
-            "dhcp-boot=tag:!ipxe,tag:efi,ipxe.efi\ndhcp-boot=tag:!ipxe,tag:!efi,undionly.kpxe"
+            "dhcp-boot=tag:!ipxe,tag:efi,snponly.efi\ndhcp-boot=tag:!ipxe,tag:!efi,undionly.kpxe"
         );
     }
     for r in &d.reservations {

@@ -2,7 +2,7 @@
 //! `install.ipxe_dir`, an operator may replace a file) but reads it only when it is new or
 //! changed (length or modification time); transfers of the same file share one copy. So a
 //! flood of read requests costs a `stat` per request, never a read of the whole file. Which
-//! names may be asked for is the plan's business (`plan::BootFiles::ipxe_binary`: the two iPXE
+//! names may be asked for is the plan's business (`plan::BootFiles::ipxe_binary`: the iPXE
 //! binaries, which may be symbolic links, as Debian's `ipxe.efi` is).
 //!
 //! Every call here blocks on the file system: the server runs them on tokio's blocking pool.

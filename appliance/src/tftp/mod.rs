@@ -1,6 +1,6 @@
 //! A small read-only TFTP server (RFC 1350) with option negotiation (RFC 2347): block size
 //! (RFC 2348), transfer size and timeout (RFC 2349). It exists for one job: handing PXE firmware
-//! the iPXE binary to chainload (undionly.kpxe, ipxe.efi). Writes are refused.
+//! the iPXE binary to chainload (undionly.kpxe, snponly.efi). Writes are refused.
 //!
 //! Architecture invariant: `packet` is pure (parse a request, build replies); `server` does the
 //! I/O. Each transfer runs on its own ephemeral port, as RFC 1350 section 4 requires; like the

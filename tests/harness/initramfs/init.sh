@@ -19,8 +19,9 @@
 #   4. when coreos.inst.install_dev does not exist, stop like a failed install (outcome
 #      install-failed): no role config, nothing on any disk;
 #   5. GET the role config the node ignition merges (ignition.config.merge[].source), as
-#      Ignition does on the installed system's first boot;
-#   6. write a boot sector and an "installed" marker to install_dev;
+#      Ignition does on the installed system's first boot (not with FIRST_BOOT=no: field
+#      role=skipped, an install whose first boot has not reported yet);
+#   6. write a boot sector, an ESP partition entry and an "installed" marker to install_dev;
 #   7. print one "okd-e2e-result:" line on the console, then reboot; after an error it powers
 #      off instead, so a broken image never loops.
 # Every wait is bounded. Field values never contain spaces (see clean).
@@ -295,16 +296,28 @@ if [ ! -b "$install_dev" ]; then
     finish install-failed reboot
 fi
 
-[ "$mode" = live ] || fetch_role
+# An image built without_first_boot stops where an installer that wrote the disk hands over:
+# the installed system's first boot, which would fetch the role config, is left to the disk.
+if [ "$mode" = live ]; then
+    :
+elif [ "$FIRST_BOOT" = no ]; then
+    field role skipped
+else
+    fetch_role
+fi
 
-# Sector 0: a boot sector whose code prints a banner on COM1 (so a later disk boot shows on the
-# serial console); sector 1: the marker the test reads back from the disk image.
+# Sector 0: a boot sector whose code prints a banner on COM1 (so a later BIOS disk boot shows on
+# the serial console) and an MBR partition entry for the EFI System Partition a UEFI VM's disk
+# holds at 1 MiB (harness/efidisk.rs: its loader prints sector 2); sector 1: the marker the test
+# reads back from the disk image; sector 2: the banner again, for the EFI loader.
 banner="okd-e2e: booted from disk of ${ignition_host:-unknown}"
-dd if=/dev/zero of="$install_dev" bs=512 count=2 conv=notrunc 2>/dev/null || fail disk "can't write $install_dev"
+dd if=/dev/zero of="$install_dev" bs=512 count=3 conv=notrunc 2>/dev/null || fail disk "can't write $install_dev"
 dd if=/etc/okd-e2e/bootcode of="$install_dev" bs=1 conv=notrunc 2>/dev/null
 printf '%s\r\n' "$banner" | dd of="$install_dev" bs=1 seek="$BANNER_OFFSET" conv=notrunc 2>/dev/null
+dd if=/etc/okd-e2e/partition of="$install_dev" bs=1 seek=446 conv=notrunc 2>/dev/null
 printf '\125\252' | dd of="$install_dev" bs=1 seek=510 conv=notrunc 2>/dev/null
 printf 'okd-e2e-installed:%s\n' "$fields" | dd of="$install_dev" bs=512 seek=1 conv=notrunc 2>/dev/null
+printf '%s\r\n' "$banner" | dd of="$install_dev" bs=512 seek=2 conv=notrunc 2>/dev/null
 sync
 field disk "$install_dev"
 finish installed reboot

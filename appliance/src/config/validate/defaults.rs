@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub(in crate::config) const DEFAULT_STATE_DIR: &str = "/var/lib/okd-appliance";
 pub(super) const DEFAULT_INSTALL_DEV: &str = "/dev/sda";
-/// Debian's `ipxe` package puts undionly.kpxe and ipxe.efi here.
+/// Debian's `ipxe` package puts undionly.kpxe and snponly.efi here.
 pub(super) const DEFAULT_IPXE_DIR: &str = "/usr/lib/ipxe";
 pub(super) const DEFAULT_TTL: u32 = 300;
 /// Generous: a node or a resolver never gets near it; a reflection attack does.
