@@ -116,14 +116,18 @@ pub fn dhcp_packet(data: &[u8]) {
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
         Plan::derive(&loaded.config, 1).dhcp
     });
-    let Some(request) = crate::dhcp::decode(data) else {
-        return;
-    };
+    static METRICS: OnceLock<crate::metrics::Metrics> = OnceLock::new();
+    let metrics = METRICS.get_or_init(crate::metrics::Metrics::new);
+    let from = std::net::SocketAddr::from(([10, 0, 0, 99], 68));
+    // The server's own path for a received datagram (decode, count, decide): the first
+    // one-packet crash sat between the parser and the reply.
     let mut state = crate::dhcp::reply::State::new(crate::dhcp::leases::Leases::in_memory());
     for now in [0, 1] {
-        let Some(out) = crate::dhcp::reply::handle(&request, plan, &mut state, now) else {
+        let Some(out) = crate::dhcp::server::receive(data, from, plan, &mut state, metrics, now)
+        else {
             continue;
         };
+        let request = crate::dhcp::decode(data).expect("a decided packet decodes");
         assert_eq!(
             out.message.xid(),
             request.xid(),

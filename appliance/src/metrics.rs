@@ -597,6 +597,19 @@ fn labels(
 
 impl Collector for Sampled {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        {
+            let mut family = encoder.encode_descriptor(
+                "panics",
+                "Panics caught while one packet, request or connection was handled (that input was dropped; the service went on)",
+                None,
+                MetricType::Counter,
+            )?;
+            for wire in crate::isolate::Wire::ALL {
+                let l = [("service", wire.name())];
+                ConstCounter::new(crate::isolate::panics(wire))
+                    .encode(family.encode_family(&l)?)?;
+            }
+        }
         let Some(sources) = self.0.get() else {
             return Ok(());
         };

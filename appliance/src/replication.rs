@@ -326,40 +326,43 @@ async fn receive(
             (acceptor.clone(), Arc::clone(&channels), Arc::clone(&secret));
         let active = active.clone();
         tokio::spawn(async move {
-            // Before the peer proved the secret, nothing it does reaches the status: a
-            // stranger's connection can't make the pair look disconnected.
-            let proved = authenticate_peer(stream, from, acceptor, &secret).await;
-            drop(proving);
-            let tls = match proved {
-                Ok(tls) => tls,
-                Err(e) => {
+            crate::isolate::connection(crate::isolate::Wire::Replication, async move {
+                // Before the peer proved the secret, nothing it does reaches the status: a
+                // stranger's connection can't make the pair look disconnected.
+                let proved = authenticate_peer(stream, from, acceptor, &secret).await;
+                drop(proving);
+                let tls = match proved {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        tracing::warn!("replication from {from}: {e:#}");
+                        return;
+                    }
+                };
+                let (reader, writer) = tokio::io::split(tls);
+                let mut lines = BufReader::new(reader);
+                let (parts, first) = match channel_of(&mut lines, &channels).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::warn!("replication from {from}: {e:#}");
+                        active.replication_failed("", format!("{from}: {e:#}"));
+                        return;
+                    }
+                };
+                let _session = parts.active.session(Direction::Receiving, parts.name());
+                // The session ends with its channel: a channel closed by a reload (and maybe opened
+                // again, with another instance) takes none of the peer's updates after that.
+                let received = tokio::select! {
+                    r = receive_from(lines, writer, first, from, &parts) => r,
+                    () = parts.closed.cancelled() => Ok(()),
+                };
+                if let Err(e) = received {
                     tracing::warn!("replication from {from}: {e:#}");
-                    return;
+                    parts
+                        .active
+                        .replication_failed(parts.name(), format!("{from}: {e:#}"));
                 }
-            };
-            let (reader, writer) = tokio::io::split(tls);
-            let mut lines = BufReader::new(reader);
-            let (parts, first) = match channel_of(&mut lines, &channels).await {
-                Ok(found) => found,
-                Err(e) => {
-                    tracing::warn!("replication from {from}: {e:#}");
-                    active.replication_failed("", format!("{from}: {e:#}"));
-                    return;
-                }
-            };
-            let _session = parts.active.session(Direction::Receiving, parts.name());
-            // The session ends with its channel: a channel closed by a reload (and maybe opened
-            // again, with another instance) takes none of the peer's updates after that.
-            let received = tokio::select! {
-                r = receive_from(lines, writer, first, from, &parts) => r,
-                () = parts.closed.cancelled() => Ok(()),
-            };
-            if let Err(e) = received {
-                tracing::warn!("replication from {from}: {e:#}");
-                parts
-                    .active
-                    .replication_failed(parts.name(), format!("{from}: {e:#}"));
-            }
+            })
+            .await;
         });
     }
 }

@@ -86,6 +86,16 @@ impl BoundSocket {
         tokio::net::UdpSocket::from_std(self.socket.into())
     }
 
+    /// Another descriptor of the same socket (`dup`): what a service restarted after a failure
+    /// is started on, the socket staying bound all along.
+    pub fn try_clone(&self) -> io::Result<BoundSocket> {
+        Ok(BoundSocket {
+            spec: self.spec.clone(),
+            local_addr: self.local_addr,
+            socket: self.socket.try_clone()?,
+        })
+    }
+
     /// The socket as a tokio TCP listener (inside a tokio runtime).
     pub fn into_tcp(self) -> io::Result<tokio::net::TcpListener> {
         tokio::net::TcpListener::from_std(self.socket.into())

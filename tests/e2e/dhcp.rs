@@ -354,6 +354,72 @@ fn udhcpc_gets_its_reservation_renews_and_releases() {
         .expect("udhcpc waits after a release");
 }
 
+/// Issue 39's reproducer and its kin from a node on the segment: BOOTREQUESTs whose `hlen` is
+/// longer than `chaddr` (17, 255), `hlen` 0, truncated and empty datagrams, broadcast. Each
+/// once stopped DHCP and with it every service (`hlen` 17: dhcproto's `chaddr()` panicked
+/// before `hlen` was checked). The appliance keeps running and a real client still gets its
+/// reservation afterwards.
+#[test]
+fn malformed_packets_stop_nothing_and_the_next_client_is_served() {
+    if !require_root() || !require_tools(&["busybox", "unshare"]) {
+        return;
+    }
+    let node_cfg = MASTER1;
+    let site = Site::new(&Cluster::default());
+    let topo = Topology::new("dhm").expect("topology");
+    let mut app = site.start_appliance(topo.services());
+    let node = topo.add_bare_node("dhmn").expect("node");
+    node.set_mac(node_cfg.mac).expect("mac");
+    let sock = client_socket(&node, "eth0");
+    let packet = |hlen: u8, xid: u32| {
+        let mut p = vec![1, 1, hlen, 0];
+        p.extend_from_slice(&xid.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0x80, 0]);
+        p.resize(28, 0);
+        p.extend_from_slice(&mac_bytes(node_cfg.mac));
+        p.resize(236, 0);
+        p.extend_from_slice(&[0x63, 0x82, 0x53, 0x63, 0x35, 0x01, 0x01, 0xff]);
+        p
+    };
+    let to = std::net::SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
+    let mut sent = 0u32;
+    for round in 0..100u32 {
+        let mut inputs = vec![packet(17, round), packet(255, round), packet(0, round)];
+        let whole = packet(6, round);
+        // Cut inside the fixed header, inside the magic cookie, inside an option; empty.
+        inputs.extend([
+            whole[..100].to_vec(),
+            whole[..238].to_vec(),
+            whole[..241].to_vec(),
+        ]);
+        inputs.push(Vec::new());
+        for input in inputs {
+            let _ = sock.send_to(&input, to);
+            sent += 1;
+        }
+        // Bounded and paced: a burst, then a breath for the socket buffers.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(sock);
+    assert_eq!(sent, 700);
+    std::thread::sleep(Duration::from_secs(1));
+    app.assert_running()
+        .unwrap_or_else(|e| panic!("the appliance stopped: {e:#}\n{}", app.log_tails()));
+
+    let hook = Hook::new(site.path(), "udhcpc");
+    let hook_path = hook.path.display().to_string();
+    let argv = [
+        "busybox", "udhcpc", "-i", "eth0", "-s", &hook_path, "-f", "-t", "5", "-T", "1",
+    ];
+    let (mut client, bound) = udhcpc_bound(&node, &site, &hook, &argv);
+    bound.expect(&[("ip", node_cfg.ip.to_string())]);
+    client.stop().expect("stop udhcpc");
+    app.assert_running()
+        .unwrap_or_else(|e| panic!("the appliance stopped: {e:#}\n{}", app.log_tails()));
+    // No panic was needed to survive them: they are refused before anything reads them.
+    assert!(!app.stderr().contains("panic"), "{}", app.log_tails());
+}
+
 /// `listen.dhcp` naming the appliance's own address: Linux gives broadcast DISCOVERs to no
 /// socket bound to one address, so the appliance binds the wildcard on network.interface
 /// instead (a client once waited for ever while `serve` said it listened).

@@ -197,6 +197,16 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
         .map(|l| format!("{}/{} {}", l.service, l.proto, l.addr))
         .collect();
     out.push_str(&format!("listeners: {}\n", listeners.join(", ")));
+    for fault in &a.faults {
+        out.push_str(&format!(
+            "fault: {}\n",
+            okd_appliance::operator::status::fault_line(
+                fault,
+                now.duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs())
+            )
+        ));
+    }
     if let Some(e) = &a.endpoints {
         match &e.api_url {
             Some(url) => out.push_str(&format!(

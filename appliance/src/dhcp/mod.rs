@@ -10,12 +10,21 @@ pub mod leases;
 /// Decodes a DHCP packet. dhcproto has debug assertions on some option lengths that a hostile
 /// packet can trip (found by fuzzing); a panic in the decoder is a malformed packet, dropped
 /// like any other, never the end of the listener.
+///
+/// A message whose `hlen` is longer than the 16-byte `chaddr` field (RFC 2131 section 2) is
+/// malformed and refused here: dhcproto decodes it, but its `chaddr()` slices `chaddr[..hlen]`
+/// and panics, and every reader of a decoded message may call it. One such broadcast stopped
+/// the whole appliance (issue 39).
 pub fn decode(packet: &[u8]) -> Option<dhcproto::v4::Message> {
     use dhcproto::Decodable;
     std::panic::catch_unwind(|| dhcproto::v4::Message::from_bytes(packet).ok())
         .ok()
         .flatten()
+        .filter(|m| usize::from(m.hlen()) <= CHADDR_LEN)
 }
+
+/// The size of a DHCP message's `chaddr` field (RFC 2131 section 2).
+pub const CHADDR_LEN: usize = 16;
 pub mod reply;
 pub mod server;
 

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::leases::{Lease, Leases, SyncJob};
 use super::reply::{Outgoing, State, handle};
+use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
 use crate::plan;
 
@@ -169,22 +170,39 @@ pub async fn serve(
     Ok(())
 }
 
+/// The path one received datagram takes in the server, before any I/O: decoded, counted,
+/// decided. The fuzz target `dhcp_packet` drives this function, not only the parser.
+pub fn receive(
+    packet: &[u8],
+    from: SocketAddr,
+    dhcp: &plan::DhcpPlan,
+    state: &mut State,
+    metrics: &crate::metrics::Metrics,
+    now: u64,
+) -> Option<Outgoing> {
+    let Some(request) = super::decode(packet) else {
+        tracing::debug!("dhcp: undecodable packet from {from}");
+        return None;
+    };
+    if let Some(kind) = request.opts().msg_type() {
+        let mac = request.chaddr().get(..6).and_then(|b| b.try_into().ok());
+        let cluster = mac.and_then(|m| dhcp.counted_as(crate::vocabulary::MacAddr(m)));
+        metrics.dhcp_message(u8::from(kind), cluster);
+    }
+    handle(&request, dhcp, state, now)
+}
+
 impl Server<'_> {
     /// Decides the replies to `packets`: those that promise no lease leave now, ACKs wait for
     /// the next group.
     async fn decide(&mut self, packets: &[(Vec<u8>, SocketAddr)], dhcp: &plan::DhcpPlan) {
         let now = unix_now();
         for (packet, from) in packets {
-            let Some(request) = super::decode(packet) else {
-                tracing::debug!("dhcp: undecodable packet from {from}");
-                continue;
-            };
-            if let Some(kind) = request.opts().msg_type() {
-                let mac = request.chaddr().get(..6).and_then(|b| b.try_into().ok());
-                let cluster = mac.and_then(|m| dhcp.counted_as(crate::vocabulary::MacAddr(m)));
-                self.metrics.dhcp_message(u8::from(kind), cluster);
-            }
-            match handle(&request, dhcp, &mut self.state, now) {
+            // One packet's fault stays with it: counted, logged (rate-limited), dropped.
+            let decided = crate::isolate::packet(Wire::Dhcp, || {
+                receive(packet, *from, dhcp, &mut self.state, self.metrics, now)
+            });
+            match decided.flatten() {
                 // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.
                 Some(out) if out.acked.is_none() => send(self.socket, &out.message, out.to).await,
                 Some(out) => self.acks.push(out),

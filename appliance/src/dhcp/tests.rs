@@ -771,6 +771,26 @@ fn a_packet_that_trips_the_decoder_is_dropped_not_fatal() {
     }
 }
 
+/// A BOOTREQUEST whose `hlen` is longer than `chaddr` (17 or 255, with a message type, as in
+/// issue 39's reproducer): dhcproto decodes it and its `chaddr()` panics, which stopped the
+/// whole appliance. `decode` refuses it; an `hlen` the field holds still decodes.
+#[test]
+fn a_hardware_address_longer_than_chaddr_is_refused_at_decode() {
+    let packet = |hlen: u8| {
+        let mut p = vec![1, 1, hlen, 0, 0, 0, 0x12, 0x34, 0, 0, 0x80, 0];
+        p.resize(236, 0);
+        p.extend_from_slice(&[0x63, 0x82, 0x53, 0x63, 0x35, 0x01, 0x01, 0xff]);
+        p
+    };
+    for hlen in [17, 32, 255] {
+        assert!(super::decode(&packet(hlen)).is_none(), "hlen {hlen}");
+    }
+    for hlen in [0, 6, 16] {
+        let decoded = super::decode(&packet(hlen)).expect("decodes");
+        assert_eq!(decoded.chaddr().len(), usize::from(hlen));
+    }
+}
+
 /// A pair's hosts hand out new addresses from their own halves of the pool, so two hosts cut
 /// from each other (both active) never give one address to two clients; a lease one host
 /// granted (and replicated) is renewed by the other.

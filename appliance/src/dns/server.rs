@@ -30,6 +30,7 @@ use super::rrl::{RateLimiter, Verdict};
 use super::wire::{
     self, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Query, Reply, ReplyEdns, ReplyFlags, rcode,
 };
+use crate::isolate::Wire;
 use crate::plan::{self, Plan};
 
 /// A TCP client that sends nothing for this long is closed (RFC 7766 section 6.2.3).
@@ -242,7 +243,10 @@ impl UdpWorker {
                 let Some(client) = socket_addr(&from) else {
                     continue;
                 };
-                if let Some(reply_len) = self.answer(i, len, client, queued) {
+                // One query's fault stays with it: counted, logged (rate-limited), dropped.
+                let answered =
+                    crate::isolate::packet(Wire::Dns, || self.answer(i, len, client, queued));
+                if let Some(reply_len) = answered.flatten() {
                     self.reply_lens[queued] = reply_len;
                     self.destinations[queued] = Some(from);
                     queued += 1;
@@ -505,8 +509,8 @@ pub async fn serve_tcp(
             let _permit = permit;
             tokio::select! {
                 () = token.cancelled() => {}
-                result = serve_connection(stream, client, &shared) => {
-                    if let Err(e) = result {
+                result = crate::isolate::connection(Wire::Dns, serve_connection(stream, client, &shared)) => {
+                    if let Some(Err(e)) = result {
                         tracing::debug!("dns/tcp {client}: {e}");
                     }
                 }

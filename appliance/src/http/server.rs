@@ -31,6 +31,7 @@ use super::sendfile::{Segments, SendfileStream};
 use super::{fastpath, files};
 use crate::idle::Watched;
 use crate::install_state::{self, BootScript, InstallPhase};
+use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
 use crate::per_address::PerAddress;
 use crate::plan::{self, BootParams, Plan};
@@ -106,105 +107,108 @@ pub async fn serve(
         let (mut stream, progress) = Watched::new(stream);
         let segments = Segments::default();
         tokio::spawn(async move {
-            let _permit = permit;
-            let _held = held;
-            // Small cached artifacts first (`fastpath`); hyper takes over for anything else.
-            let shared = fastpath::Shared {
-                peer,
-                plan: &plan,
-                journal: &journal,
-                opened_files: &opened_files,
-                metrics: &metrics,
-            };
-            let ahead = tokio::select! {
-                outcome = fastpath::serve(&mut stream, &shared, &token) => match outcome {
-                    Ok(fastpath::Outcome::Hyper(ahead)) => ahead,
-                    Ok(fastpath::Outcome::Done) => return,
-                    Err(e) => {
-                        tracing::debug!("http {peer}: {e}");
+            crate::isolate::connection(Wire::Http, async move {
+                let _permit = permit;
+                let _held = held;
+                // Small cached artifacts first (`fastpath`); hyper takes over for anything else.
+                let shared = fastpath::Shared {
+                    peer,
+                    plan: &plan,
+                    journal: &journal,
+                    opened_files: &opened_files,
+                    metrics: &metrics,
+                };
+                let ahead = tokio::select! {
+                    outcome = fastpath::serve(&mut stream, &shared, &token) => match outcome {
+                        Ok(fastpath::Outcome::Hyper(ahead)) => ahead,
+                        Ok(fastpath::Outcome::Done) => return,
+                        Err(e) => {
+                            tracing::debug!("http {peer}: {e}");
+                            return;
+                        }
+                    },
+                    () = progress.stalled(IDLE_TIMEOUT) => {
+                        tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
                         return;
                     }
-                },
-                () = progress.stalled(IDLE_TIMEOUT) => {
-                    tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
-                    return;
-                }
-            };
-            let stream = SendfileStream::new(stream, segments.clone()).read_ahead(ahead);
-            let service = service_fn(move |req| {
-                let (plan, journal, segments, isos, active, metrics, opened_files) = (
-                    Arc::clone(&plan),
-                    journal.clone(),
-                    segments.clone(),
-                    Arc::clone(&isos),
-                    active.is_active(),
-                    Arc::clone(&metrics),
-                    Arc::clone(&opened_files),
-                );
-                async move {
-                    let plan = plan.load_full();
-                    let context = Context {
-                        peer,
-                        local,
-                        plan: &plan,
-                        journal: &journal,
-                        segments: &segments,
-                        isos: &isos,
-                        opened_files: &opened_files,
-                        active,
-                        metrics: &metrics,
-                    };
-                    let response = handle(&req, &context).await;
-                    // What the body announces: a file's length, a generated document's size.
-                    let bytes = hyper::body::Body::size_hint(response.body())
-                        .exact()
-                        .or_else(|| {
-                            response
-                                .headers()
-                                .get(header::CONTENT_LENGTH)
-                                .and_then(|v| v.to_str().ok())
-                                .and_then(|v| v.parse().ok())
-                        })
-                        .unwrap_or(0);
-                    metrics.http_request(
-                        plan.host_cluster.as_ref(),
-                        route(req.uri().path()),
-                        response.status().as_u16(),
-                        bytes,
+                };
+                let stream = SendfileStream::new(stream, segments.clone()).read_ahead(ahead);
+                let service = service_fn(move |req| {
+                    let (plan, journal, segments, isos, active, metrics, opened_files) = (
+                        Arc::clone(&plan),
+                        journal.clone(),
+                        segments.clone(),
+                        Arc::clone(&isos),
+                        active.is_active(),
+                        Arc::clone(&metrics),
+                        Arc::clone(&opened_files),
                     );
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                // Body buffers are queued as given, never copied: `SendfileStream` relies on it.
-                .writev(true)
-                .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(MAX_HEAD)
-                // A client may close its sending side once the request is out (busybox `nc`
-                // in a boot environment, HTTP/1.0 scripts) and still wait for the answer;
-                // without this hyper drops the request in flight when it reads that EOF.
-                .half_close(true)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!("http {peer}: {e}");
+                    async move {
+                        let plan = plan.load_full();
+                        let context = Context {
+                            peer,
+                            local,
+                            plan: &plan,
+                            journal: &journal,
+                            segments: &segments,
+                            isos: &isos,
+                            opened_files: &opened_files,
+                            active,
+                            metrics: &metrics,
+                        };
+                        let response = handle(&req, &context).await;
+                        // What the body announces: a file's length, a generated document's size.
+                        let bytes = hyper::body::Body::size_hint(response.body())
+                            .exact()
+                            .or_else(|| {
+                                response
+                                    .headers()
+                                    .get(header::CONTENT_LENGTH)
+                                    .and_then(|v| v.to_str().ok())
+                                    .and_then(|v| v.parse().ok())
+                            })
+                            .unwrap_or(0);
+                        metrics.http_request(
+                            plan.host_cluster.as_ref(),
+                            route(req.uri().path()),
+                            response.status().as_u16(),
+                            bytes,
+                        );
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    // Body buffers are queued as given, never copied: `SendfileStream` relies on it.
+                    .writev(true)
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .max_buf_size(MAX_HEAD)
+                    // A client may close its sending side once the request is out (busybox `nc`
+                    // in a boot environment, HTTP/1.0 scripts) and still wait for the answer;
+                    // without this hyper drops the request in flight when it reads that EOF.
+                    .half_close(true)
+                    .serve_connection(TokioIo::new(stream), service);
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!("http {peer}: {e}");
+                        }
+                    }
+                    () = progress.stalled(IDLE_TIMEOUT) => {
+                        tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
+                    }
+                    () = token.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        // The response in flight finishes, unless its client stopped reading.
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            () = progress.stalled(IDLE_TIMEOUT) => {}
+                        }
                     }
                 }
-                () = progress.stalled(IDLE_TIMEOUT) => {
-                    tracing::info!("http {peer}: nothing moved for {IDLE_TIMEOUT:?}; closing");
-                }
-                () = token.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    // The response in flight finishes, unless its client stopped reading.
-                    tokio::select! {
-                        _ = conn.as_mut() => {}
-                        () = progress.stalled(IDLE_TIMEOUT) => {}
-                    }
-                }
-            }
+            })
+            .await;
         });
     }
 }

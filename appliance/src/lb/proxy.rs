@@ -88,7 +88,7 @@ where
         let handled = handle(client, peer);
         tokio::spawn(async move {
             let _permit = permit;
-            handled.await;
+            crate::isolate::connection(crate::isolate::Wire::Lb, handled).await;
         });
     }
 }

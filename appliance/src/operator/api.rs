@@ -19,6 +19,7 @@
 //! operations and answers an [`super::OpError`] with its own status
 //! ([`super::OpError::http_status`]); it holds no state of its own.
 
+use crate::isolate::Wire;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
@@ -206,10 +207,9 @@ async fn serve_local(
                 }
             },
         };
-        tokio::spawn(connection(
-            TokioIo::new(stream),
-            parts.clone(),
-            access.clone(),
+        tokio::spawn(crate::isolate::connection(
+            Wire::Api,
+            connection(TokioIo::new(stream), parts.clone(), access.clone()),
         ));
     }
 }
@@ -234,13 +234,13 @@ async fn serve_tcp(
             },
         };
         let (acceptor, parts, access) = (acceptor.clone(), parts.clone(), access.clone());
-        tokio::spawn(async move {
+        tokio::spawn(crate::isolate::connection(Wire::Api, async move {
             match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => connection(TokioIo::new(tls), parts, access).await,
                 Ok(Err(e)) => tracing::debug!("api TLS from {peer}: {e}"),
                 Err(_) => tracing::debug!("api TLS from {peer}: handshake timed out"),
             }
-        });
+        }));
     }
 }
 

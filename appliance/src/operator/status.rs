@@ -48,6 +48,137 @@ pub struct Appliance {
     /// Where to reach this appliance: the admin socket, the API's socket and TCP address.
     #[serde(default)]
     pub endpoints: Option<Endpoints>,
+    /// Services that failed since start (restarted, or down) and listeners that could not be
+    /// bound: everything else kept serving. Left out when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<ServiceFault>,
+}
+
+/// One service's fault: what failed, what it is doing about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceFault {
+    /// `dns`, `dhcp`, `http`, `lb`, ... or `dns/udp 10.96.0.1:53` for a listener not bound.
+    pub service: String,
+    /// Whose it is: `cluster okd`, `segment ens19`, or nothing for the appliance's own.
+    #[serde(default)]
+    pub scope: Option<String>,
+    pub state: FaultState,
+    /// How many times it was started again.
+    pub restarts: u32,
+    /// The last error.
+    pub error: String,
+    /// When the last error happened (seconds since the epoch).
+    pub at: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultState {
+    /// Failed; started again after a backoff.
+    Restarting,
+    /// Started again after a failure: serving.
+    Serving,
+    /// Failed and can't be started again: down until the appliance restarts.
+    Down,
+    /// A listener whose address could not be bound: tried again every few seconds.
+    NotBound,
+}
+
+impl FaultState {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultState::Restarting => "restarting",
+            FaultState::Serving => "serving again",
+            FaultState::Down => "down",
+            FaultState::NotBound => "not bound",
+        }
+    }
+}
+
+/// One fault as `status` and the page say it: `dns of cluster okd restarting (2 restarts):
+/// ERROR, 5s ago`.
+pub fn fault_line(f: &ServiceFault, now: u64) -> String {
+    let whose = f
+        .scope
+        .as_deref()
+        .map(|s| format!(" of {s}"))
+        .unwrap_or_default();
+    let restarts = match f.restarts {
+        0 => String::new(),
+        1 => " (1 restart)".to_owned(),
+        n => format!(" ({n} restarts)"),
+    };
+    format!(
+        "{}{whose} {}{restarts}: {}, {} ago",
+        f.service,
+        f.state.name(),
+        f.error,
+        humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(f.at)))
+    )
+}
+
+/// The faults the supervisor records and status reads (shared, cheap to clone).
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<std::sync::Mutex<Vec<ServiceFault>>>);
+
+impl Faults {
+    /// Records `state` for `service` of `scope`: a new fault, or the same one's next step (a
+    /// restart counts when a failed service serves again).
+    pub fn record(
+        &self,
+        service: &str,
+        scope: Option<&str>,
+        state: FaultState,
+        error: Option<&str>,
+    ) {
+        let mut faults = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = secs(SystemTime::now());
+        let i = match faults
+            .iter()
+            .position(|f| f.service == service && f.scope.as_deref() == scope)
+        {
+            Some(i) => i,
+            None => {
+                faults.push(ServiceFault {
+                    service: service.to_owned(),
+                    scope: scope.map(str::to_owned),
+                    state,
+                    restarts: 0,
+                    error: String::new(),
+                    at: now,
+                });
+                faults.len() - 1
+            }
+        };
+        let fault = &mut faults[i];
+        if state == FaultState::Serving && fault.state == FaultState::Restarting {
+            fault.restarts += 1;
+        }
+        fault.state = state;
+        if let Some(error) = error {
+            fault.error = error.to_owned();
+            fault.at = now;
+        }
+    }
+
+    /// Forgets `service` of `scope` (a listener bound at last).
+    pub fn clear(&self, service: &str, scope: Option<&str>) {
+        let mut faults = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        faults.retain(|f| !(f.service == service && f.scope.as_deref() == scope));
+    }
+
+    pub fn list(&self) -> Vec<ServiceFault> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +266,8 @@ pub struct CheckStatus {
 #[derive(Debug, Clone)]
 pub struct Fixed {
     pub started: SystemTime,
+    /// What failed and what is being done about it (the supervisor writes, status reads).
+    pub faults: Faults,
     /// Every socket the appliance listens on now: a reload that adds or removes a cluster
     /// swaps the list.
     pub listeners: Arc<arc_swap::ArcSwap<Vec<Listener>>>,
@@ -330,6 +463,7 @@ pub fn collect(
             }),
             cluster_waiting,
             endpoints: fixed.endpoints.clone(),
+            faults: fixed.faults.list(),
         },
         nodes,
         backends,

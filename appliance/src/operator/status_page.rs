@@ -323,6 +323,17 @@ fn summary(s: &Status, now: u64) -> String {
             esc(&e.admin_socket),
         );
     }
+    if !a.faults.is_empty() {
+        h.push_str("<ul class=\"faults\" id=\"faults\">");
+        for f in &a.faults {
+            let _ = write!(
+                h,
+                "<li>{}</li>",
+                esc(&crate::operator::status::fault_line(f, now))
+            );
+        }
+        h.push_str("</ul>");
+    }
     h
 }
 

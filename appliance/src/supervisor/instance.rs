@@ -35,6 +35,18 @@ pub(super) enum Role {
 }
 
 impl Role {
+    /// Whose tasks these are, as status names them (`None`: the appliance's own).
+    pub(super) fn scope(&self) -> Option<String> {
+        match self {
+            Role::Everything(_) | Role::Dns | Role::Tftp => None,
+            Role::Dhcp(interface) => {
+                Some(format!("segment {}", interface.as_deref().unwrap_or("any")))
+            }
+            Role::Router => Some("shared frontend".to_owned()),
+            Role::Cluster(id) => Some(format!("cluster {id}")),
+        }
+    }
+
     /// The cluster this instance is, with its orchestration, pools and operator.
     pub(super) fn cluster(&self) -> Option<&str> {
         match self {
@@ -50,6 +62,51 @@ pub(super) struct Task {
     /// The instance's token: once it is cancelled, the task's end is expected.
     pub token: CancellationToken,
     pub running: Running,
+    /// How to start the service again after it failed (on its sockets, which stay bound);
+    /// `None` for what can't be (the orchestration, replication channels, the fronts).
+    pub restart: Option<Restart>,
+    /// Whose task it is, as status names it (`cluster okd`, `segment ens19`); `None` for the
+    /// appliance's own.
+    pub scope: Option<String>,
+}
+
+/// Starts a failed service again (see `supervisor::restart`).
+pub(super) type Restart = Box<dyn FnMut() -> anyhow::Result<Running> + Send>;
+
+impl Task {
+    /// A task that is not started again when it fails.
+    pub(super) fn once(name: &'static str, token: CancellationToken, running: Running) -> Task {
+        Task {
+            name,
+            token,
+            running,
+            restart: None,
+            scope: None,
+        }
+    }
+}
+
+/// How a service is started on its sockets, once at start and again after a failure.
+type Start = Arc<dyn Fn(Vec<BoundSocket>) -> anyhow::Result<Running> + Send + Sync>;
+
+/// How to start a service again on duplicates of `sockets` (`None`, logged, when they can't be
+/// duplicated: the service then runs without a second chance).
+fn restartable(name: &'static str, sockets: &[BoundSocket], start: Start) -> Option<Restart> {
+    let spare = match sockets.iter().map(BoundSocket::try_clone).collect() {
+        Ok(spare) => spare,
+        Err(e) => {
+            tracing::warn!("{name}: can't keep its sockets for a restart: {e}");
+            return None;
+        }
+    };
+    let spare: Vec<BoundSocket> = spare;
+    Some(Box::new(move || {
+        let sockets = spare
+            .iter()
+            .map(BoundSocket::try_clone)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        start(sockets)
+    }))
 }
 
 #[derive(Debug)]
@@ -156,50 +213,62 @@ impl Instance {
             Service::IngressHttps,
             Service::IngressHttp,
         ]);
-        let mut started: Vec<(&'static str, anyhow::Result<Running>)> = Vec::new();
+        let mut started: Vec<(&'static str, Vec<BoundSocket>, Start)> = Vec::new();
+        let with = |start: fn(Vec<BoundSocket>, &service::Context) -> anyhow::Result<Running>| {
+            let ctx = ctx.clone();
+            Arc::new(move |sockets| start(sockets, &ctx)) as Start
+        };
         if !dns.is_empty() {
-            started.push(("dns", crate::dns::start(dns, &ctx)));
+            started.push(("dns", dns, with(crate::dns::start)));
         }
         if !dhcp.is_empty() {
-            started.push(("dhcp", crate::dhcp::start(dhcp, &ctx)));
+            started.push(("dhcp", dhcp, with(crate::dhcp::start)));
         }
         if !tftp.is_empty() {
-            started.push(("tftp", crate::tftp::start(tftp, &ctx)));
+            started.push(("tftp", tftp, with(crate::tftp::start)));
         }
         if !http.is_empty() {
-            started.push(("http", crate::http::start(http, &ctx)));
+            started.push(("http", http, with(crate::http::start)));
         }
         // A routed cluster's frontends listen at the host's router: its instance only checks
         // its backends.
         let routed = ctx.plan.load().lb.sharing == plan::Sharing::Routed;
         match &pools {
             Some(pools) if !lb.is_empty() || routed => {
-                let connections = &self.connections;
-                started.push(("lb", crate::lb::start(lb, &ctx, pools, connections)));
+                let (ctx, pools, connections) =
+                    (ctx.clone(), Arc::clone(pools), self.connections.clone());
+                let start: Start =
+                    Arc::new(move |lb| crate::lb::start(lb, &ctx, &pools, &connections));
+                started.push(("lb", lb, start));
             }
             None if !lb.is_empty() => {
-                started.push(("lb", crate::lb::router::start(lb, &ctx, &wing.routes)));
+                let (ctx, routes) = (ctx.clone(), Arc::clone(&wing.routes));
+                let start: Start = Arc::new(move |lb| crate::lb::router::start(lb, &ctx, &routes));
+                started.push(("lb", lb, start));
             }
             _ => {}
         }
         let mut tasks = Vec::new();
-        for (name, result) in started {
+        for (name, sockets, start) in started {
+            let restart = restartable(name, &sockets, Arc::clone(&start));
             tasks.push(Task {
                 name,
                 token: self.token.clone(),
-                running: result.map_err(|source| ServeError::Service {
+                running: start(sockets).map_err(|source| ServeError::Service {
                     service: name,
                     source,
                 })?,
+                restart,
+                scope: self.role.scope(),
             });
         }
         if let (Role::Dhcp(interface), Some(hub)) = (&self.role, &wing.replication) {
             let channel = format!("segment/{}", interface.as_deref().unwrap_or("any"));
-            tasks.push(Task {
-                name: "replication",
-                token: self.token.clone(),
-                running: hub.channel(Some(channel), Carries::Leases, &ctx, None, None),
-            });
+            tasks.push(Task::once(
+                "replication",
+                self.token.clone(),
+                hub.channel(Some(channel), Carries::Leases, &ctx, None, None),
+            ));
         }
         let (Some(id), Some(pools)) = (self.role.cluster(), pools) else {
             return Ok(tasks);
@@ -209,11 +278,7 @@ impl Instance {
         // unreadable phase record) `cluster` requests say why.
         let orchestration = match crate::orchestration::start(&ctx, Arc::clone(&pools)) {
             Ok((orchestrator, tracker)) => {
-                tasks.push(Task {
-                    name: "orchestration",
-                    token: self.token.clone(),
-                    running: tracker,
-                });
+                tasks.push(Task::once("orchestration", self.token.clone(), tracker));
                 Ok(orchestrator)
             }
             Err(e) => {
@@ -234,17 +299,17 @@ impl Instance {
                 _ => (None, Carries::Everything),
             };
             let orchestrator = orchestration.as_ref().ok().cloned();
-            tasks.push(Task {
-                name: "replication",
-                token: self.token.clone(),
-                running: hub.channel(
+            tasks.push(Task::once(
+                "replication",
+                self.token.clone(),
+                hub.channel(
                     channel,
                     carries,
                     &ctx,
                     Some(Arc::clone(&pools)),
                     orchestrator,
                 ),
-            });
+            ));
         }
         self.operator = Some(Operator::new(
             &ctx,

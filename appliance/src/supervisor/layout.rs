@@ -559,11 +559,9 @@ impl Layout {
                     _ => crate::tftp::start(sockets, &ctx).map(|r| ("tftp", r)),
                 };
                 match more {
-                    Ok((name, running)) => tasks.push(Task {
-                        name,
-                        token: instance.token.clone(),
-                        running,
-                    }),
+                    Ok((name, running)) => {
+                        tasks.push(Task::once(name, instance.token.clone(), running));
+                    }
                     Err(e) => {
                         failures.push(format!("{e:#}"));
                         self.bound.retain(|b| !addrs.contains(b));

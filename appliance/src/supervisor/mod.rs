@@ -11,6 +11,7 @@ mod adopt;
 mod instance;
 mod layout;
 mod privileges;
+mod restart;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,11 +124,7 @@ fn replication(
     let listener = crate::sockets::bind_tcp(addr)
         .map_err(|e| failed(anyhow::anyhow!("binding {addr}: {e}")))?;
     let (hub, running) = crate::replication::listen(listener, peer, base).map_err(failed)?;
-    let task = Task {
-        name: "replication",
-        token: base.shutdown.clone(),
-        running,
-    };
+    let task = Task::once("replication", base.shutdown.clone(), running);
     Ok((hub, task))
 }
 
@@ -160,6 +157,8 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         log_missing_boot_files(&i.plan.load());
     }
     raise_descriptor_limit();
+    // A panic while one input is handled is logged rate-limited, not once per packet.
+    crate::isolate::install_hook();
 
     // The account first: a wrong run_as is a mistake to report before anything is bound.
     let account = layout.run_as.as_ref().map(privileges::lookup).transpose()?;
@@ -207,8 +206,10 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let (owners, specs): (Vec<usize>, Vec<ListenerSpec>) = layout.specs().into_iter().unzip();
     let sockets = sockets::bind_all(&specs).map_err(ServeError::Bind)?;
     let api = layout.instances[0].plan.load().api.clone();
+    let faults = crate::operator::status::Faults::default();
     let fixed = crate::operator::status::Fixed {
         started: SystemTime::now(),
+        faults: faults.clone(),
         listeners: layout.listening(owners.iter().copied().zip(&sockets)),
         endpoints: Some(crate::operator::status::Endpoints {
             admin_socket: crate::operator::admin::socket_path(&state_dir)
@@ -295,26 +296,14 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 
     let mut services = JoinSet::new();
     let spawn = |services: &mut JoinSet<_>, task: Task| {
-        let Task {
-            name,
-            token,
-            running,
-        } = task;
-        services.spawn(async move { (name, token, running.await) });
+        services.spawn(restart::supervise(task, faults.clone()));
     };
     for task in started {
         spawn(&mut services, task);
     }
     for (name, running) in fronts {
         let token = token.clone();
-        spawn(
-            &mut services,
-            Task {
-                name,
-                token,
-                running,
-            },
-        );
+        spawn(&mut services, Task::once(name, token, running));
     }
     layout.plan_loaded();
     notify(&[sd_notify::NotifyState::Ready]);
@@ -343,6 +332,13 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
                 Ok((name, instance, outcome)) if instance.is_cancelled() && !token.is_cancelled() => {
                     if let Err(e) = outcome {
                         tracing::warn!("{name} of a removed cluster: {e:#}");
+                    }
+                }
+                // A failure `supervise` could not start again is down alone (recorded in the
+                // faults): the rest keeps serving, unless nothing is left to serve.
+                done if !services.is_empty() && !token.is_cancelled() => {
+                    if let Err(e) = done {
+                        tracing::error!("a service task was lost: {e}");
                     }
                 }
                 done => break Err(service_failure(done.map(|(name, _, outcome)| (name, outcome)))),

@@ -62,7 +62,12 @@ pub async fn serve(
                 }
             },
         };
-        let request = packet::parse_request(&buf[..n]);
+        // One datagram's fault stays with it: counted, logged (rate-limited), dropped.
+        let Some(request) = crate::isolate::packet(crate::isolate::Wire::Tftp, || {
+            packet::parse_request(&buf[..n])
+        }) else {
+            continue;
+        };
         let req = match request {
             Request::Ignore => continue,
             Request::Refuse(c, message) => {
@@ -88,6 +93,7 @@ pub async fn serve(
         let path = plan.load().files.ipxe_binary(&req.file);
         let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
+            crate::isolate::connection(crate::isolate::Wire::Tftp, async move {
             let evicted = ticket.evicted().clone();
             tokio::select! {
                 () = token.cancelled() => {}
@@ -102,6 +108,8 @@ pub async fn serve(
                     }
                 }
             }
+        })
+            .await;
         });
     }
 }

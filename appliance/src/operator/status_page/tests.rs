@@ -69,6 +69,7 @@ fn status(nodes: Vec<NodeStatus>, backends: Vec<BackendStatus>, cluster: Vec<Pha
                 api_socket: "/var/lib/okd/api.sock".to_owned(),
                 api_url: Some("https://10.0.0.1:9443/".to_owned()),
             }),
+            faults: vec![],
         },
         nodes,
         backends,
