@@ -224,8 +224,17 @@ fn request(
     let reservation = plan.reservations.iter().find(|r| r.mac == mac);
     let grant = match reservation {
         Some(r) => r.ip == wanted,
-        // Without a pool only reservations are served; unknown clients get silence.
-        None if plan.pool.is_none() => return None,
+        // Without a pool only reservations are served; unknown clients get silence. A client
+        // still holding a lease from this server (its reservation was removed by a reload)
+        // is told once that the address is no longer its own: the lease is forgotten, so its
+        // next try gets silence, never an OFFER of the address it can't have.
+        None if plan.pool.is_none() => {
+            if state.leases.of_mac(mac, now).is_none_or(|l| l.ip != wanted) {
+                return None;
+            }
+            forget(state, wanted, mac);
+            return Some(nak(req, plan, mac));
+        }
         None => {
             let held = state
                 .leases
@@ -254,6 +263,15 @@ fn request(
         if !plan.subnet.contains(&wanted) && server_id.is_none() && reservation.is_none() {
             return None;
         }
+        // A lease this server gave for it is over (a reservation a reload removed, an address
+        // out of the pool now): forgotten, so the next DISCOVER gets a servable address.
+        if state
+            .leases
+            .of_mac(mac, now)
+            .is_some_and(|l| l.ip == wanted)
+        {
+            forget(state, wanted, mac);
+        }
         return Some(nak(req, plan, mac));
     }
     state.offers.remove(&wanted);
@@ -267,6 +285,15 @@ fn request(
     Some(reply(req, plan, MessageType::Ack, wanted, mac, node))
 }
 
+/// Ends `mac`'s lease of `ip` (recorded as expired, as a RELEASE is).
+fn forget(state: &mut State, ip: Ipv4Addr, mac: MacAddr) {
+    state.leases.record(Lease {
+        ip,
+        mac,
+        expires: 0,
+    });
+}
+
 /// A free pool address for `mac`: its own live or expired lease first, then the address it asks
 /// for, then the next free one after the last given.
 fn allocate(
@@ -278,13 +305,16 @@ fn allocate(
 ) -> Option<Ipv4Addr> {
     let pool = share(plan.pool?, state.half)?;
     let free = |state: &State, ip: Ipv4Addr| pool.contains(ip) && state.free_for(ip, mac, now);
-    if let Some(lease) = state.leases.of_mac(mac, now) {
+    // Its own lease or offer only while this server could still grant it: an address that is
+    // no longer in the pool (a reservation a reload removed) would be offered, refused with a
+    // NAK at the REQUEST, and offered again, until the lease ran out.
+    if let Some(lease) = state.leases.of_mac(mac, now).filter(|l| free(state, l.ip)) {
         return Some(lease.ip);
     }
     if let Some((&ip, _)) = state
         .offers
         .iter()
-        .find(|(_, (m, until))| *m == mac && *until > now)
+        .find(|(ip, (m, until))| *m == mac && *until > now && free(state, **ip))
     {
         return Some(ip);
     }

@@ -791,6 +791,73 @@ fn a_hardware_address_longer_than_chaddr_is_refused_at_decode() {
     }
 }
 
+/// A node whose reservation a reload removed while its lease was live (issue 39): its renewal
+/// gets one NAK, then nothing (no pool) or a pool address (a pool), never the OFFER/NAK loop
+/// of its old address until the lease ran out.
+#[test]
+fn a_removed_reservation_gets_one_nak_then_nothing_or_a_pool_address() {
+    let reserved = Ipv4Addr::new(10, 0, 0, 2);
+    for pool in ["", "  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.110 }"] {
+        let mut plan = plan(pool);
+        let mut state = State::new(Leases::in_memory());
+        let ask = |ip| vec![DhcpOption::RequestedIpAddress(ip)];
+        let ack = handle(
+            &request(MASTER, MessageType::Request, ask(reserved)),
+            &plan,
+            &mut state,
+            1000,
+        )
+        .unwrap();
+        assert_eq!(ack.message.opts().msg_type(), Some(MessageType::Ack));
+        // The reload: master-0 is no longer in the config.
+        plan.reservations.clear();
+        let renew = handle(
+            &request(MASTER, MessageType::Request, ask(reserved)),
+            &plan,
+            &mut state,
+            1100,
+        )
+        .expect("an answer to the renewal");
+        assert_eq!(
+            renew.message.opts().msg_type(),
+            Some(MessageType::Nak),
+            "{pool:?}"
+        );
+        let again = handle(
+            &request(MASTER, MessageType::Discover, vec![]),
+            &plan,
+            &mut state,
+            1101,
+        );
+        match pool {
+            "" => {
+                assert!(again.is_none(), "silence without a pool");
+                let asked = handle(
+                    &request(MASTER, MessageType::Request, ask(reserved)),
+                    &plan,
+                    &mut state,
+                    1102,
+                );
+                assert!(asked.is_none(), "one NAK, then silence");
+            }
+            _ => {
+                let offer = again.expect("a pool offer");
+                assert_eq!(offer.message.opts().msg_type(), Some(MessageType::Offer));
+                assert_ne!(offer.message.yiaddr(), reserved);
+                let ip = offer.message.yiaddr();
+                let ack = handle(
+                    &request(MASTER, MessageType::Request, ask(ip)),
+                    &plan,
+                    &mut state,
+                    1102,
+                )
+                .unwrap();
+                assert_eq!(ack.message.opts().msg_type(), Some(MessageType::Ack));
+            }
+        }
+    }
+}
+
 /// A pair's hosts hand out new addresses from their own halves of the pool, so two hosts cut
 /// from each other (both active) never give one address to two clients; a lease one host
 /// granted (and replicated) is renewed by the other.
