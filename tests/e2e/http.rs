@@ -146,15 +146,27 @@ fn serves_scripts_ignition_and_artifacts_to_the_right_nodes() {
         "data:,mst0%0A"
     );
     // Its ignition fetched, the node is not installed yet: its next script boots the disk (and
-    // installs again if that fails); a further network boot without the installed system
-    // having fetched its role config means the disk did not boot: install again.
+    // installs again if that fails), and so does every network boot of the same power-on (a
+    // firmware with several network entries fetches it once per entry); a network boot of a
+    // later power-on without the installed system having fetched its role config means the
+    // disk did not boot: install again.
     let script_url = format!("{BASE}/boot/52-54-00-00-00-11.ipxe");
-    let script = body(&mst0, &script_url);
-    assert!(
-        script.contains("sanboot --no-describe --drive 0x80 ||"),
-        "{script}"
-    );
-    assert!(script.contains("coreos.inst.ignition_url="), "{script}");
+    for _entry in 0..3 {
+        let script = body(&mst0, &script_url);
+        assert!(
+            script.contains("sanboot --no-describe --drive 0x80 ||"),
+            "{script}"
+        );
+        assert!(script.contains("coreos.inst.ignition_url="), "{script}");
+    }
+    // The offer's power-on is over (its time moved back past the window).
+    let offered = dir.path().join("state/disk-boot-offered/mst0");
+    assert!(offered.exists());
+    std::fs::write(
+        &offered,
+        "disk boot offered Mon, 01 Jan 2024 00:00:00 GMT\n",
+    )
+    .unwrap();
     let script = body(&mst0, &script_url);
     assert!(!script.contains("sanboot"), "{script}");
     assert!(script.contains("coreos.inst.ignition_url="), "{script}");
