@@ -393,6 +393,11 @@ pub(super) fn parse(
         }
     }
     let mut found = super::validate::host::conflicts(&host_src, &members);
+    super::validate::host::exposure(
+        &super::validate::host::HostSecrets::new(&state_dir, api.as_ref(), ha.as_ref()),
+        &members,
+        &mut found,
+    );
     if let (Some(shared), Some(raw)) = (&shared, &raw.shared_frontend) {
         found.extend(super::validate::host::shared(
             &host_src,

@@ -16,7 +16,7 @@ const SHARED_DIRS: [&str; 12] = [
 
 /// A path as the kernel would walk it: absolute, `..` and `.` resolved, symlinks followed as
 /// far as the path exists (a missing tail is kept as written).
-fn real(path: &Path) -> PathBuf {
+pub(in crate::config) fn real(path: &Path) -> PathBuf {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     let mut lexical = PathBuf::new();
     for c in absolute.components() {

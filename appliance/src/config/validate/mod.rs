@@ -31,7 +31,7 @@ mod cluster;
 mod control;
 mod defaults;
 mod dns;
-mod exposure;
+pub(in crate::config) mod exposure;
 mod ha;
 pub(super) mod host;
 mod ignition;

@@ -11,11 +11,13 @@ use serde_saphyr::Location;
 use super::super::diagnostic::{Problem, Severity, Source};
 use super::super::host::Listed;
 use crate::vocabulary::MacAddr;
+pub(in crate::config) use exposure::{HostSecrets, exposure};
 pub(in crate::config) use ha::pair;
 use machines::machines;
 use network::{dhcp_interfaces, listeners, pools, subnets};
 pub(in crate::config) use shared::shared;
 
+mod exposure;
 mod ha;
 mod machines;
 mod network;

@@ -300,3 +300,64 @@ fn a_hosts_pair_takes_two_own_addresses_of_one_segment() {
     );
     assert_eq!(super::ha::REPLICATION_PORT, crate::replication::PORT);
 }
+
+/// The host file's secrets and state, and another cluster's ignition files, are refused in a
+/// cluster's `artifacts_dir` (issue 39: `/artifacts/` served the host's API token, and with it a
+/// stranger reinstalled a node); apart from it, nothing is.
+#[test]
+fn an_artifacts_dir_may_hold_none_of_the_hosts_secrets_nor_another_clusters_ignition() {
+    use super::{HostSecrets, exposure};
+    let messages = |secrets: &HostSecrets, files: &[String]| -> Vec<String> {
+        let (_, members) = listed(files);
+        let mut out = Vec::new();
+        exposure(secrets, &members, &mut out);
+        out.into_iter().map(|(_, p)| p.to_string()).collect()
+    };
+    let apart = [cluster("okd", 1, 2, ""), cluster("test", 21, 22, "")];
+    let host = HostSecrets {
+        state_dir: "/var/lib/okd-appliance".into(),
+        files: vec![
+            ("the host file's API token", "/etc/okd/api-token".into()),
+            ("the host file's pair secret", "/etc/okd/ha-secret".into()),
+        ],
+    };
+    assert!(messages(&host, &apart).is_empty());
+    // Every cluster serves /tmp/artifacts here (the loader's directory).
+    let exposed = HostSecrets {
+        state_dir: "/tmp/artifacts/state".into(),
+        files: vec![
+            (
+                "the host file's API token",
+                "/tmp/artifacts/api-token".into(),
+            ),
+            (
+                "the host file's pair secret",
+                "/tmp/artifacts/../artifacts/ha".into(),
+            ),
+        ],
+    };
+    let found = messages(&exposed, &apart[..1]);
+    for what in [
+        "holds the host file's state directory",
+        "holds the host file's API token",
+        "holds the host file's pair secret",
+    ] {
+        assert!(found.iter().any(|m| m.contains(what)), "{what}: {found:?}");
+    }
+    let nested = [
+        cluster("okd", 1, 2, ""),
+        cluster("test", 21, 22, "")
+            .replace("./test-install", "./artifacts/test-install")
+            .replace(
+                "artifacts_dir: ./artifacts",
+                "artifacts_dir: ./artifacts-test",
+            ),
+    ];
+    let found = messages(&host, &nested);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("holds cluster test's ignition directory")),
+        "{found:?}"
+    );
+}
