@@ -111,6 +111,22 @@ pub struct BindError {
     pub reason: String,
 }
 
+/// Binds each spec on its own: every socket that could be bound, and why each other could
+/// not, in the order of `specs` (`serve` starts what bound and retries the rest).
+pub fn bind_each(specs: &[ListenerSpec]) -> Vec<Result<BoundSocket, BindError>> {
+    specs
+        .iter()
+        .map(|spec| {
+            bind(spec).map_err(|e| BindError {
+                service: spec.service.name(),
+                proto: spec.proto,
+                addr: spec.addr,
+                reason: explain(&e, spec.addr),
+            })
+        })
+        .collect()
+}
+
 /// Binds every spec. Either all succeed, or every failure is returned (none is left bound).
 pub fn bind_all(specs: &[ListenerSpec]) -> Result<Vec<BoundSocket>, Vec<BindError>> {
     let mut bound = Vec::with_capacity(specs.len());

@@ -31,6 +31,7 @@ mod nm_kargs;
 mod orchestration;
 mod orchestration_api;
 mod orchestration_clusters;
+mod partial_start;
 mod redfish;
 mod reload;
 mod render_peers;

@@ -40,7 +40,7 @@ pub fn run(file: &Path) -> ExitCode {
             for e in &errors {
                 tracing::error!("{e}");
             }
-            tracing::error!("nothing is served: every listener must bind first");
+            tracing::error!("nothing is served: no listener could be bound");
             ExitCode::from(1)
         }
         Err(e) => {

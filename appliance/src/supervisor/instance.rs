@@ -197,71 +197,7 @@ impl Instance {
             .role
             .cluster()
             .map(|_| crate::lb::shared_pools(&ctx.plan.load()));
-        let mut sockets = sockets;
-        let mut take = |of: &[Service]| -> Vec<BoundSocket> {
-            sockets
-                .extract_if(.., |b| of.contains(&b.spec.service))
-                .collect()
-        };
-        let dns = take(&[Service::Dns]);
-        let dhcp = take(&[Service::Dhcp]);
-        let tftp = take(&[Service::Tftp]);
-        let http = take(&[Service::Http]);
-        let lb = take(&[
-            Service::KubeApi,
-            Service::MachineConfig,
-            Service::IngressHttps,
-            Service::IngressHttp,
-        ]);
-        let mut started: Vec<(&'static str, Vec<BoundSocket>, Start)> = Vec::new();
-        let with = |start: fn(Vec<BoundSocket>, &service::Context) -> anyhow::Result<Running>| {
-            let ctx = ctx.clone();
-            Arc::new(move |sockets| start(sockets, &ctx)) as Start
-        };
-        if !dns.is_empty() {
-            started.push(("dns", dns, with(crate::dns::start)));
-        }
-        if !dhcp.is_empty() {
-            started.push(("dhcp", dhcp, with(crate::dhcp::start)));
-        }
-        if !tftp.is_empty() {
-            started.push(("tftp", tftp, with(crate::tftp::start)));
-        }
-        if !http.is_empty() {
-            started.push(("http", http, with(crate::http::start)));
-        }
-        // A routed cluster's frontends listen at the host's router: its instance only checks
-        // its backends.
-        let routed = ctx.plan.load().lb.sharing == plan::Sharing::Routed;
-        match &pools {
-            Some(pools) if !lb.is_empty() || routed => {
-                let (ctx, pools, connections) =
-                    (ctx.clone(), Arc::clone(pools), self.connections.clone());
-                let start: Start =
-                    Arc::new(move |lb| crate::lb::start(lb, &ctx, &pools, &connections));
-                started.push(("lb", lb, start));
-            }
-            None if !lb.is_empty() => {
-                let (ctx, routes) = (ctx.clone(), Arc::clone(&wing.routes));
-                let start: Start = Arc::new(move |lb| crate::lb::router::start(lb, &ctx, &routes));
-                started.push(("lb", lb, start));
-            }
-            _ => {}
-        }
-        let mut tasks = Vec::new();
-        for (name, sockets, start) in started {
-            let restart = restartable(name, &sockets, Arc::clone(&start));
-            tasks.push(Task {
-                name,
-                token: self.token.clone(),
-                running: start(sockets).map_err(|source| ServeError::Service {
-                    service: name,
-                    source,
-                })?,
-                restart,
-                scope: self.role.scope(),
-            });
-        }
+        let mut tasks = self.start_listeners(sockets, &ctx, wing, pools.as_ref(), true)?;
         if let (Role::Dhcp(interface), Some(hub)) = (&self.role, &wing.replication) {
             let channel = format!("segment/{}", interface.as_deref().unwrap_or("any"));
             tasks.push(Task::once(
@@ -319,6 +255,85 @@ impl Instance {
             wing.ha_host,
             wing.fixed.clone(),
         ));
+        Ok(tasks)
+    }
+
+    /// Starts the listener services on `sockets` (at start, and later for a listener whose
+    /// address was missing then: `first` false, so a routed cluster's health checks are not
+    /// started twice).
+    pub(super) fn start_listeners(
+        &self,
+        sockets: Vec<BoundSocket>,
+        ctx: &service::Context,
+        wing: &Wing,
+        pools: Option<&crate::lb::SharedPools>,
+        first: bool,
+    ) -> Result<Vec<Task>, ServeError> {
+        let mut sockets = sockets;
+        let mut take = |of: &[Service]| -> Vec<BoundSocket> {
+            sockets
+                .extract_if(.., |b| of.contains(&b.spec.service))
+                .collect()
+        };
+        let dns = take(&[Service::Dns]);
+        let dhcp = take(&[Service::Dhcp]);
+        let tftp = take(&[Service::Tftp]);
+        let http = take(&[Service::Http]);
+        let lb = take(&[
+            Service::KubeApi,
+            Service::MachineConfig,
+            Service::IngressHttps,
+            Service::IngressHttp,
+        ]);
+        let mut started: Vec<(&'static str, Vec<BoundSocket>, Start)> = Vec::new();
+        let with = |start: fn(Vec<BoundSocket>, &service::Context) -> anyhow::Result<Running>| {
+            let ctx = ctx.clone();
+            Arc::new(move |sockets| start(sockets, &ctx)) as Start
+        };
+        if !dns.is_empty() {
+            started.push(("dns", dns, with(crate::dns::start)));
+        }
+        if !dhcp.is_empty() {
+            started.push(("dhcp", dhcp, with(crate::dhcp::start)));
+        }
+        if !tftp.is_empty() {
+            started.push(("tftp", tftp, with(crate::tftp::start)));
+        }
+        if !http.is_empty() {
+            started.push(("http", http, with(crate::http::start)));
+        }
+        // A routed cluster's frontends listen at the host's router: its instance only checks
+        // its backends.
+        let routed = ctx.plan.load().lb.sharing == plan::Sharing::Routed;
+        match pools {
+            Some(pools) if !lb.is_empty() || (routed && first) => {
+                let (ctx, pools, connections) =
+                    (ctx.clone(), Arc::clone(pools), self.connections.clone());
+                let start: Start =
+                    Arc::new(move |lb| crate::lb::start(lb, &ctx, &pools, &connections));
+                started.push(("lb", lb, start));
+            }
+            None if !lb.is_empty() => {
+                let (ctx, routes) = (ctx.clone(), Arc::clone(&wing.routes));
+                let start: Start = Arc::new(move |lb| crate::lb::router::start(lb, &ctx, &routes));
+                started.push(("lb", lb, start));
+            }
+            _ => {}
+        }
+        let mut tasks = Vec::new();
+        for (name, sockets, start) in started {
+            let restart = restartable(name, &sockets, Arc::clone(&start));
+            tasks.push(Task {
+                name,
+                token: self.token.clone(),
+                running: start(sockets).map_err(|source| ServeError::Service {
+                    service: name,
+                    source,
+                })?,
+                restart,
+                scope: self.role.scope(),
+            });
+        }
         Ok(tasks)
     }
 }

@@ -55,21 +55,21 @@ pub(super) struct Layout {
     /// The DNS and TFTP addresses bound so far.
     bound: Vec<(crate::sockets::Service, SocketAddr)>,
     /// Once started: what a started instance is made with, and the operator wing's lists.
-    started: Option<Started>,
+    pub(super) started: Option<Started>,
     /// Removed clusters' operators while their install run may still be stopping: such a
     /// cluster is not added back before it has.
     retired: Vec<(String, crate::operator::Operator)>,
     /// What the shared frontend's router routes to: the routed clusters' pools.
     pub routes: crate::lb::router::SharedRoutes,
     /// Every listening socket, with the instance it is for.
-    listeners: Vec<(Role, Listener)>,
+    pub(super) listeners: Vec<(Role, Listener)>,
     /// What `status` shows of them, swapped at each reload.
     shown: Arc<arc_swap::ArcSwap<Vec<Listener>>>,
 }
 
-struct Started {
-    base: service::Context,
-    wing: Wing,
+pub(super) struct Started {
+    pub(super) base: service::Context,
+    pub(super) wing: Wing,
     clusters: Clusters,
     samplers: Samplers,
 }
@@ -179,7 +179,7 @@ impl Layout {
 
     /// Shows the sockets still open: those of the instances that run, DNS's and TFTP's only
     /// while their address is bound.
-    fn show_listening(&mut self) {
+    pub(super) fn show_listening(&mut self) {
         let (instances, bound) = (&self.instances, &self.bound);
         self.listeners.retain(|(role, l)| {
             let kept = instances.iter().any(|i| i.role == *role);
@@ -627,7 +627,7 @@ fn derive(target: &Target, serial: u32, previous: Option<&HostPlan>) -> Result<D
 }
 
 /// A bound socket as `status` shows it.
-fn listener(socket: &BoundSocket) -> Listener {
+pub(super) fn listener(socket: &BoundSocket) -> Listener {
     Listener {
         service: socket.spec.service.name().to_owned(),
         proto: socket.spec.proto.to_string(),

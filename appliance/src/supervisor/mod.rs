@@ -12,6 +12,7 @@ mod instance;
 mod layout;
 mod privileges;
 mod restart;
+mod unbound;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -203,10 +204,25 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let (owners, specs): (Vec<usize>, Vec<ListenerSpec>) = layout.specs().into_iter().unzip();
-    let sockets = sockets::bind_all(&specs).map_err(ServeError::Bind)?;
-    let api = layout.instances[0].plan.load().api.clone();
     let faults = crate::operator::status::Faults::default();
+    let (owners, specs): (Vec<usize>, Vec<ListenerSpec>) = layout.specs().into_iter().unzip();
+    // Each listener on its own: what could not be bound is retried while the rest serves; the
+    // appliance stops only when nothing could be.
+    let results = sockets::bind_each(&specs);
+    if results.iter().all(Result::is_err) {
+        return Err(ServeError::Bind(
+            results.into_iter().filter_map(Result::err).collect(),
+        ));
+    }
+    let results = owners
+        .into_iter()
+        .zip(specs)
+        .zip(results)
+        .map(|((owner, spec), result)| (owner, spec, result))
+        .collect();
+    let (bound, mut unbound) = unbound::split(&layout, results, &faults);
+    let (owners, sockets): (Vec<usize>, Vec<BoundSocket>) = bound.into_iter().unzip();
+    let api = layout.instances[0].plan.load().api.clone();
     let fixed = crate::operator::status::Fixed {
         started: SystemTime::now(),
         faults: faults.clone(),
@@ -309,9 +325,16 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     notify(&[sd_notify::NotifyState::Ready]);
     tracing::info!("ready");
 
+    let mut retry = tokio::time::interval(unbound::RETRY_EVERY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
         tokio::select! {
             _ = sigterm.recv() => break Ok("SIGTERM"),
+            _ = retry.tick(), if !unbound.is_empty() => {
+                for task in layout.retry_unbound(&mut unbound, &faults) {
+                    spawn(&mut services, task);
+                }
+            }
             _ = sigint.recv() => break Ok("SIGINT"),
             _ = sighup.recv() => {
                 let (_, added) = layout.reload(config_path).await;
