@@ -1,5 +1,6 @@
 //! `okd-appliance serve` as a process: it starts, reloads on SIGHUP (keeping the old plan when
-//! the new file is invalid), stops cleanly on SIGTERM, and refuses to start when it can't bind.
+//! the new file is invalid), stops cleanly on SIGTERM. (A listener that can't bind is retried while the
+//! rest serves: tests/e2e/partial_start.rs.)
 
 mod common;
 
