@@ -31,11 +31,16 @@ use super::wire::{
     self, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Query, Reply, ReplyEdns, ReplyFlags, rcode,
 };
 use crate::isolate::Wire;
+use crate::per_address::PerAddress;
 use crate::plan::{self, Plan};
 
 /// A TCP client that sends nothing for this long is closed (RFC 7766 section 6.2.3).
 const TCP_IDLE: Duration = Duration::from_secs(10);
 const MAX_TCP_CONNECTIONS: usize = 256;
+/// How many of them one client address may hold, so that one host's idle connections can't
+/// get every other client's TCP query (a truncated answer's retry) refused: a resolver keeps a
+/// few, a node one at a time.
+pub const TCP_PER_ADDRESS: usize = 32;
 /// Records per message of a zone transfer.
 const TRANSFER_BATCH: usize = 100;
 
@@ -487,6 +492,7 @@ pub async fn serve_tcp(
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
+    let per_address = PerAddress::new(TCP_PER_ADDRESS);
     loop {
         let (stream, client) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -504,9 +510,15 @@ pub async fn serve_tcp(
             tracing::debug!("dns/tcp: {MAX_TCP_CONNECTIONS} connections open; closing {client}");
             continue;
         };
+        let Some(held) = per_address.admit(client.ip()) else {
+            tracing::debug!(
+                "dns/tcp {client}: its address holds {TCP_PER_ADDRESS} connections already; closed"
+            );
+            continue;
+        };
         let (shared, token) = (Arc::clone(&shared), token.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let (_permit, _held) = (permit, held);
             tokio::select! {
                 () = token.cancelled() => {}
                 result = crate::isolate::connection(Wire::Dns, serve_connection(stream, client, &shared)) => {

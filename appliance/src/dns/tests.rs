@@ -12,7 +12,9 @@ use super::wire::MAX_NAME;
 use crate::config;
 use crate::plan::Plan;
 
-const LAB: &str = r#"version: 1
+mod tcp;
+
+pub(super) const LAB: &str = r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
 network:
   subnet: 10.0.0.0/24

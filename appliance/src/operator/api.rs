@@ -214,6 +214,11 @@ async fn serve_local(
     }
 }
 
+/// The TCP API's connections at once (the status page holds one event stream per open tab).
+const TCP_CONNECTIONS: usize = 256;
+/// Of them, one client address's.
+const TCP_PER_ADDRESS: usize = 32;
+
 async fn serve_tcp(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
@@ -221,6 +226,8 @@ async fn serve_tcp(
     parts: Clusters,
     token: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
+    let per_address = crate::per_address::PerAddress::new(TCP_PER_ADDRESS);
     loop {
         let (stream, peer) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -233,8 +240,21 @@ async fn serve_tcp(
                 }
             },
         };
+        // A stranger's unauthenticated connections are bounded, in all and per address: the
+        // descriptors they hold are the ones DNS and the boot server need (issue 39).
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!("api: {TCP_CONNECTIONS} connections open; closing {peer}");
+            continue;
+        };
+        let Some(held) = per_address.admit(peer.ip()) else {
+            tracing::debug!(
+                "api {peer}: its address holds {TCP_PER_ADDRESS} connections already; closed"
+            );
+            continue;
+        };
         let (acceptor, parts, access) = (acceptor.clone(), parts.clone(), access.clone());
         tokio::spawn(crate::isolate::connection(Wire::Api, async move {
+            let (_permit, _held) = (permit, held);
             match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => connection(TokioIo::new(tls), parts, access).await,
                 Ok(Err(e)) => tracing::debug!("api TLS from {peer}: {e}"),
