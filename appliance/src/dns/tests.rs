@@ -12,8 +12,6 @@ use super::wire::MAX_NAME;
 use crate::config;
 use crate::plan::Plan;
 
-mod tcp;
-
 pub(super) const LAB: &str = r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
 network:
