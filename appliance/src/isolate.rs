@@ -189,30 +189,52 @@ fn caught(wire: Wire, payload: &(dyn Any + Send)) {
     }
 }
 
-/// Per wire path: when it last logged, and how many panics were not logged since.
-struct LogGates {
-    gates: [Mutex<Option<Instant>>; Wire::ALL.len()],
-    unlogged: [AtomicU64; Wire::ALL.len()],
+/// One rate-limited log line: at most one per [`LOG_EVERY`], saying how many were not logged
+/// since. The panic logs use one per wire path; a path that would log once per stranger's input
+/// (a failed replication handshake) uses its own.
+#[derive(Debug)]
+pub struct LogGate {
+    last: Mutex<Option<Instant>>,
+    unlogged: AtomicU64,
 }
 
-static LOGS: LogGates = LogGates {
-    gates: [const { Mutex::new(None) }; Wire::ALL.len()],
-    unlogged: [const { AtomicU64::new(0) }; Wire::ALL.len()],
-};
+impl LogGate {
+    pub const fn new() -> LogGate {
+        LogGate {
+            last: Mutex::new(None),
+            unlogged: AtomicU64::new(0),
+        }
+    }
 
-impl LogGates {
-    /// `Some(not logged since)` when a line may be logged now.
-    fn admit(&self, wire: Wire, now: Instant) -> Option<u64> {
-        let i = wire.index();
-        let mut last = self.gates[i]
+    /// `Some(not logged since)` when a line may be logged now; else counts it as not logged.
+    pub fn admit(&self, now: Instant) -> Option<u64> {
+        let mut last = self
+            .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last.is_some_and(|at| now.saturating_duration_since(at) < LOG_EVERY) {
-            self.unlogged[i].fetch_add(1, Ordering::Relaxed);
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         *last = Some(now);
-        Some(self.unlogged[i].swap(0, Ordering::Relaxed))
+        Some(self.unlogged.swap(0, Ordering::Relaxed))
+    }
+}
+
+impl Default for LogGate {
+    fn default() -> Self {
+        LogGate::new()
+    }
+}
+
+/// The panic logs' gates, one per wire path.
+struct LogGates([LogGate; Wire::ALL.len()]);
+
+static LOGS: LogGates = LogGates([const { LogGate::new() }; Wire::ALL.len()]);
+
+impl LogGates {
+    fn admit(&self, wire: Wire, now: Instant) -> Option<u64> {
+        self.0[wire.index()].admit(now)
     }
 }
 
@@ -253,10 +275,7 @@ mod tests {
 
     #[test]
     fn one_line_per_interval_says_how_many_went_unlogged() {
-        let gates = LogGates {
-            gates: [const { Mutex::new(None) }; Wire::ALL.len()],
-            unlogged: [const { AtomicU64::new(0) }; Wire::ALL.len()],
-        };
+        let gates = LogGates([const { LogGate::new() }; Wire::ALL.len()]);
         let t0 = Instant::now();
         assert_eq!(gates.admit(Wire::Dns, t0), Some(0));
         assert_eq!(gates.admit(Wire::Dns, t0 + Duration::from_secs(1)), None);

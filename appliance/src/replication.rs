@@ -296,6 +296,9 @@ fn verify(secret: &[u8], role: &[u8], exported: &[u8; 32], tag: &[u8]) -> bool {
     ring::hmac::verify(&key, &message, tag).is_ok()
 }
 
+/// Failed handshakes (anyone on the cluster network can fail one), logged once per 10 s.
+static FAILED_HANDSHAKES: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
 /// Accepts the peer's connections; applies its updates while this host is the standby.
 async fn receive(
     listener: TcpListener,
@@ -334,7 +337,9 @@ async fn receive(
                 let tls = match proved {
                     Ok(tls) => tls,
                     Err(e) => {
-                        tracing::warn!("replication from {from}: {e:#}");
+                        if let Some(n) = FAILED_HANDSHAKES.admit(std::time::Instant::now()) {
+                            tracing::warn!("replication from {from}: {e:#} (+{n} unlogged)");
+                        }
                         return;
                     }
                 };
