@@ -22,10 +22,9 @@ use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// The wire paths whose panics are counted apart.
@@ -100,7 +99,8 @@ pub fn install_hook() {
     });
 }
 
-fn message(payload: &(dyn Any + Send)) -> &str {
+/// The text a panic was raised with, or a placeholder.
+pub fn message(payload: &(dyn Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
         .copied()
@@ -132,10 +132,17 @@ pub fn packet<T>(wire: Wire, f: impl FnOnce() -> T) -> Option<T> {
 /// Runs one connection's task: its output, or `None` when it panicked (counted and logged,
 /// rate-limited). The connection's resources are dropped with the future, as on any end.
 pub async fn connection<F: Future>(wire: Wire, task: F) -> Option<F::Output> {
-    let caught_task = Isolated {
-        inner: Box::pin(task),
-    };
-    match caught_task.await {
+    // Pinned in this future's own state: no allocation per connection (the load balancer's
+    // accept path runs this for every connection).
+    let mut task = std::pin::pin!(task);
+    let polled = std::future::poll_fn(|cx| {
+        match marked(|| std::panic::catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(cx)))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    });
+    match polled.await {
         Ok(out) => Some(out),
         Err(payload) => {
             caught(wire, payload.as_ref());
@@ -150,24 +157,6 @@ static PANICS: [AtomicU64; Wire::ALL.len()] = [const { AtomicU64::new(0) }; Wire
 /// How many panics were caught on `wire` since the process started (`/metrics` reads it).
 pub fn panics(wire: Wire) -> u64 {
     PANICS[wire.index()].load(Ordering::Relaxed)
-}
-
-/// A future polled with the thread marked isolated and its panics caught.
-struct Isolated<F> {
-    inner: Pin<Box<F>>,
-}
-
-impl<F: Future> Future for Isolated<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.inner.as_mut();
-        match marked(|| std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx)))) {
-            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(payload)),
-        }
-    }
 }
 
 /// One caught panic: counted, and logged unless another of `wire` was within [`LOG_EVERY`].

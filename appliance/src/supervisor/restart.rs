@@ -48,7 +48,12 @@ pub(super) async fn supervise(
         let outcome = AssertUnwindSafe(running)
             .catch_unwind()
             .await
-            .unwrap_or_else(|panic| Err(anyhow::anyhow!("panicked: {}", panic_text(&*panic))));
+            .unwrap_or_else(|panic| {
+                Err(anyhow::anyhow!(
+                    "panicked: {}",
+                    crate::isolate::message(&*panic)
+                ))
+            });
         if token.is_cancelled() {
             return (name, token, outcome);
         }
@@ -86,14 +91,6 @@ pub(super) async fn supervise(
             Err(e) => Box::pin(async move { Err(e.context("starting it again")) }),
         };
     }
-}
-
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
 }
 
 #[cfg(test)]
