@@ -43,17 +43,18 @@ impl Unbound {
         )
     }
 
-    /// The services that start together: the load balancer's frontends as one.
     fn group(&self) -> (Role, Option<Service>) {
-        let lb = matches!(
-            self.spec.service,
-            Service::KubeApi
-                | Service::MachineConfig
-                | Service::IngressHttps
-                | Service::IngressHttp
-        );
-        (self.role.clone(), (!lb).then_some(self.spec.service))
+        group(&self.role, self.spec.service)
     }
+}
+
+/// The services that start together: the load balancer's frontends as one (`None`).
+fn group(role: &Role, service: Service) -> (Role, Option<Service>) {
+    let lb = matches!(
+        service,
+        Service::KubeApi | Service::MachineConfig | Service::IngressHttps | Service::IngressHttp
+    );
+    (role.clone(), (!lb).then_some(service))
 }
 
 /// Splits the start's bind results: the bound sockets with their owners, and the listeners to
@@ -94,12 +95,8 @@ pub(super) fn split(
     }
     let waiting: Vec<(Role, Option<Service>)> = unbound.iter().map(Unbound::group).collect();
     let (keep, wait): (Vec<_>, Vec<_>) = bound.into_iter().partition(|(owner, socket)| {
-        let u = Unbound {
-            role: layout.instances[*owner].role.clone(),
-            spec: socket.spec.clone(),
-            socket: None,
-        };
-        !(u.group().1.is_none() && waiting.contains(&u.group()))
+        let g = group(&layout.instances[*owner].role, socket.spec.service);
+        !(g.1.is_none() && waiting.contains(&g))
     });
     for (owner, socket) in wait {
         unbound.push(Unbound {
