@@ -5,6 +5,7 @@
 //! [`plan::Plan`] -> services. See docs/architecture.md for the map.
 
 pub mod artifacts;
+pub mod budget;
 pub mod config;
 pub mod control;
 pub mod dhcp;

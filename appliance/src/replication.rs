@@ -35,7 +35,6 @@ use crate::journal::{EventKind, Journal};
 use crate::lb::SharedPools;
 use crate::orchestration::Orchestrator;
 use crate::orchestration::phases::Progress;
-use crate::per_address::PerAddress;
 use crate::service::{Context, Running};
 use crate::vocabulary::MacAddr;
 
@@ -46,10 +45,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A line longer than this ends the connection.
 const MAX_LINE: u64 = 1 << 20;
-/// The most connections one address may hold at once before they proved the pair's secret:
-/// the peer opens one per channel (a host file's clusters and segments); a stranger can't
-/// make the listener hold more for it.
-const UNPROVEN_PER_ADDRESS: usize = 256;
 /// The sender's heartbeat when nothing changes.
 const HEARTBEAT: Duration = Duration::from_secs(2);
 /// A session that carried nothing (not even a heartbeat) for this long is over, on both ends.
@@ -157,6 +152,7 @@ pub fn listen(
     ));
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
+    let gate = ctx.budget.gate(crate::budget::Kind::Replication, local);
     let hub = Hub {
         peer,
         secret: Arc::new(keys.replication.to_vec()),
@@ -174,7 +170,7 @@ pub fn listen(
         Box::pin(async move {
             tokio::select! {
                 () = token.cancelled() => Ok(()),
-                r = receive(listener, acceptor, channels, secret, active) => r,
+                r = receive((listener, gate), acceptor, channels, secret, active) => r,
             }
         }),
     ))
@@ -301,13 +297,12 @@ static FAILED_HANDSHAKES: crate::isolate::LogGate = crate::isolate::LogGate::new
 
 /// Accepts the peer's connections; applies its updates while this host is the standby.
 async fn receive(
-    listener: TcpListener,
+    (listener, gate): (TcpListener, crate::budget::Gate),
     acceptor: tokio_rustls::TlsAcceptor,
     channels: Channels,
     secret: Arc<Vec<u8>>,
     active: Activity,
 ) -> anyhow::Result<()> {
-    let unproven = PerAddress::new(UNPROVEN_PER_ADDRESS);
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(a) => a,
@@ -317,13 +312,14 @@ async fn receive(
                 continue;
             }
         };
-        // The port is on the cluster network: one address's connections that have not proved
-        // the secret yet are bounded, each for at most the handshake's two timeouts.
-        let Some(proving) = unproven.admit(from.ip()) else {
-            tracing::debug!(
-                "replication from {from}: closed, {UNPROVEN_PER_ADDRESS} of its connections are proving the secret"
-            );
-            continue;
+        // The port is on the cluster network: the connections, and one address's, are bounded
+        // (a stranger's each for at most the handshake's two timeouts): `crate::budget`.
+        let ticket = match gate.admit(from.ip()) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                tracing::debug!("replication from {from}: {why}; closed");
+                continue;
+            }
         };
         let (acceptor, channels, secret) =
             (acceptor.clone(), Arc::clone(&channels), Arc::clone(&secret));
@@ -332,8 +328,8 @@ async fn receive(
             crate::isolate::connection(crate::isolate::Wire::Replication, async move {
                 // Before the peer proved the secret, nothing it does reaches the status: a
                 // stranger's connection can't make the pair look disconnected.
+                let _ticket = ticket;
                 let proved = authenticate_peer(stream, from, acceptor, &secret).await;
-                drop(proving);
                 let tls = match proved {
                     Ok(tls) => tls,
                     Err(e) => {

@@ -32,6 +32,8 @@ pub struct Context {
     pub active: crate::ha::Activity,
     /// Where the services count what they do (`/metrics`).
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The process's descriptors: every TCP listener admits its connections through it.
+    pub budget: crate::budget::Budget,
 }
 
 /// A started service: serves until the shutdown token is cancelled, or fails.

@@ -10,6 +10,7 @@ mod clusters;
 mod clusters_reload;
 mod clusters_shared;
 mod day2;
+mod descriptors;
 mod dhcp;
 mod dhcp_support;
 mod dns;

@@ -40,8 +40,15 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
-    match config::load_any(file, mode) {
-        Ok(config::Target::Cluster(loaded)) => {
+    let target = match config::load_any(file, mode) {
+        Ok(target) => target,
+        Err(e) => {
+            eprint!("{}", e.render(style()));
+            return ExitCode::from(1);
+        }
+    };
+    let code = match &target {
+        config::Target::Cluster(loaded) => {
             if !loaded.warnings.is_empty() {
                 eprint!("{}", loaded.warnings.render(style()));
             }
@@ -52,11 +59,42 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
                 install,
             )
         }
-        Ok(config::Target::Host(host)) => check_host(file, &host, install),
+        config::Target::Host(host) => check_host(file, host, install),
+    };
+    if code == ExitCode::SUCCESS {
+        show_descriptors(&target);
+    }
+    code
+}
+
+/// How `serve` under the unit would divide its descriptors among the listeners, and a warning
+/// when their caps don't fit.
+fn show_descriptors(target: &config::Target) {
+    let division = match okd_appliance::supervisor::descriptors::of_unit(target) {
+        Ok(d) => d,
         Err(e) => {
-            eprint!("{}", e.render(style()));
-            ExitCode::from(1)
+            eprintln!(
+                "error: {e}, which the host file's rules should have refused: please report it"
+            );
+            return;
         }
+    };
+    println!(
+        "open descriptors under the unit's LimitNOFILE={} ({} kept for files and listening sockets):",
+        division.limit, division.reserve
+    );
+    for line in division.lines() {
+        println!("  {line}");
+    }
+    let cut = division.cut().count();
+    if cut > 0 {
+        eprintln!(
+            "warning: under LimitNOFILE={}, {cut} listener(s) get fewer connections than they ask for (the lines marked \"cut\" above)",
+            division.limit
+        );
+        eprintln!(
+            "hint: a drop-in with a larger LimitNOFILE for okd-appliance.service (`systemctl edit okd-appliance`, and fs.nr_open past 1048576) gives every listener its cap; each balanced connection holds up to 2.5 descriptors"
+        );
     }
 }
 

@@ -25,7 +25,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
     let shared = server::Shared::new(ctx.plan.clone(), Arc::clone(&ctx.metrics));
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
-        let (addr, proto) = (bound.local_addr, bound.spec.proto);
+        let (addr, proto, spec_addr) = (bound.local_addr, bound.spec.proto, bound.spec.addr);
         let adopting = || format!("adopting the dns/{proto} socket on {addr}");
         let (shared, token) = (Arc::clone(&shared), ctx.shutdown.clone());
         tasks.push(match proto {
@@ -37,6 +37,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
             Proto::Tcp => Box::pin(server::serve_tcp(
                 bound.into_tcp().with_context(adopting)?,
                 shared,
+                ctx.budget.gate(crate::budget::Kind::DnsTcp, spec_addr),
                 token,
             )),
         });

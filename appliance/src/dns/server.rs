@@ -20,7 +20,6 @@ use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg, sendto};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::authority::{Authority, Outcome};
@@ -31,16 +30,10 @@ use super::wire::{
     self, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Query, Reply, ReplyEdns, ReplyFlags, rcode,
 };
 use crate::isolate::Wire;
-use crate::per_address::PerAddress;
 use crate::plan::{self, Plan};
 
 /// A TCP client that sends nothing for this long is closed (RFC 7766 section 6.2.3).
 const TCP_IDLE: Duration = Duration::from_secs(10);
-const MAX_TCP_CONNECTIONS: usize = 256;
-/// How many of them one client address may hold, so that one host's idle connections can't
-/// get every other client's TCP query (a truncated answer's retry) refused: a resolver keeps a
-/// few, a node one at a time.
-pub const TCP_PER_ADDRESS: usize = 32;
 /// Records per message of a zone transfer.
 const TRANSFER_BATCH: usize = 100;
 
@@ -489,10 +482,12 @@ async fn forward_or_servfail(
 pub async fn serve_tcp(
     listener: TcpListener,
     shared: Arc<Shared>,
+    gate: crate::budget::Gate,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
-    let per_address = PerAddress::new(TCP_PER_ADDRESS);
+    // Its cap and one client address's share of it, so that one host's idle connections can't
+    // get every other client's TCP query (a truncated answer's retry) refused: a resolver keeps
+    // a few, a node one at a time (`crate::budget`).
     loop {
         let (stream, client) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -506,19 +501,16 @@ pub async fn serve_tcp(
                 }
             },
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!("dns/tcp: {MAX_TCP_CONNECTIONS} connections open; closing {client}");
-            continue;
-        };
-        let Some(held) = per_address.admit(client.ip()) else {
-            tracing::debug!(
-                "dns/tcp {client}: its address holds {TCP_PER_ADDRESS} connections already; closed"
-            );
-            continue;
+        let ticket = match gate.admit(client.ip()) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                tracing::debug!("dns/tcp {client}: {why}; closed");
+                continue;
+            }
         };
         let (shared, token) = (Arc::clone(&shared), token.clone());
         tokio::spawn(async move {
-            let (_permit, _held) = (permit, held);
+            let _ticket = ticket;
             tokio::select! {
                 () = token.cancelled() => {}
                 result = crate::isolate::connection(Wire::Dns, serve_connection(stream, client, &shared)) => {
@@ -650,7 +642,7 @@ mod tests {
     use tokio::net::{TcpSocket, TcpStream};
     use tokio_util::sync::CancellationToken;
 
-    use super::{Shared, TCP_PER_ADDRESS, serve_tcp};
+    use super::{Shared, serve_tcp};
     use crate::dns::tests::LAB;
 
     async fn connect_from(source: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
@@ -676,10 +668,13 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = listener.local_addr().unwrap();
         let token = CancellationToken::new();
-        let server = tokio::spawn(serve_tcp(listener, shared, token.clone()));
+        let gate = crate::budget::Budget::unbounded().gate(crate::budget::Kind::DnsTcp, at);
+        let share = gate.per_address();
+        assert_eq!(share, 32);
+        let server = tokio::spawn(serve_tcp(listener, shared, gate, token.clone()));
 
         let mut held = Vec::new();
-        for _ in 0..TCP_PER_ADDRESS {
+        for _ in 0..share {
             held.push(connect_from([127, 0, 0, 2], at).await);
         }
         // Accepted in order: once one more from the same address is closed, the share is full.

@@ -38,6 +38,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let addr = bound.local_addr;
+        let gate = ctx.budget.gate(crate::budget::Kind::Http, bound.spec.addr);
         let listener = bound
             .into_tcp()
             .with_context(|| format!("adopting the http listener on {addr}"))?;
@@ -46,7 +47,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
             ctx.plan.clone(),
             ctx.journal.clone(),
             ctx.active.clone(),
-            std::sync::Arc::clone(&ctx.metrics),
+            (std::sync::Arc::clone(&ctx.metrics), gate),
             ctx.shutdown.clone(),
         )));
     }

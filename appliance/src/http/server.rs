@@ -21,7 +21,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::iso::{self, IsoCache};
@@ -33,17 +32,11 @@ use crate::idle::Watched;
 use crate::install_state::{self, BootScript, InstallPhase};
 use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
-use crate::per_address::PerAddress;
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, RoleConfig};
 
 pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) const MAX_HEAD: usize = 16 * 1024;
-const MAX_CONNECTIONS: usize = 512;
-/// Connections one address may hold at once: a booting node opens a few (its script, kernel,
-/// initramfs, rootfs, ignition), iPXE and curl in parallel at most a handful; one host can't
-/// take every slot from the rest of the rack (TFTP's admission has the same rule).
-const PER_ADDRESS: usize = 32;
 /// A connection on which no byte moved either way for this long is closed (a stalled reader).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -53,11 +46,12 @@ pub async fn serve(
     plan: plan::Handle,
     journal: Journal,
     active: crate::ha::Activity,
-    metrics: Arc<crate::metrics::Metrics>,
+    (metrics, gate): (Arc<crate::metrics::Metrics>, crate::budget::Gate),
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let per_address = PerAddress::new(PER_ADDRESS);
+    // The gate: its cap and each address's share (a booting node opens a few connections, iPXE
+    // and curl in parallel at most a handful; one host can't take every slot from the rest of
+    // the rack, TFTP's admission has the same rule): `crate::budget`.
     let isos = Arc::new(IsoCache::default());
     let opened_files = Arc::new(OpenCache::default());
     {
@@ -67,9 +61,9 @@ pub async fn serve(
     loop {
         // Past the limit, new clients wait in the listen backlog rather than being cut off; a
         // held slot is bounded by the header timeout until a request arrives.
-        let permit = tokio::select! {
+        let slot = tokio::select! {
             () = token.cancelled() => return Ok(()),
-            permit = Arc::clone(&slots).acquire_owned() => permit?,
+            slot = gate.slot() => slot,
         };
         let (stream, peer) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -82,11 +76,12 @@ pub async fn serve(
                 }
             },
         };
-        let Some(held) = per_address.admit(peer.ip()) else {
-            tracing::debug!(
-                "http {peer}: its address holds {PER_ADDRESS} connections already; closed"
-            );
-            continue;
+        let ticket = match slot.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                tracing::debug!("http {peer}: {why}; closed");
+                continue;
+            }
         };
         let (plan, journal, token, isos, active, metrics, opened_files) = (
             Arc::clone(&plan),
@@ -108,8 +103,7 @@ pub async fn serve(
         let segments = Segments::default();
         tokio::spawn(async move {
             crate::isolate::connection(Wire::Http, async move {
-                let _permit = permit;
-                let _held = held;
+                let _ticket = ticket;
                 // Small cached artifacts first (`fastpath`); hyper takes over for anything else.
                 let shared = fastpath::Shared {
                     peer,

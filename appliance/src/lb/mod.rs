@@ -67,7 +67,7 @@ pub fn start(
         ctx.shutdown.clone(),
     ))];
     for bound in sockets {
-        let addr = bound.local_addr;
+        let (addr, bound_addr) = (bound.local_addr, bound.spec.addr);
         let service = bound.spec.service;
         let kind = frontend_of(service)
             .with_context(|| format!("{} is not a load-balancer frontend", service.name()))?;
@@ -78,6 +78,10 @@ pub fn start(
             listener,
             kind,
             Arc::clone(pools),
+            (
+                ctx.budget.gate(crate::budget::Kind::Lb, bound_addr),
+                ctx.budget.clone(),
+            ),
             (ctx.shutdown.clone(), connections.clone()),
         )));
     }

@@ -23,18 +23,18 @@ use nix::fcntl::{SpliceFFlags, splice};
 use nix::sys::socket::MsgFlags;
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::pipes::{self, Pipe};
 use super::pool::{Claim, Pools};
+use crate::budget::{Budget, Gate};
 use crate::idle::Progress;
 use crate::plan::FrontendKind;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// As HAProxy's `timeout client`/`timeout server 1h` in the OpenShift docs: API watches idle long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
-const MAX_CONNECTIONS: usize = 20_000;
 /// The copy buffer of each direction: a read that fills it switches the direction to splice.
 const BUFFER: usize = 16 * 1024;
 
@@ -44,20 +44,22 @@ pub async fn serve(
     listener: TcpListener,
     kind: FrontendKind,
     pools: Arc<ArcSwap<Pools>>,
+    (gate, budget): (Gate, Budget),
     (stop, token): (CancellationToken, CancellationToken),
 ) -> anyhow::Result<()> {
-    accept(listener, kind, &stop, move |client, peer| {
-        let (pools, token) = (Arc::clone(&pools), token.clone());
-        async move { pass(kind, peer, (client, &[]), &pools, &token).await }
+    accept(listener, kind, &gate, &stop, move |client, peer| {
+        let (pools, token, budget) = (Arc::clone(&pools), token.clone(), budget.clone());
+        async move { pass(kind, peer, (client, &[]), (&pools, budget), &token).await }
     })
     .await
 }
 
 /// Accepts on `listener` until `token` is cancelled, and runs `handle` on each connection in a
-/// task of its own, at most [`MAX_CONNECTIONS`] at once.
+/// task of its own, as many at once as `gate` admits.
 pub(super) async fn accept<F, Fut>(
     listener: TcpListener,
     kind: FrontendKind,
+    gate: &Gate,
     token: &CancellationToken,
     handle: F,
 ) -> anyhow::Result<()>
@@ -65,7 +67,6 @@ where
     F: Fn(TcpStream, std::net::SocketAddr) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (client, peer) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -78,12 +79,14 @@ where
                 }
             },
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::warn!(
-                "lb/{}: {MAX_CONNECTIONS} connections open; refusing {peer}",
-                kind.name()
-            );
-            continue;
+        let permit = match gate.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                if let Some(n) = REFUSED.admit(std::time::Instant::now()) {
+                    tracing::warn!("lb/{}: {why}; refusing {peer} (+{n} unlogged)", kind.name());
+                }
+                continue;
+            }
         };
         let handled = handle(client, peer);
         tokio::spawn(async move {
@@ -93,6 +96,9 @@ where
     }
 }
 
+/// Connections refused at a gate, logged once per 10 s.
+static REFUSED: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
 /// Passes `client` to a backend of `kind` in `pools`, sending it `first` (what the client
 /// sent before it was passed) before anything else, and relays until the connection ends or
 /// `token` is cancelled.
@@ -100,7 +106,7 @@ pub(super) async fn pass(
     kind: FrontendKind,
     peer: std::net::SocketAddr,
     (client, first): (TcpStream, &[u8]),
-    pools: &ArcSwap<Pools>,
+    (pools, budget): (&ArcSwap<Pools>, Budget),
     token: &CancellationToken,
 ) {
     let Some(mut upstream) = connect(kind, pools).await else {
@@ -126,7 +132,7 @@ pub(super) async fn pass(
             .bytes_to_backend
             .fetch_add(first.len() as u64, Ordering::Relaxed);
     }
-    keep(kind, peer, client, upstream, token).await;
+    keep(kind, peer, (client, upstream), budget, token).await;
 }
 
 /// A connection made to a backend, counted on it, with the backend's cut signal.
@@ -141,8 +147,8 @@ struct Upstream {
 async fn keep(
     kind: FrontendKind,
     peer: std::net::SocketAddr,
-    client: TcpStream,
-    upstream: Upstream,
+    (client, upstream): (TcpStream, Upstream),
+    budget: Budget,
     token: &CancellationToken,
 ) {
     let Upstream {
@@ -153,7 +159,13 @@ async fn keep(
     let addr = claim.backend().addr;
     let progress = Progress::new();
     let ends = Ends { kind, peer, addr };
-    let mut relay = tokio::spawn(relay(client, stream, claim, progress.clone(), ends));
+    let mut relay = tokio::spawn(relay(
+        (client, stream),
+        claim,
+        progress.clone(),
+        budget,
+        ends,
+    ));
     tokio::select! {
         () = token.cancelled() => relay.abort(),
         () = progress.stalled(IDLE_TIMEOUT) => {
@@ -213,10 +225,10 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream>
 
 /// Copies both ways until both are done; the claim keeps the connection counted meanwhile.
 async fn relay(
-    client: TcpStream,
-    upstream: TcpStream,
+    (client, upstream): (TcpStream, TcpStream),
     claim: Claim,
     progress: Progress,
+    budget: Budget,
     ends: Ends,
 ) -> std::io::Result<()> {
     let backend = claim.backend();
@@ -225,11 +237,23 @@ async fn relay(
     let _ = upstream.set_nodelay(true);
     tokio::try_join!(
         async {
-            forward(&client, &upstream, &backend.bytes_to_backend, &progress).await?;
+            forward(
+                (&client, &upstream),
+                &backend.bytes_to_backend,
+                &progress,
+                &budget,
+            )
+            .await?;
             half_close(&upstream, ends, "client")
         },
         async {
-            forward(&upstream, &client, &backend.bytes_to_client, &progress).await?;
+            forward(
+                (&upstream, &client),
+                &backend.bytes_to_client,
+                &progress,
+                &budget,
+            )
+            .await?;
             half_close(&client, ends, "backend")
         },
     )?;
@@ -255,10 +279,10 @@ fn half_close(to: &TcpStream, ends: Ends, side: &str) -> std::io::Result<()> {
 /// responses stay on the copy path, which needs no pipe and, thanks to [`read_through`], one
 /// system call fewer per message than splicing, and no memory of its own between messages.
 async fn forward(
-    from: &TcpStream,
-    to: &TcpStream,
+    (from, to): (&TcpStream, &TcpStream),
     counter: &AtomicU64,
     progress: &Progress,
+    budget: &Budget,
 ) -> std::io::Result<()> {
     loop {
         let Some((n, rest)) = read_through(from, to).await? else {
@@ -270,14 +294,14 @@ async fn forward(
         counter.fetch_add(n as u64, Ordering::Relaxed);
         progress.touch();
         if n == BUFFER {
-            match pipes::take() {
+            match pipes::take(budget) {
                 Ok(pipe) => {
                     splice_pump(from, to, &pipe, counter, progress).await?;
                     // Ended at EOF with every byte written on: the pipe is empty.
                     pipes::give_back(pipe);
                     return Ok(());
                 }
-                // Out of descriptors: go on copying.
+                // Out of descriptors (or out of budget): go on copying.
                 Err(e) => tracing::debug!("lb: no pipe for splice ({e}); copying"),
             }
         }

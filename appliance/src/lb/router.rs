@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::proxy;
 use super::route::{self, Peeked, Routes, Unrouted};
+use crate::budget::{Budget, Gate};
 use crate::metrics::Metrics;
 use crate::per_address::PerAddress;
 use crate::plan::FrontendKind;
@@ -63,6 +64,7 @@ pub fn start(
     };
     for bound in sockets {
         let addr = bound.local_addr;
+        let gate = ctx.budget.gate(crate::budget::Kind::Lb, bound.spec.addr);
         let service = bound.spec.service;
         let kind = super::frontend_of(service)
             .with_context(|| format!("{} is not a load-balancer frontend", service.name()))?;
@@ -73,6 +75,7 @@ pub fn start(
             listener,
             kind,
             (Arc::clone(routes), pending.clone()),
+            (gate, ctx.budget.clone()),
             Arc::clone(&ctx.metrics),
             ctx.shutdown.clone(),
         )));
@@ -86,12 +89,13 @@ async fn serve(
     listener: TcpListener,
     kind: FrontendKind,
     (routes, pending): (SharedRoutes, Pending),
+    (gate, budget): (Gate, Budget),
     metrics: Arc<Metrics>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
-    proxy::accept(listener, kind, &token, move |client, peer| {
-        let (routes, metrics) = (Arc::clone(&routes), Arc::clone(&metrics));
+    proxy::accept(listener, kind, &gate, &token, move |client, peer| {
+        let (routes, metrics, budget) = (Arc::clone(&routes), Arc::clone(&metrics), budget.clone());
         let own = pending.per_address.admit(peer.ip());
         let all = Arc::clone(&pending.all).try_acquire_owned();
         let limit = pending.per_address.limit();
@@ -124,7 +128,8 @@ async fn serve(
             match picked {
                 Ok(route) => {
                     metrics.lb_routed(port, &route.id);
-                    proxy::pass(kind, peer, (client, &first), &route.pools, &route.token).await;
+                    let pools = (&*route.pools, budget);
+                    proxy::pass(kind, peer, (client, &first), pools, &route.token).await;
                 }
                 Err(why) => {
                     metrics.lb_unrouted(port, why.reason());
@@ -241,10 +246,12 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let token = CancellationToken::new();
         let routes: SharedRoutes = Arc::default();
+        let budget = Budget::unbounded();
         let task = tokio::spawn(serve(
             listener,
             FrontendKind::IngressHttps,
             (routes, pending),
+            (budget.gate(crate::budget::Kind::Lb, addr), budget),
             Arc::clone(&metrics),
             token.clone(),
         ));

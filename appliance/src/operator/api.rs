@@ -129,16 +129,16 @@ pub fn bind_local(state_dir: &Path) -> std::io::Result<std::os::unix::net::UnixL
 }
 
 /// Serves the local socket and, with `api.listen`, TCP with TLS and the token (read here,
-/// before privileges are dropped).
+/// before privileges are dropped), its connections admitted through the TCP listener's gate.
 pub fn start(
     local: std::os::unix::net::UnixListener,
-    tcp: Option<std::net::TcpListener>,
+    tcp: Option<(std::net::TcpListener, crate::budget::Gate)>,
     parts: Clusters,
 ) -> anyhow::Result<Running> {
     let local = UnixListener::from_std(local).context("adopting the API socket")?;
     let token = parts.shutdown().clone();
     let mut tasks: Vec<Running> = vec![Box::pin(serve_local(local, parts.clone(), token.clone()))];
-    if let Some(listener) = tcp {
+    if let Some((listener, gate)) = tcp {
         let plan = parts.host().plan.load();
         let api = plan
             .api
@@ -163,7 +163,7 @@ pub fn start(
             Access {
                 token: Some((key, tag)),
             },
-            parts,
+            (parts, gate),
             token,
         )));
     }
@@ -214,20 +214,15 @@ async fn serve_local(
     }
 }
 
-/// The TCP API's connections at once (the status page holds one event stream per open tab).
-const TCP_CONNECTIONS: usize = 256;
-/// Of them, one client address's.
-const TCP_PER_ADDRESS: usize = 32;
-
 async fn serve_tcp(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     access: Access,
-    parts: Clusters,
+    (parts, gate): (Clusters, crate::budget::Gate),
     token: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(TCP_CONNECTIONS));
-    let per_address = crate::per_address::PerAddress::new(TCP_PER_ADDRESS);
+    // The gate: its cap (the status page holds one event stream per open tab) and one client
+    // address's share of it (`crate::budget`).
     loop {
         let (stream, peer) = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -242,19 +237,16 @@ async fn serve_tcp(
         };
         // A stranger's unauthenticated connections are bounded, in all and per address: the
         // descriptors they hold are the ones DNS and the boot server need (issue 39).
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!("api: {TCP_CONNECTIONS} connections open; closing {peer}");
-            continue;
-        };
-        let Some(held) = per_address.admit(peer.ip()) else {
-            tracing::debug!(
-                "api {peer}: its address holds {TCP_PER_ADDRESS} connections already; closed"
-            );
-            continue;
+        let ticket = match gate.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                tracing::debug!("api {peer}: {why}; closed");
+                continue;
+            }
         };
         let (acceptor, parts, access) = (acceptor.clone(), parts.clone(), access.clone());
         tokio::spawn(crate::isolate::connection(Wire::Api, async move {
-            let (_permit, _held) = (permit, held);
+            let _ticket = ticket;
             match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => connection(TokioIo::new(tls), parts, access).await,
                 Ok(Err(e)) => tracing::debug!("api TLS from {peer}: {e}"),

@@ -33,8 +33,8 @@ use crate::service;
 use crate::sockets::{self, BoundSocket, ListenerSpec};
 
 /// The plans a config file gives each instance, in order.
-struct Derived {
-    plans: Vec<(Role, Plan)>,
+pub(super) struct Derived {
+    pub(super) plans: Vec<(Role, Plan)>,
     run_as: Option<config::RunAs>,
     /// A host file's indexes and zones.
     host: Option<HostPlan>,
@@ -494,6 +494,12 @@ impl Layout {
         let Some(started) = self.started.take() else {
             return Err("reload refused: the appliance has not started yet".to_owned());
         };
+        // The listeners this reload starts get their share of the new set's division (running
+        // ones keep theirs; the process's pool bounds the sum meanwhile).
+        let replication = started.wing.ha_host.map(crate::replication::listen_addr);
+        let plans = next.plans.iter().map(|(role, plan)| (role, plan));
+        let division = super::descriptors::divide(super::descriptors::limit(), plans, replication);
+        started.base.budget.extend(&division);
         let outcome = self.swap(next, groups, &started);
         self.reroute();
         self.route();
@@ -594,7 +600,11 @@ impl Layout {
 
 /// The plans `target` gives each instance at `serial` (`previous`: the host plan whose zone
 /// serials carry over).
-fn derive(target: &Target, serial: u32, previous: Option<&HostPlan>) -> Result<Derived, String> {
+pub(super) fn derive(
+    target: &Target,
+    serial: u32,
+    previous: Option<&HostPlan>,
+) -> Result<Derived, String> {
     match target {
         Target::Cluster(loaded) => {
             let role = Role::Everything(loaded.config.cluster.name.clone());

@@ -8,6 +8,7 @@
 //! it started with. Nothing imports the supervisor but `main`.
 
 mod adopt;
+pub mod descriptors;
 mod instance;
 mod layout;
 mod privileges;
@@ -267,6 +268,21 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         None => crate::ha::Activity::always(),
     };
     let ha_host = ha_host.map(|(_, addr)| addr);
+    // One descriptor budget for every listener, divided before anything admits a client.
+    let division = {
+        let plans: Vec<_> = layout
+            .instances
+            .iter()
+            .map(|i| (&i.role, i.plan.load_full()))
+            .collect();
+        let replication = ha_host.map(crate::replication::listen_addr);
+        descriptors::divide(
+            descriptors::limit(),
+            plans.iter().map(|(r, p)| (*r, &**p)),
+            replication,
+        )
+    };
+    descriptors::log(&division);
     let token = layout.root.clone();
     let base = service::Context {
         plan: Arc::clone(&layout.instances[0].plan),
@@ -274,6 +290,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         shutdown: token.clone(),
         active,
         metrics: Arc::new(crate::metrics::Metrics::new()),
+        budget: crate::budget::Budget::new(&division),
     };
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
@@ -293,13 +310,14 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         routes: std::sync::Arc::clone(&layout.routes),
         replication: hub,
     };
+    let budget = base.budget.clone();
     let (mut started, clusters) = layout.start(groups, base, wing)?;
     started.extend(replication_task);
     let mut fronts = Vec::new();
     start_fronts(
         admin_socket,
         &state_dir,
-        api.as_ref(),
+        (api.as_ref(), &budget),
         clusters,
         &mut fronts,
     )?;
@@ -393,7 +411,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
 fn start_fronts(
     admin_socket: Option<std::os::unix::net::UnixListener>,
     state_dir: &Path,
-    api: Option<&config::Api>,
+    (api, budget): (Option<&config::Api>, &crate::budget::Budget),
     parts: crate::operator::Clusters,
     running: &mut Vec<(&'static str, Running)>,
 ) -> Result<(), ServeError> {
@@ -406,12 +424,12 @@ fn start_fronts(
     }
     let tcp = match api {
         Some(api) => {
-            Some(
+            let listener =
                 crate::sockets::bind_tcp(api.listen).map_err(|e| ServeError::Service {
                     service: "api",
                     source: anyhow::anyhow!("binding {}: {e}", api.listen),
-                })?,
-            )
+                })?;
+            Some((listener, budget.gate(crate::budget::Kind::Api, api.listen)))
         }
         None => None,
     };
