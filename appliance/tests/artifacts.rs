@@ -310,6 +310,8 @@ fn config(dir: &Path) -> PathBuf {
         r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
 network: { subnet: 10.0.0.0/24, appliance_ip: 10.0.0.1 }
+# `check --install` runs on a host without 10.0.0.1: the listeners on the wildcard address.
+listen: { dns: ["0.0.0.0:53"], http: ["0.0.0.0:8080"] }
 nodes:
   - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2 }
 install:

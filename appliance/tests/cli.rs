@@ -383,9 +383,22 @@ listen: { tftp: [] }
             "{name}: {said}"
         );
     }
+    // And the appliance's address, which this host doesn't have (issue 39).
+    assert!(
+        said.contains("error: 10.0.0.10 is not on this host: dns/udp, dns/tcp, http/tcp can't listen there until it is"),
+        "{said}"
+    );
     let warned = run(&["check", file]);
     assert!(warned.status.success());
-    assert!(String::from_utf8_lossy(&warned.stderr).contains("warning: "));
+    let warnings = String::from_utf8_lossy(&warned.stderr);
+    assert!(warnings.contains("warning: "), "{warnings}");
+    assert!(!warnings.contains("not on this host"), "{warnings}");
+    // On the wildcard address, the listeners need no address of their own.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "listen: { tftp: [] }",
+        r#"listen: { tftp: [], dns: ["0.0.0.0:53"], http: ["0.0.0.0:8080"] }"#,
+    );
+    std::fs::write(&config, text).unwrap();
     std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
     for name in ["kernel", "initramfs.img", "rootfs.img"] {
         std::fs::write(dir.path().join("artifacts").join(name), b"x").unwrap();

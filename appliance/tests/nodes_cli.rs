@@ -24,6 +24,8 @@ nodes:
   - {{ name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.2, machine: {{ vmid: 9002 }} }}
   - {{ name: worker-0, role: worker, mac: "52:54:00:00:00:05", ip: 10.0.0.5, machine: {{ install: iso }} }}
 install: {{ ignition_dir: ./install_dir, artifacts_dir: ./artifacts }}
+# `check --install` runs on a host without 10.0.0.1: the listeners on the wildcard address.
+listen: {{ dns: ["0.0.0.0:53"], http: ["0.0.0.0:8080"], api: ["0.0.0.0:6443"], machine_config: ["0.0.0.0:22623"], ingress_https: ["0.0.0.0:443"], ingress_http: ["0.0.0.0:80"] }}
 control:
   provider: proxmox
   proxmox:
@@ -330,7 +332,7 @@ fn a_token_file_others_can_read_is_refused_at_its_line() {
     let out = nodes(&["create"], &cfg);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("okd.yml:14:24"), "{stderr}");
+    assert!(stderr.contains("okd.yml:16:24"), "{stderr}");
     assert!(stderr.contains("(mode 0644)"), "{stderr}");
     assert!(d.with(|s| s.requests.is_empty()));
 }

@@ -2,7 +2,8 @@
 //! `appliance_ip` is not on the services host yet. `serve` starts, the first cluster's DNS and
 //! boot server answer, the missing listeners are reported (log and `status --json`'s faults);
 //! once the address is added, they bind within the retry interval and the second cluster
-//! answers too. Before, `serve` bound nothing and exited: every cluster was down.
+//! answers too; `check --install` there names the missing address. Before, `serve` bound
+//! nothing and exited: every cluster was down.
 
 use std::time::Duration;
 
@@ -65,6 +66,27 @@ fn a_missing_cluster_address_stops_only_that_cluster_until_it_comes() {
             && f["scope"] == "cluster test"
             && f["service"] == format!("http/tcp {}:8080", test.appliance)),
         "{faults:?}"
+    );
+
+    // The preflight on the services host names the missing address, and only that one.
+    let bin = harness::appliance_bin().expect("okd-appliance binary");
+    let preflight = services
+        .exec([
+            bin.as_os_str(),
+            "check".as_ref(),
+            "--install".as_ref(),
+            host.as_os_str(),
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("check --install");
+    let said = String::from_utf8_lossy(&preflight.stderr);
+    assert_eq!(preflight.status.code(), Some(1), "{said}");
+    let named = format!("error: {} is not on this host: ", test.appliance);
+    assert!(said.contains(&named), "no {named:?}\n{said}");
+    assert!(
+        !said.contains(&format!("{} is not on this host", okd.appliance)),
+        "{said}"
     );
 
     // The address arrives: within the retry interval the second cluster serves too.

@@ -170,9 +170,11 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) ->
             file.display()
         );
     }
-    // And the machines' provider, which an install needs as much.
+    // And the machines' provider, which an install needs as much, and this host's addresses.
     let unreachable = if install {
-        provider_unreachable(plan)
+        let mut problems = missing_addresses(file, plan);
+        problems.extend(provider_unreachable(plan));
+        problems
     } else {
         Vec::new()
     };
@@ -205,6 +207,42 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) ->
         println!("{summary}");
     }
     ExitCode::SUCCESS
+}
+
+/// The cluster's listener addresses this host doesn't have (one line per address, with what
+/// listens there): `serve` starts without them and binds them when they come, but the nodes
+/// can't boot from, resolve with or balance through an address nobody holds. A pair's virtual
+/// address is on the active host only, so it is not asked for.
+fn missing_addresses(file: &Path, plan: &Plan) -> Vec<String> {
+    if plan.ha.is_some() {
+        return Vec::new();
+    }
+    let local = match okd_appliance::ha::local_addresses() {
+        Ok(local) => local,
+        Err(e) => return vec![format!("can't list this host's addresses: {e}")],
+    };
+    let mut missing: Vec<(std::net::IpAddr, Vec<String>)> = Vec::new();
+    for spec in okd_appliance::supervisor::listener_specs(plan) {
+        let ip = spec.addr.ip();
+        if ip.is_unspecified() || local.contains(&ip) {
+            continue;
+        }
+        let what = format!("{}/{}", spec.service.name(), spec.proto);
+        match missing.iter_mut().find(|(at, _)| *at == ip) {
+            Some((_, services)) => services.push(what),
+            None => missing.push((ip, vec![what])),
+        }
+    }
+    missing
+        .into_iter()
+        .map(|(ip, services)| {
+            format!(
+                "{ip} is not on this host: {} can't listen there until it is (`okd-appliance render --format networkd {}` writes it for network.interface)",
+                services.join(", "),
+                file.display()
+            )
+        })
+        .collect()
 }
 
 /// Before an install, each file the nodes will fetch that `artifacts fetch` recorded is hashed
