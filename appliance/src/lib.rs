@@ -12,6 +12,7 @@ pub mod dhcp;
 pub mod digest;
 pub mod dns;
 pub mod durable;
+pub mod faults;
 pub mod fetched;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

@@ -34,6 +34,8 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The process's descriptors: every TCP listener admits its connections through it.
     pub budget: crate::budget::Budget,
+    /// Where a service reports what it can't do (a state file it can't write): `status` shows it.
+    pub faults: crate::faults::Faults,
 }
 
 /// A started service: serves until the shutdown token is cancelled, or fails.

@@ -36,6 +36,7 @@ mod partial_start;
 mod redfish;
 mod reload;
 mod render_peers;
+mod state_disk;
 mod support;
 mod systemd_unit;
 mod tftp;

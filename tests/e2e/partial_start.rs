@@ -14,7 +14,6 @@ use crate::clusters::{
     write_host,
 };
 use crate::dns_support::start_appliance;
-use crate::support::appliance;
 
 #[test]
 fn a_missing_cluster_address_stops_only_that_cluster_until_it_comes() {
@@ -44,23 +43,7 @@ fn a_missing_cluster_address_stops_only_that_cluster_until_it_comes() {
     let (code, script) = get(&lab.okd_node, &script_url(&okd, &okd_m0));
     assert_eq!(code, "200", "{script}");
     // status says which listeners wait, and why.
-    let state = dir.path().join("state").display().to_string();
-    let out = appliance([
-        "status",
-        "--json",
-        "--cluster",
-        "okd",
-        "--state-dir",
-        state.as_str(),
-    ]);
-    let json = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{json}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
-    let faults = status["appliance"]["faults"].as_array().expect("faults");
+    let faults = crate::support::faults(&dir.path().join("state"), "okd");
     assert!(
         faults.iter().any(|f| f["state"] == "not-bound"
             && f["scope"] == "cluster test"

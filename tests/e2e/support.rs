@@ -56,6 +56,30 @@ where
         .expect("okd-appliance runs")
 }
 
+/// `status --json --cluster CLUSTER`'s appliance faults, asked of the appliance whose state is
+/// in `state`.
+pub fn faults(state: &Path, cluster: &str) -> Vec<serde_json::Value> {
+    let out = appliance([
+        "status".as_ref(),
+        "--json".as_ref(),
+        "--cluster".as_ref(),
+        cluster.as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{json}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
+    status["appliance"]["faults"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Runs a third-party tool; panics with its output when it fails.
 pub fn run_ok(program: &str, args: &[&str]) {
     let out = Command::new(program)

@@ -63,7 +63,7 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
         ctx.journal.clone(),
         server::subscribe(&ctx.journal, &ctx.active),
         ctx.active.clone(),
-        std::sync::Arc::clone(&ctx.metrics),
+        (std::sync::Arc::clone(&ctx.metrics), ctx.faults.clone()),
         ctx.shutdown.clone(),
     ))]))
 }

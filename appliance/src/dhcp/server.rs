@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::leases::{Lease, Leases, SyncJob};
 use super::reply::{Outgoing, State, handle};
+use crate::faults::FaultState;
 use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
 use crate::plan;
@@ -58,11 +59,16 @@ struct Group {
     changes: Vec<Lease>,
 }
 
+/// Groups whose sync failed, logged once per 10 s.
+static UNSYNCED: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
 /// What the serving loop keeps between events.
 struct Server<'a> {
     socket: &'a UdpSocket,
     journal: &'a Journal,
     metrics: &'a crate::metrics::Metrics,
+    /// Where a lease journal that can't be written is reported, as `lease journal PATH`.
+    faults: (&'a crate::faults::Faults, String),
     state: State,
     /// ACKs decided since the group in flight started: they wait for the next group.
     acks: Vec<Outgoing>,
@@ -99,9 +105,19 @@ pub async fn serve(
     journal: Journal,
     replicated: Option<broadcast::Receiver<crate::journal::Event>>,
     active: crate::ha::Activity,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    (metrics, faults): (
+        std::sync::Arc<crate::metrics::Metrics>,
+        crate::faults::Faults,
+    ),
     token: CancellationToken,
 ) -> anyhow::Result<()> {
+    let fault = format!(
+        "lease journal {}",
+        plan.load()
+            .state_dir
+            .join(super::leases::FILE_NAME)
+            .display()
+    );
     let mut state = State::new(leases);
     if let Some(host) = active.host() {
         state.in_pair(host);
@@ -114,6 +130,7 @@ pub async fn serve(
         socket: &socket,
         journal: &journal,
         metrics: &metrics,
+        faults: (&faults, fault),
         state,
         acks: Vec::with_capacity(BATCH),
         changes: Vec::new(),
@@ -272,12 +289,17 @@ impl Server<'_> {
         changes: Vec<Lease>,
         synced: Result<(), super::leases::LeaseError>,
     ) {
+        let (faults, fault) = (self.faults.0, self.faults.1.as_str());
         if let Err(e) = synced {
-            tracing::error!(
-                "{:#}: lease changes not on disk; {} ACKs not sent (their clients will retry)",
+            let error = format!(
+                "{:#}: {} ACKs not sent (their clients retry)",
                 anyhow::Error::new(e),
                 acks.len()
             );
+            faults.record(fault, None, FaultState::Unwritable, Some(&error));
+            if let Some(n) = UNSYNCED.admit(std::time::Instant::now()) {
+                tracing::error!("lease changes not on disk: {error} (+{n} unlogged)");
+            }
             // A failed write's lines are pending again, so the next group writes them, and
             // the pair learns these leases with it.
             self.changes = changes
@@ -286,6 +308,7 @@ impl Server<'_> {
                 .collect();
             return;
         }
+        faults.clear(fault, None);
         self.gauges_stale = true;
         for lease in changes {
             self.journal.publish(

@@ -47,7 +47,11 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
             ctx.plan.clone(),
             ctx.journal.clone(),
             ctx.active.clone(),
-            (std::sync::Arc::clone(&ctx.metrics), gate),
+            (
+                std::sync::Arc::clone(&ctx.metrics),
+                gate,
+                ctx.faults.clone(),
+            ),
             ctx.shutdown.clone(),
         )));
     }

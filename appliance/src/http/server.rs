@@ -46,7 +46,11 @@ pub async fn serve(
     plan: plan::Handle,
     journal: Journal,
     active: crate::ha::Activity,
-    (metrics, gate): (Arc<crate::metrics::Metrics>, crate::budget::Gate),
+    (metrics, gate, faults): (
+        Arc<crate::metrics::Metrics>,
+        crate::budget::Gate,
+        crate::faults::Faults,
+    ),
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     // The gate: its cap and each address's share (a booting node opens a few connections, iPXE
@@ -92,6 +96,7 @@ pub async fn serve(
             Arc::clone(&metrics),
             Arc::clone(&opened_files),
         );
+        let faults = faults.clone();
         // A response head and a sendfile body are two writes: with Nagle's algorithm the body
         // of a small file would wait for the client's delayed ACK of the head (~40 ms).
         if let Err(e) = stream.set_nodelay(true) {
@@ -137,6 +142,7 @@ pub async fn serve(
                         Arc::clone(&metrics),
                         Arc::clone(&opened_files),
                     );
+                    let faults = faults.clone();
                     async move {
                         let plan = plan.load_full();
                         let context = Context {
@@ -149,6 +155,7 @@ pub async fn serve(
                             opened_files: &opened_files,
                             active,
                             metrics: &metrics,
+                            faults: &faults,
                         };
                         let response = handle(&req, &context).await;
                         // What the body announces: a file's length, a generated document's size.
@@ -273,6 +280,8 @@ struct Context<'a> {
     /// This host is the active one of its pair (always, outside a pair).
     active: bool,
     metrics: &'a crate::metrics::Metrics,
+    /// Where a marker that can't be written is reported.
+    faults: &'a crate::faults::Faults,
 }
 
 async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
@@ -286,6 +295,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         opened_files,
         active,
         metrics,
+        faults,
     } = *cx;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -317,7 +327,7 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         .strip_prefix("/boot/")
         .and_then(|p| p.strip_suffix(".ipxe"))
     {
-        return script(req, name, peer, plan, journal).await;
+        return script(req, name, peer, plan, (journal, faults)).await;
     }
     if path.starts_with("/ignition/") && !active {
         // Only the active host of a pair hands out ignition (and records installs): a node
@@ -369,21 +379,23 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             // the node's own ignition merges: this, not the installer's fetch, means installed.
             // Recorded before it is announced: a pair's replication reads the markers when the
             // journal announces the change.
-            let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+            let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
                 install_state::record_role_config_fetched(dir, node, when)
             })
             .await;
+            let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
+                Ok(before) => before,
+                Err(refused) => return *refused,
+            };
             journal.publish(
                 Some(node.node.clone()),
                 EventKind::RoleIgnitionFetched { from: peer, file },
             );
-            match before {
-                Ok(InstallPhase::Installed) => {}
-                Ok(_) => journal.publish(
+            if before != InstallPhase::Installed {
+                journal.publish(
                     Some(node.node.clone()),
                     EventKind::Installed { from: peer, file },
-                ),
-                Err(e) => tracing::error!("can't record that {} installed: {e}", node.node),
+                );
             }
         }
         let path = files.ignition_dir.join(role.file());
@@ -426,25 +438,28 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
         }
         if req.method() == Method::GET {
             // Recorded, then announced (see the role configs above).
-            let before = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+            let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
                 install_state::record_ignition_fetched(dir, node, when)
             })
             .await;
+            let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
+                Ok(before) => before,
+                Err(refused) => return *refused,
+            };
             journal.publish(
                 Some(node.node.clone()),
                 EventKind::IgnitionFetched { from: peer },
             );
             match before {
-                Ok(InstallPhase::IgnitionFetched { .. }) => {
+                InstallPhase::IgnitionFetched { .. } => {
                     journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
                 }
                 // Booted its installer again (its ISO, a changed boot order): installing again,
                 // not installed until the new system reports.
-                Ok(InstallPhase::Installed) => {
+                InstallPhase::Installed => {
                     journal.publish(Some(node.node.clone()), EventKind::Reinstalling);
                 }
-                Ok(InstallPhase::NotInstalled) => {}
-                Err(e) => tracing::error!("can't record that {} is installing: {e}", node.node),
+                InstallPhase::NotInstalled => {}
             }
         }
         let body = node.documents.ignition.clone();
@@ -616,7 +631,7 @@ async fn script(
     name: &str,
     peer: SocketAddr,
     plan: &Plan,
-    journal: &Journal,
+    (journal, faults): (&Journal, &crate::faults::Faults),
 ) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
@@ -650,9 +665,9 @@ async fn script(
                     install_state::record_disk_boot_offered(dir, node, when)
                 })
                 .await;
-                if let Err(e) = offered {
-                    tracing::error!("can't record the disk boot of {}: {e}", node.node);
-                }
+                // Unrecorded, the offer still goes out (the disk is the safe answer): it is
+                // made again at the next power-on, until the marker can be written.
+                let _ = unrecorded(offered, (plan, faults, journal), &node.node, peer);
             }
             let body: &str = match chosen {
                 BootScript::LocalBoot => &node.documents.local_boot_script,
@@ -673,6 +688,59 @@ async fn script(
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
+}
+
+/// Marker writes that failed, logged once per 10 s.
+static UNRECORDED: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
+/// What a marker write `recorded` for `node` means for the request: its result, or, when it
+/// failed (a full or read-only state disk), a 503 the client retries, with the fault in
+/// `status` and on the node's events. An install step the appliance can't remember is not
+/// taken: a node whose ignition fetch went unrecorded would be installed again at every boot.
+/// The next write that succeeds clears the fault.
+fn unrecorded<T>(
+    recorded: io::Result<T>,
+    (plan, faults, journal): (&Plan, &crate::faults::Faults, &Journal),
+    node: &str,
+    peer: SocketAddr,
+) -> Result<T, Box<Response<Body>>> {
+    const SERVICE: &str = "install markers";
+    let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
+    match recorded {
+        Ok(value) => {
+            faults.clear(SERVICE, scope.as_deref());
+            Ok(value)
+        }
+        Err(e) => {
+            let error = format!("{}: {e}", plan.state_dir.display());
+            faults.record(
+                SERVICE,
+                scope.as_deref(),
+                crate::faults::FaultState::Unwritable,
+                Some(&error),
+            );
+            if let Some(n) = UNRECORDED.admit(std::time::Instant::now()) {
+                tracing::error!(
+                    "http: {node}'s fetch from {peer} can't be recorded ({error}): answered 503, the node retries (+{n} unlogged)"
+                );
+            }
+            journal.publish(
+                Some(node.to_owned()),
+                EventKind::FetchRefused {
+                    from: peer,
+                    what: "its install step".to_owned(),
+                    why: "the appliance can't record it: its state directory can't be written",
+                },
+            );
+            let mut r = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the appliance can't record this step of the install (its state directory can't be written): try again\n",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+            Err(Box::new(r))
+        }
+    }
 }
 
 /// Runs an install-state file operation for `node` on the blocking pool (marker files are

@@ -54,46 +54,7 @@ pub struct Appliance {
     pub faults: Vec<ServiceFault>,
 }
 
-/// One service's fault: what failed, what it is doing about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServiceFault {
-    /// `dns`, `dhcp`, `http`, `lb`, ... or `dns/udp 10.96.0.1:53` for a listener not bound.
-    pub service: String,
-    /// Whose it is: `cluster okd`, `segment ens19`, or nothing for the appliance's own.
-    #[serde(default)]
-    pub scope: Option<String>,
-    pub state: FaultState,
-    /// How many times it was started again.
-    pub restarts: u32,
-    /// The last error.
-    pub error: String,
-    /// When the last error happened (seconds since the epoch).
-    pub at: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultState {
-    /// Failed; started again after a backoff.
-    Restarting,
-    /// Started again after a failure: serving.
-    Serving,
-    /// Failed and can't be started again: down until the appliance restarts.
-    Down,
-    /// A listener whose address could not be bound: tried again every few seconds.
-    NotBound,
-}
-
-impl FaultState {
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultState::Restarting => "restarting",
-            FaultState::Serving => "serving again",
-            FaultState::Down => "down",
-            FaultState::NotBound => "not bound",
-        }
-    }
-}
+pub use crate::faults::{FaultState, Faults, ServiceFault};
 
 /// One fault as `status` and the page say it: `dns of cluster okd restarting (2 restarts):
 /// ERROR, 5s ago`.
@@ -115,70 +76,6 @@ pub fn fault_line(f: &ServiceFault, now: u64) -> String {
         f.error,
         humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(f.at)))
     )
-}
-
-/// The faults the supervisor records and status reads (shared, cheap to clone).
-#[derive(Debug, Clone, Default)]
-pub struct Faults(Arc<std::sync::Mutex<Vec<ServiceFault>>>);
-
-impl Faults {
-    /// Records `state` for `service` of `scope`: a new fault, or the same one's next step (a
-    /// restart counts when a failed service serves again).
-    pub fn record(
-        &self,
-        service: &str,
-        scope: Option<&str>,
-        state: FaultState,
-        error: Option<&str>,
-    ) {
-        let mut faults = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = secs(SystemTime::now());
-        let i = match faults
-            .iter()
-            .position(|f| f.service == service && f.scope.as_deref() == scope)
-        {
-            Some(i) => i,
-            None => {
-                faults.push(ServiceFault {
-                    service: service.to_owned(),
-                    scope: scope.map(str::to_owned),
-                    state,
-                    restarts: 0,
-                    error: String::new(),
-                    at: now,
-                });
-                faults.len() - 1
-            }
-        };
-        let fault = &mut faults[i];
-        if state == FaultState::Serving && fault.state == FaultState::Restarting {
-            fault.restarts += 1;
-        }
-        fault.state = state;
-        if let Some(error) = error {
-            fault.error = error.to_owned();
-            fault.at = now;
-        }
-    }
-
-    /// Forgets `service` of `scope` (a listener bound at last).
-    pub fn clear(&self, service: &str, scope: Option<&str>) {
-        let mut faults = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        faults.retain(|f| !(f.service == service && f.scope.as_deref() == scope));
-    }
-
-    pub fn list(&self) -> Vec<ServiceFault> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

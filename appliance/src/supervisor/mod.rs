@@ -205,7 +205,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let faults = crate::operator::status::Faults::default();
+    let faults = crate::faults::Faults::default();
     let (owners, specs): (Vec<usize>, Vec<ListenerSpec>) = layout.specs().into_iter().unzip();
     // Each listener on its own: what could not be bound is retried while the rest serves; the
     // appliance stops only when nothing could be.
@@ -291,6 +291,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
         active,
         metrics: Arc::new(crate::metrics::Metrics::new()),
         budget: crate::budget::Budget::new(&division),
+        faults: faults.clone(),
     };
     // Every service's fallible set-up happens here, with the privileges the files it opens may
     // need and before readiness is reported.
