@@ -20,6 +20,8 @@ mod ha;
 mod ha_clusters;
 mod hardening;
 mod harness_selftest;
+mod hostile;
+mod hostile_inputs;
 mod http;
 mod image;
 mod image_support;
