@@ -356,6 +356,66 @@ pub fn lb_peek(data: &[u8]) {
     }
 }
 
+/// Any bytes as a datagram on the TFTP listener, through the server's own path
+/// (`tftp::server::receive`: parse, admit, look the file up): the parser never panics (a panic
+/// would be caught and counted there, so the count is checked), an ERROR is a well-formed
+/// packet, a started transfer's file is one of the boot files right inside the iPXE directory
+/// and its block size within its limits, and the same datagram again is a retransmission,
+/// not a second transfer.
+pub fn tftp_request(data: &[u8]) {
+    use crate::isolate::{Wire, panics};
+    use crate::tftp::admission::Admission;
+    use crate::tftp::packet::MAX_BLOCK;
+    use crate::tftp::server::{Step, receive};
+
+    static PLAN: OnceLock<Plan> = OnceLock::new();
+    let plan = PLAN.get_or_init(|| {
+        let loaded = config::parse(
+            CLUSTER,
+            "fuzz.yml",
+            Path::new("."),
+            config::InstallCheck::Skip,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+        Plan::derive(&loaded.config, 1)
+    });
+    let admission = Admission::new(2, 1, std::time::Duration::from_secs(1));
+    let client: std::net::SocketAddr = "10.1.16.50:2070".parse().unwrap_or_else(|e| panic!("{e}"));
+    let before = panics(Wire::Tftp);
+    let step = receive(data, client, &admission, plan);
+    assert_eq!(
+        panics(Wire::Tftp),
+        before,
+        "the parser panicked on {data:?}"
+    );
+    match &step {
+        Step::Ignore => {}
+        Step::Refuse(error) => {
+            assert!(error.len() >= 5 && error.len() <= 516, "{error:?}");
+            assert_eq!(&error[..2], &[0, 5], "not an ERROR: {error:?}");
+            assert_eq!(error.last(), Some(&0), "unterminated message: {error:?}");
+        }
+        Step::Start { path, req, .. } => {
+            if let Some(path) = path {
+                assert_eq!(
+                    path.parent(),
+                    Some(plan.files.ipxe_dir.as_path()),
+                    "{path:?}"
+                );
+            }
+            if let Some(size) = req.block_size {
+                assert!((8..=MAX_BLOCK).contains(&size), "block size {size}");
+            }
+            // A `timeout` past MAX_TIMEOUT_SECS is kept here and declined by the transfer.
+            assert!(req.timeout_secs != Some(0), "a timeout of 0");
+            assert!(
+                matches!(receive(data, client, &admission, plan), Step::Ignore),
+                "a retransmission started a second transfer"
+            );
+        }
+    }
+}
+
 /// Replays the fuzzers' saved corpora (tests/fuzz/corpus) and any crash they kept
 /// (tests/fuzz/artifacts): every input that once mattered stays a regression test.
 #[cfg(test)]
@@ -405,6 +465,11 @@ mod corpus {
     #[test]
     fn live_iso_corpus() {
         replay("live_iso", super::live_iso);
+    }
+
+    #[test]
+    fn tftp_request_corpus() {
+        replay("tftp_request", super::tftp_request);
     }
 
     #[test]

@@ -62,35 +62,14 @@ pub async fn serve(
                 }
             },
         };
-        // One datagram's fault stays with it: counted, logged (rate-limited), dropped.
-        let Some(request) = crate::isolate::packet(crate::isolate::Wire::Tftp, || {
-            packet::parse_request(&buf[..n])
-        }) else {
-            continue;
-        };
-        let req = match request {
-            Request::Ignore => continue,
-            Request::Refuse(c, message) => {
-                let _ = socket.send_to(&packet::error(c, message), client).await;
+        let (ticket, path, req) = match receive(&buf[..n], client, &admission, &plan.load()) {
+            Step::Ignore => continue,
+            Step::Refuse(error) => {
+                let _ = socket.send_to(&error, client).await;
                 continue;
             }
-            Request::Read(req) => req,
+            Step::Start { ticket, path, req } => (ticket, path, req),
         };
-        // Turned-away requests get silence, not an ERROR: a real client repeats its request
-        // (an ERROR would end its boot attempt), a flood gets nothing back.
-        let ticket = match admission.admit(client, &buf[..n], Instant::now()) {
-            Admit::Start(ticket) => ticket,
-            Admit::Duplicate => continue,
-            Admit::ClientLimit => {
-                tracing::debug!("tftp {client}: {PER_CLIENT} transfers to this address running");
-                continue;
-            }
-            Admit::Busy => {
-                tracing::debug!("tftp {client}: every transfer slot is taken");
-                continue;
-            }
-        };
-        let path = plan.load().files.ipxe_binary(&req.file);
         let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
             crate::isolate::connection(crate::isolate::Wire::Tftp, async move {
@@ -112,6 +91,58 @@ pub async fn serve(
             .await;
         });
     }
+}
+
+/// What one datagram on the listening socket leads to.
+#[derive(Debug)]
+pub enum Step {
+    /// Nothing goes back: not a request, a retransmission, or over a limit (a real client
+    /// repeats its request; an ERROR would end its boot attempt, a flood gets nothing back).
+    Ignore,
+    /// This ERROR packet goes back.
+    Refuse(Vec<u8>),
+    /// A transfer of `path` (`None`: a name the DHCP server never hands out, answered "not
+    /// found" by the transfer) in the slot `ticket` holds.
+    Start {
+        ticket: Ticket,
+        path: Option<PathBuf>,
+        req: ReadRequest,
+    },
+}
+
+/// Decides what the datagram `data` from `client` leads to: parsed (a panic while parsing is
+/// counted and the datagram dropped, `isolate::packet`), admitted, and its file looked up in
+/// `plan`'s iPXE directory. The fuzz target `tftp_request` drives this.
+pub fn receive(
+    data: &[u8],
+    client: SocketAddr,
+    admission: &Arc<Admission>,
+    plan: &plan::Plan,
+) -> Step {
+    let Some(request) =
+        crate::isolate::packet(crate::isolate::Wire::Tftp, || packet::parse_request(data))
+    else {
+        return Step::Ignore;
+    };
+    let req = match request {
+        Request::Ignore => return Step::Ignore,
+        Request::Refuse(c, message) => return Step::Refuse(packet::error(c, message)),
+        Request::Read(req) => req,
+    };
+    let ticket = match admission.admit(client, data, Instant::now()) {
+        Admit::Start(ticket) => ticket,
+        Admit::Duplicate => return Step::Ignore,
+        Admit::ClientLimit => {
+            tracing::debug!("tftp {client}: {PER_CLIENT} transfers to this address running");
+            return Step::Ignore;
+        }
+        Admit::Busy => {
+            tracing::debug!("tftp {client}: every transfer slot is taken");
+            return Step::Ignore;
+        }
+    };
+    let path = plan.files.ipxe_binary(&req.file);
+    Step::Start { ticket, path, req }
 }
 
 /// The boot file at `path` (from [`plan::BootFiles::ipxe_binary`]; `None` for a name the DHCP
