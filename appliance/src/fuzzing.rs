@@ -37,9 +37,10 @@ dns:
     - { name: "*.wild", type: TXT, value: "wildcard" }
 "#;
 
-fn authority() -> &'static Authority {
-    static AUTHORITY: OnceLock<Authority> = OnceLock::new();
-    AUTHORITY.get_or_init(|| {
+/// The plan of [`CLUSTER`], derived once.
+fn cluster_plan() -> &'static Plan {
+    static PLAN: OnceLock<Plan> = OnceLock::new();
+    PLAN.get_or_init(|| {
         let loaded = config::parse(
             CLUSTER,
             "fuzz.yml",
@@ -47,8 +48,13 @@ fn authority() -> &'static Authority {
             config::InstallCheck::Skip,
         )
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
-        Authority::from_plan(&Plan::derive(&loaded.config, 1))
+        Plan::derive(&loaded.config, 1)
     })
+}
+
+fn authority() -> &'static Authority {
+    static AUTHORITY: OnceLock<Authority> = OnceLock::new();
+    AUTHORITY.get_or_init(|| Authority::from_plan(cluster_plan()))
 }
 
 /// One DNS request through the responder, over UDP and TCP, with and without recursion.
@@ -368,17 +374,7 @@ pub fn tftp_request(data: &[u8]) {
     use crate::tftp::packet::MAX_BLOCK;
     use crate::tftp::server::{Step, receive};
 
-    static PLAN: OnceLock<Plan> = OnceLock::new();
-    let plan = PLAN.get_or_init(|| {
-        let loaded = config::parse(
-            CLUSTER,
-            "fuzz.yml",
-            Path::new("."),
-            config::InstallCheck::Skip,
-        )
-        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
-        Plan::derive(&loaded.config, 1)
-    });
+    let plan = cluster_plan();
     let admission = Admission::new(2, 1, std::time::Duration::from_secs(1));
     let client: std::net::SocketAddr = "10.1.16.50:2070".parse().unwrap_or_else(|e| panic!("{e}"));
     let before = panics(Wire::Tftp);
