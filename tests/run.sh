@@ -134,3 +134,6 @@ cargo "${CARGO_SOURCE[@]}" clippy --workspace --all-targets -- -D warnings
 # Builds the okd-appliance binary the end-to-end tests run, then every test of the workspace.
 cargo "${CARGO_SOURCE[@]}" build --workspace
 cargo "${CARGO_SOURCE[@]}" test --workspace
+# Every fuzz target for a bounded time (tests/fuzz/run.sh: 10 s each here, about 10 minutes
+# with the instrumented build).
+OKD_FUZZ_SECONDS=${OKD_FUZZ_SECONDS:-10} bash tests/fuzz/run.sh

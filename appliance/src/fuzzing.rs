@@ -13,6 +13,8 @@ use crate::dns::respond::{Action, Context, Transport, respond};
 use crate::dns::wire::{MAX_NAME, parse_query};
 use crate::plan::Plan;
 
+pub mod served;
+
 /// A cluster with every record kind: wildcards, CNAMEs, SRV, IPv6, split reverse zones.
 const CLUSTER: &str = r#"version: 1
 cluster: { name: okd, base_domain: lab.example.com }
@@ -471,5 +473,21 @@ mod corpus {
     #[test]
     fn lb_peek_corpus() {
         replay("lb_peek", super::lb_peek);
+    }
+
+    #[test]
+    fn dns_udp_corpus() {
+        // The responder's corpus, each input as a datagram to the listener.
+        replay("dns_request", super::served::dns_udp);
+    }
+
+    #[test]
+    fn dns_tcp_corpus() {
+        replay("dns_tcp", super::served::dns_tcp);
+    }
+
+    #[test]
+    fn http_corpus() {
+        replay("http", super::served::http);
     }
 }

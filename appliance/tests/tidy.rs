@@ -480,6 +480,13 @@ const CLIENT_SOCKETS: [(&str, &str); 3] = [
     ),
 ];
 
+/// Test support outside `#[cfg(test)]` that binds what it likes, on loopback: compiled only for
+/// tests and with the `fuzzing` feature, never into the product.
+const TEST_SUPPORT_SOCKETS: [(&str, &str); 1] = [(
+    "fuzzing/served.rs",
+    "the served fuzz targets: loopback servers of their own, and clients from a node's address",
+)];
+
 /// The lines of `code` (outside comments) that bind a listener; `UdpSocket::bind` too unless
 /// `udp_allowed`.
 fn binds(code: &str, udp_allowed: bool) -> Vec<String> {
@@ -505,7 +512,7 @@ fn only_sockets_rs_binds_a_listener() {
     let src = repo().join("appliance/src");
     let mut wrong = Vec::new();
     for (rel, file) in &source_files() {
-        if rel == "sockets.rs" {
+        if rel == "sockets.rs" || TEST_SUPPORT_SOCKETS.iter().any(|(name, _)| name == rel) {
             continue;
         }
         let text = std::fs::read_to_string(file).unwrap();
@@ -520,6 +527,19 @@ fn only_sockets_rs_binds_a_listener() {
         assert!(
             text.contains("UdpSocket::bind"),
             "{name} binds no UDP socket any more: remove it from CLIENT_SOCKETS"
+        );
+    }
+    for (name, _) in TEST_SUPPORT_SOCKETS {
+        let text = std::fs::read_to_string(src.join(name))
+            .unwrap_or_else(|e| panic!("{name} (TEST_SUPPORT_SOCKETS): {e}"));
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        assert!(
+            name.starts_with("fuzzing/")
+                && lib.contains(
+                    "#[cfg(any(test, feature = \"fuzzing\"))]\n#[doc(hidden)]\npub mod fuzzing;"
+                )
+                && !text.is_empty(),
+            "{name} is not test support"
         );
     }
     let sockets = std::fs::read_to_string(src.join("sockets.rs")).unwrap();

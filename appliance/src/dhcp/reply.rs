@@ -8,6 +8,8 @@
 //! Architecture invariant: no sockets and no clock: the caller passes `now` and sends what comes
 //! back; lease changes are recorded in [`Leases`] and made durable by the caller before sending.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -106,7 +108,7 @@ pub fn handle(req: &Message, plan: &DhcpPlan, state: &mut State, now: u64) -> Op
     if req.opcode() != Opcode::BootRequest || req.htype() != HType::Eth || req.hlen() != 6 {
         return None;
     }
-    let mac = MacAddr(req.chaddr()[..6].try_into().ok()?);
+    let mac = MacAddr(req.chaddr().get(..6)?.try_into().ok()?);
     // A node of a cluster whose DHCP is another server's, on a segment this socket serves.
     if plan.silent.contains(&mac) {
         return None;

@@ -5,6 +5,8 @@
 //! leave as soon as its sync returns. A failed sync sends no ACK: a client without one retries,
 //! a client with an ACK for a lost lease could see its address given twice.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, SystemTime};
@@ -148,7 +150,7 @@ pub async fn serve(
             first = socket.recv_from(&mut buf) => {
                 packets.clear();
                 match first {
-                    Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+                    Ok((n, from)) => packets.push((buf.get(..n).unwrap_or_default().to_vec(), from)),
                     Err(e) => {
                         tracing::debug!("dhcp receive: {e}");
                         continue;
@@ -156,7 +158,7 @@ pub async fn serve(
                 }
                 while packets.len() < BATCH {
                     match socket.try_recv_from(&mut buf) {
-                        Ok((n, from)) => packets.push((buf[..n].to_vec(), from)),
+                        Ok((n, from)) => packets.push((buf.get(..n).unwrap_or_default().to_vec(), from)),
                         Err(_) => break,
                     }
                 }

@@ -15,6 +15,8 @@
 //! Architecture invariant: knows upstreams and the cache; not who may recurse (the caller
 //! decided) and not the cluster zones (never forwarded).
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,12 +102,18 @@ pub struct Entry {
 /// (SERVFAIL) without CD; serving that to a client that did not set CD would hand it data
 /// that failed validation (RFC 4035 section 4.7).
 fn key<'b>(query: &Query, lower: &[u8], buf: &'b mut [u8; wire::MAX_NAME + 5]) -> &'b [u8] {
+    // `lower` is a parsed name: at most MAX_NAME bytes, so the key always fits.
+    let [qt0, qt1] = query.qtype.to_be_bytes();
+    let [qc0, qc1] = query.qclass.to_be_bytes();
+    let tail = [qt0, qt1, qc0, qc1, u8::from(query.checking_disabled)];
     let n = lower.len();
-    buf[..n].copy_from_slice(lower);
-    buf[n..n + 2].copy_from_slice(&query.qtype.to_be_bytes());
-    buf[n + 2..n + 4].copy_from_slice(&query.qclass.to_be_bytes());
-    buf[n + 4] = u8::from(query.checking_disabled);
-    &buf[..n + 5]
+    if let Some((name, rest)) = buf.split_at_mut_checked(n)
+        && let Some(after) = rest.first_chunk_mut::<5>()
+    {
+        name.copy_from_slice(lower);
+        *after = tail;
+    }
+    buf.get(..n + 5).unwrap_or_default()
 }
 
 impl Forwarder {
@@ -165,7 +173,8 @@ impl Forwarder {
             for &upstream in upstreams {
                 match exchange(upstream, &upstream_query, query.question_end).await {
                     Ok(reply) => {
-                        let code = reply[3] & 0x0f;
+                        // `exchange` returns only replies that `matches` (a whole header).
+                        let code = reply.get(3).map_or(rcode::SERVFAIL, |b| b & 0x0f);
                         // Another upstream may do better than SERVFAIL or REFUSED.
                         if code == rcode::SERVFAIL || code == rcode::REFUSED {
                             last = Some(Err(ForwardError::Upstream {
@@ -186,7 +195,10 @@ impl Forwarder {
             .map_err(|_| ForwardError::Timeout(DEADLINE))??;
         let entry = Entry::from_reply(reply, query.question_end).map_err(|reason| {
             ForwardError::Upstream {
-                upstream: upstreams[0],
+                upstream: upstreams
+                    .first()
+                    .copied()
+                    .unwrap_or(SocketAddr::from(([0; 4], 0))),
                 reason: reason.to_owned(),
             }
         })?;
@@ -223,7 +235,11 @@ fn upstream_query(packet: &[u8], query: &Query, id: u16) -> Vec<u8> {
     let cd = if query.checking_disabled { 0x10 } else { 0 };
     q.extend_from_slice(&[0x01, cd]);
     q.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 1]);
-    q.extend_from_slice(&packet[HEADER_LEN..query.question_end]);
+    q.extend_from_slice(
+        packet
+            .get(HEADER_LEN..query.question_end)
+            .unwrap_or_default(),
+    );
     q.push(0);
     q.extend_from_slice(&rtype::OPT.to_be_bytes());
     q.extend_from_slice(&EDNS_UDP.to_be_bytes());
@@ -233,11 +249,21 @@ fn upstream_query(packet: &[u8], query: &Query, id: u16) -> Vec<u8> {
 
 /// Whether `reply` answers `query` (same ID and the same question, byte for byte).
 fn matches(reply: &[u8], query: &[u8], question_end: usize) -> bool {
-    reply.len() >= question_end
-        && reply[0..2] == query[0..2]
-        && reply[2] & 0x80 != 0
-        && reply[4..6] == [0, 1]
-        && reply[HEADER_LEN..question_end] == query[HEADER_LEN..question_end]
+    let (Some(reply_head), Some(query_head)) =
+        (reply.get(..question_end), query.get(..question_end))
+    else {
+        return false;
+    };
+    let (Some(r), Some(q)) = (
+        reply_head.first_chunk::<HEADER_LEN>(),
+        query_head.first_chunk::<HEADER_LEN>(),
+    ) else {
+        return false;
+    };
+    r[..2] == q[..2]
+        && r[2] & 0x80 != 0
+        && r[4..6] == [0, 1]
+        && reply_head.get(HEADER_LEN..) == query_head.get(HEADER_LEN..)
 }
 
 async fn exchange(
@@ -269,12 +295,13 @@ async fn exchange(
             Ok(Ok(n)) => n,
         };
         // Anything that is not the answer to this question is ignored (spoofing, stale replies).
-        if matches(&buf[..n], query, question_end) {
+        if matches(buf.get(..n).unwrap_or_default(), query, question_end) {
             buf.truncate(n);
             break buf;
         }
     };
-    if reply[2] & 0x02 == 0 {
+    // TC clear (`matches` saw a whole header).
+    if reply.get(2).is_some_and(|flags| flags & 0x02 == 0) {
         return Ok(reply);
     }
     // Truncated: the whole answer over TCP.
@@ -314,9 +341,16 @@ impl Entry {
     /// Indexes an upstream reply: removes its OPT record, finds the TTLs, works out how long
     /// it may be cached.
     fn from_reply(mut bytes: Vec<u8>, question_end: usize) -> Result<Entry, &'static str> {
-        let count = |b: &[u8], i: usize| usize::from(u16::from_be_bytes([b[i], b[i + 1]]));
-        let (an, ns, ar) = (count(&bytes, 6), count(&bytes, 8), count(&bytes, 10));
-        let code = bytes[3] & 0x0f;
+        let header = *bytes
+            .first_chunk::<HEADER_LEN>()
+            .ok_or("short upstream reply")?;
+        let count = |hi: u8, lo: u8| usize::from(u16::from_be_bytes([hi, lo]));
+        let (an, ns, ar) = (
+            count(header[6], header[7]),
+            count(header[8], header[9]),
+            count(header[10], header[11]),
+        );
+        let code = header[3] & 0x0f;
         let mut pos = question_end;
         // The counts are the upstream's word; the bytes bound how many records there can be.
         let room = bytes.len().saturating_sub(question_end) / MIN_RECORD;
@@ -335,10 +369,13 @@ impl Entry {
             } else {
                 ttl_at.push(rr.ttl_at);
                 min_ttl = min_ttl.min(rr.ttl);
-                if rr.rtype == rtype::SOA && i >= an && i < an + ns && rr.end >= rr.rdata_at + 4 {
-                    let m = &bytes[rr.end - 4..rr.end];
-                    let minimum = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
-                    negative_ttl = Some(rr.ttl.min(minimum));
+                if rr.rtype == rtype::SOA
+                    && i >= an
+                    && i < an + ns
+                    && rr.end >= rr.rdata_at + 4
+                    && let Some(m) = bytes.get(rr.end - 4..rr.end).and_then(|m| m.first_chunk())
+                {
+                    negative_ttl = Some(rr.ttl.min(u32::from_be_bytes(*m)));
                 }
             }
             pos = rr.end;
@@ -346,7 +383,7 @@ impl Entry {
         if let Some(at) = opt {
             bytes.truncate(at);
             let ar = (ar - 1) as u16;
-            bytes[10..12].copy_from_slice(&ar.to_be_bytes());
+            wire::put_u16(&mut bytes, 10, ar);
         } else {
             bytes.truncate(pos);
         }
@@ -355,7 +392,7 @@ impl Entry {
         ttl_at.shrink_to_fit();
         let negative = code == rcode::NXDOMAIN || (code == rcode::NOERROR && an == 0);
         let ttl = match code {
-            _ if bytes[2] & 0x02 != 0 => 0,
+            _ if header[2] & 0x02 != 0 => 0,
             rcode::NOERROR | rcode::NXDOMAIN if negative => negative_ttl.unwrap_or(0).min(MAX_TTL),
             rcode::NOERROR => min_ttl,
             _ => 0,
@@ -386,28 +423,46 @@ impl Entry {
     ) -> usize {
         out.clear();
         out.extend_from_slice(&self.bytes);
-        out[0..2].copy_from_slice(&packet[0..2]);
-        // Not authoritative; RD as the client asked, RA since we recursed for it.
-        out[2] = (out[2] & !0x05) | (packet[2] & 0x01);
-        out[3] |= 0x80;
-        out[HEADER_LEN..self.question_end].copy_from_slice(&packet[HEADER_LEN..query.question_end]);
+        // The entry and the request both have whole headers and the same question (the cache
+        // key is its lowercase name, type and class): nothing below is ever skipped.
+        if let (Some(o), Some(p)) = (
+            out.first_chunk_mut::<HEADER_LEN>(),
+            packet.first_chunk::<HEADER_LEN>(),
+        ) {
+            (o[0], o[1]) = (p[0], p[1]);
+            // Not authoritative; RD as the client asked, RA since we recursed for it.
+            o[2] = (o[2] & !0x05) | (p[2] & 0x01);
+            o[3] |= 0x80;
+        }
+        if let (Some(o), Some(p)) = (
+            out.get_mut(HEADER_LEN..self.question_end),
+            packet.get(HEADER_LEN..query.question_end),
+        ) && o.len() == p.len()
+        {
+            o.copy_from_slice(p);
+        }
         for &at in &self.ttl_at {
-            let ttl = u32::from_be_bytes([out[at], out[at + 1], out[at + 2], out[at + 3]]);
-            out[at..at + 4].copy_from_slice(&ttl.saturating_sub(age).to_be_bytes());
+            if let Some(field) = out.get_mut(at..).and_then(|f| f.first_chunk_mut::<4>()) {
+                *field = u32::from_be_bytes(*field).saturating_sub(age).to_be_bytes();
+            }
         }
         let opt_len = if query.edns.is_some() { 11 } else { 0 };
         if out.len() + opt_len > limit {
             out.truncate(self.question_end);
-            out[6..12].fill(0);
-            out[2] |= 0x02;
+            if let Some(o) = out.first_chunk_mut::<HEADER_LEN>() {
+                o[6..].fill(0);
+                o[2] |= 0x02;
+            }
         }
         if let Some(e) = query.edns {
             out.push(0);
             out.extend_from_slice(&rtype::OPT.to_be_bytes());
             out.extend_from_slice(&EDNS_UDP.to_be_bytes());
             out.extend_from_slice(&[0, 0, if e.dnssec_ok { 0x80 } else { 0 }, 0, 0, 0]);
-            let ar = u16::from_be_bytes([out[10], out[11]]) + 1;
-            out[10..12].copy_from_slice(&ar.to_be_bytes());
+            if let Some(o) = out.first_chunk_mut::<HEADER_LEN>() {
+                let ar = u16::from_be_bytes([o[10], o[11]]).wrapping_add(1);
+                [o[10], o[11]] = ar.to_be_bytes();
+            }
         }
         out.len()
     }

@@ -2,6 +2,8 @@
 //! transfer, or nothing. A pure function of the packet and a [`Context`]; the socket layers
 //! around it do the I/O, and the fuzz target drives it directly.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use super::authority::{Authority, Outcome};
 use super::wire::{
     self, CLASS_ANY, CLASS_IN, CLASSIC_UDP, EDNS_UDP, MAX_NAME, Malformed, Query, Reply, ReplyEdns,
@@ -94,7 +96,9 @@ pub fn respond(
         });
         return rcode_reply(packet, &query, ctx, buf, rcode::NOERROR, edns, limit);
     }
-    let qname = &lower[..query.qname_len];
+    let Some(qname) = lower.get(..query.qname_len) else {
+        return Action::Drop;
+    };
     // Only class IN is served. QCLASS * is answered from it, authoritatively, as Knot does
     // (RFC 1035 section 6.2 asks for AA only when the answer covers every class: every record
     // here is IN). Other classes (CHAOS `version.bind` and the like) are refused.

@@ -7,6 +7,8 @@
 //! connections are served until idle, with a cap on how many are open at once. One bad packet
 //! or connection never stops a listener.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -235,7 +237,7 @@ impl UdpWorker {
             self.refresh();
             let mut queued = 0;
             for i in 0..received {
-                let (len, Some(from)) = self.queries[i] else {
+                let Some(&(len, Some(from))) = self.queries.get(i) else {
                     continue;
                 };
                 let Some(client) = socket_addr(&from) else {
@@ -244,9 +246,13 @@ impl UdpWorker {
                 // One query's fault stays with it: counted, logged (rate-limited), dropped.
                 let answered =
                     crate::isolate::packet(Wire::Dns, || self.answer(i, len, client, queued));
-                if let Some(reply_len) = answered.flatten() {
-                    self.reply_lens[queued] = reply_len;
-                    self.destinations[queued] = Some(from);
+                if let Some(reply_len) = answered.flatten()
+                    && let (Some(len), Some(to)) = (
+                        self.reply_lens.get_mut(queued),
+                        self.destinations.get_mut(queued),
+                    )
+                {
+                    (*len, *to) = (reply_len, Some(from));
                     queued += 1;
                 }
             }
@@ -294,8 +300,8 @@ impl UdpWorker {
     /// Answers query `i` (`len` bytes from `client`) into reply slot `slot`: the reply's length
     /// when one goes back in this batch.
     fn answer(&mut self, i: usize, len: usize, client: SocketAddr, slot: usize) -> Option<usize> {
-        let request = &self.packets[i * MAX_DATAGRAM..][..len];
-        let out = &mut self.replies[slot];
+        let request = self.packets.get(i * MAX_DATAGRAM..)?.get(..len)?;
+        let out = self.replies.get_mut(slot)?;
         let (ctx, trusted) = self.indexed.context(client.ip(), Transport::Udp);
         match respond(request, &ctx, &mut self.lower, out) {
             Action::Drop | Action::Transfer(_) => None,
@@ -308,13 +314,13 @@ impl UdpWorker {
                     Verdict::Send
                 } else {
                     let now = self.started.elapsed().as_secs() as u32;
-                    let qname = &self.lower[..qname_len];
+                    let qname = self.lower.get(..qname_len).unwrap_or_default();
                     let mut rrl = self.rrl.lock().unwrap_or_else(|e| e.into_inner());
                     rrl.check(client.ip(), outcome, qname, now)
                 };
                 match verdict {
                     Verdict::Send => {
-                        count(&self.shared.metrics, &out[..len]);
+                        count(&self.shared.metrics, out.get(..len).unwrap_or_default());
                         Some(len)
                     }
                     Verdict::Drop => None,
@@ -323,11 +329,11 @@ impl UdpWorker {
             }
             Action::Forward(query) => {
                 let limit = udp_limit(&query);
-                let qname = &self.lower[..query.qname_len];
+                let qname = self.lower.get(..query.qname_len).unwrap_or_default();
                 let forwarder = &self.shared.forwarder;
                 if let Some(len) = forwarder.cached(request, &query, qname, limit, out) {
                     self.shared.metrics.dns_cache_hits.inc();
-                    count(&self.shared.metrics, &out[..len]);
+                    count(&self.shared.metrics, out.get(..len).unwrap_or_default());
                     return Some(len);
                 }
                 self.shared.metrics.dns_cache_misses.inc();
@@ -344,13 +350,12 @@ impl UdpWorker {
                         &shared, &indexed, &request, &query, &qname, limit, &mut out,
                     )
                     .await;
-                    count(&shared.metrics, &out[..len]);
+                    let reply = out.get(..len).unwrap_or_default();
+                    count(&shared.metrics, reply);
                     // Never blocks a runtime worker: a full send buffer drops this reply, and
                     // the client asks again.
                     let to = SockaddrStorage::from(client);
-                    if let Err(e) =
-                        sendto(socket.as_raw_fd(), &out[..len], &to, MsgFlags::MSG_DONTWAIT)
-                    {
+                    if let Err(e) = sendto(socket.as_raw_fd(), reply, &to, MsgFlags::MSG_DONTWAIT) {
                         tracing::debug!("dns/udp reply to {client}: {e}");
                     }
                 });
@@ -367,14 +372,17 @@ impl UdpWorker {
             let iovs: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|i| {
                 let len = self.reply_lens.get(sent + i).copied().unwrap_or(0);
                 [IoSlice::new(
-                    self.replies.get(sent + i).map_or(&[][..], |r| &r[..len]),
+                    self.replies
+                        .get(sent + i)
+                        .and_then(|r| r.get(..len))
+                        .unwrap_or_default(),
                 )]
             });
             let result = sendmmsg(
                 self.socket.as_raw_fd(),
                 &mut self.send_headers,
-                iovs[..queued - sent].iter(),
-                &self.destinations[sent..queued],
+                iovs.get(..queued - sent).unwrap_or_default().iter(),
+                self.destinations.get(sent..queued).unwrap_or_default(),
                 [],
                 MsgFlags::empty(),
             )
@@ -386,7 +394,7 @@ impl UdpWorker {
                 Err(e) => {
                     tracing::debug!(
                         "dns/udp on {local}: a reply to {:?}: {e}",
-                        self.destinations[sent]
+                        self.destinations.get(sent)
                     );
                     sent += 1;
                 }
@@ -407,13 +415,13 @@ fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
 
 /// Counts an answer by its rcode and question type, read from its wire form.
 fn count(metrics: &crate::metrics::Metrics, reply: &[u8]) {
-    if reply.len() < 12 {
+    let Some(header) = reply.first_chunk::<12>() else {
         return;
-    }
+    };
     let qtype = wire::skip_name(reply, 12)
-        .and_then(|p| reply.get(p..p + 2))
-        .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
-    metrics.dns_answer(reply[3] & 0x0f, qtype);
+        .and_then(|p| reply.get(p..)?.first_chunk::<2>())
+        .map_or(0, |t| u16::from_be_bytes(*t));
+    metrics.dns_answer(header[3] & 0x0f, qtype);
 }
 
 fn udp_limit(query: &Query) -> usize {
@@ -538,7 +546,10 @@ async fn serve_connection(
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Ok(r) => usize::from(r?),
         };
-        let request = &mut request[..len];
+        // A u16 length, and the buffer holds 65,535 bytes: always there.
+        let Some(request) = request.get_mut(..len) else {
+            return Ok(());
+        };
         tokio::time::timeout(TCP_IDLE, stream.read_exact(request))
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request body"))??;
@@ -548,7 +559,7 @@ async fn serve_connection(
             Action::Drop => continue,
             Action::Reply { len, .. } => len,
             Action::Forward(query) => {
-                let qname = lower[..query.qname_len].to_vec();
+                let qname = lower.get(..query.qname_len).unwrap_or_default().to_vec();
                 let limit = usize::from(u16::MAX);
                 match shared
                     .forwarder
@@ -572,15 +583,16 @@ async fn serve_connection(
                     &mut stream,
                     request,
                     &query,
-                    &lower[..query.qname_len],
+                    lower.get(..query.qname_len).unwrap_or_default(),
                     &indexed.authority,
                 )
                 .await?;
                 continue;
             }
         };
-        count(&shared.metrics, &out[..len]);
-        write_framed(&mut stream, &out[..len]).await?;
+        let reply = out.get(..len).unwrap_or_default();
+        count(&shared.metrics, reply);
+        write_framed(&mut stream, reply).await?;
     }
 }
 
@@ -599,10 +611,13 @@ async fn transfer(
     origin: &[u8],
     authority: &Authority,
 ) -> std::io::Result<()> {
-    let Some(records) = authority.transfer(origin) else {
+    // A zone's transfer starts with its SOA: never empty.
+    let Some((records, soa)) = authority
+        .transfer(origin)
+        .and_then(|r| Some((r, r.first()?)))
+    else {
         return Ok(());
     };
-    let soa = &records[0];
     let all: Vec<&super::authority::TransferRecord> =
         records.iter().chain(std::iter::once(soa)).collect();
     let mut out = Vec::new();
@@ -623,7 +638,7 @@ async fn transfer(
             dnssec_ok: e.dnssec_ok,
         });
         let len = reply.finish(edns, usize::from(u16::MAX));
-        write_framed(stream, &out[..len]).await?;
+        write_framed(stream, out.get(..len).unwrap_or_default()).await?;
     }
     Ok(())
 }

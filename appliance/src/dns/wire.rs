@@ -3,6 +3,8 @@
 //!
 //! Architecture invariant: bytes in, bytes out. No knowledge of zones, clients or sockets.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 pub const HEADER_LEN: usize = 12;
 /// The largest name on the wire (RFC 1035 section 2.3.4).
 pub const MAX_NAME: usize = 255;
@@ -118,7 +120,7 @@ fn read_extra(packet: &[u8], mut pos: usize, records: u32, additional: u16) -> O
     for _ in 0..additional {
         let rr = skip_record(packet, pos)?;
         if rr.rtype == rtype::OPT {
-            if extra.edns.is_some() || rr.owner_len != 1 || packet[pos] != 0 {
+            if extra.edns.is_some() || rr.owner_len != 1 || packet.get(pos) != Some(&0) {
                 return None;
             }
             extra.edns = Some(Edns {
@@ -136,16 +138,20 @@ fn read_extra(packet: &[u8], mut pos: usize, records: u32, additional: u16) -> O
 
 /// Reads a query, writing its name in lowercase wire form into `lower`.
 pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, Malformed> {
-    if packet.len() < HEADER_LEN {
+    let Some(Ok(header)) = packet.get(..HEADER_LEN).map(<&[u8; HEADER_LEN]>::try_from) else {
         return Err(Malformed::Drop);
-    }
-    let flags = u16::from_be_bytes([packet[2], packet[3]]);
+    };
+    let flags = u16::from_be_bytes([header[2], header[3]]);
     if flags & 0x8000 != 0 {
         return Err(Malformed::Drop);
     }
     let opcode = ((flags >> 11) & 0xf) as u8;
-    let count = |i: usize| u16::from_be_bytes([packet[i], packet[i + 1]]);
-    let (qdcount, ancount, nscount, arcount) = (count(4), count(6), count(8), count(10));
+    let (qdcount, ancount, nscount, arcount) = (
+        u16::from_be_bytes([header[4], header[5]]),
+        u16::from_be_bytes([header[6], header[7]]),
+        u16::from_be_bytes([header[8], header[9]]),
+        u16::from_be_bytes([header[10], header[11]]),
+    );
     let records = u32::from(ancount) + u32::from(nscount);
     if qdcount != 1 {
         let rcode = if opcode == opcode::QUERY {
@@ -179,11 +185,10 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
     };
     let qname_len = read_question_name(packet, HEADER_LEN, lower).ok_or(formerr)?;
     let mut pos = HEADER_LEN + qname_len;
-    if packet.len() < pos + 4 {
+    let Some(&[t0, t1, c0, c1]) = packet.get(pos..pos + 4) else {
         return Err(formerr);
-    }
-    let qtype = u16::from_be_bytes([packet[pos], packet[pos + 1]]);
-    let qclass = u16::from_be_bytes([packet[pos + 2], packet[pos + 3]]);
+    };
+    let (qtype, qclass) = (u16::from_be_bytes([t0, t1]), u16::from_be_bytes([c0, c1]));
     pos += 4;
     let question_end = pos;
     let extra = read_extra(packet, pos, records, arcount);
@@ -217,7 +222,7 @@ pub fn parse_query(packet: &[u8], lower: &mut [u8; MAX_NAME]) -> Result<Query, M
         });
     }
     Ok(Query {
-        id: u16::from_be_bytes([packet[0], packet[1]]),
+        id: u16::from_be_bytes([header[0], header[1]]),
         opcode,
         recursion_desired: flags & 0x0100 != 0,
         checking_disabled: flags & 0x0010 != 0,
@@ -239,12 +244,16 @@ fn read_question_name(packet: &[u8], start: usize, lower: &mut [u8; MAX_NAME]) -
             return None;
         }
         let end = pos + 1 + len;
-        if end - start > MAX_NAME || end > packet.len() {
+        if end - start > MAX_NAME {
             return None;
         }
-        lower[pos - start] = len as u8;
-        for (i, b) in packet[pos + 1..end].iter().enumerate() {
-            lower[pos - start + 1 + i] = b.to_ascii_lowercase();
+        let label = packet.get(pos + 1..end)?;
+        let [out_len, out @ ..] = lower.get_mut(pos - start..end - start)? else {
+            return None;
+        };
+        *out_len = len as u8;
+        for (o, b) in out.iter_mut().zip(label) {
+            *o = b.to_ascii_lowercase();
         }
         pos = end;
         if len == 0 {
@@ -269,7 +278,7 @@ pub struct RecordHeader {
 /// Walks one resource record at `pos` (owner possibly compressed).
 pub fn skip_record(packet: &[u8], pos: usize) -> Option<RecordHeader> {
     let name_end = skip_name(packet, pos)?;
-    let fixed = packet.get(name_end..name_end + 10)?;
+    let fixed: &[u8; 10] = packet.get(name_end..name_end + 10)?.try_into().ok()?;
     let rdlen = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
     let end = name_end + 10 + rdlen;
     if end > packet.len() {
@@ -324,9 +333,13 @@ pub fn read_name(packet: &[u8], mut pos: usize, out: &mut [u8; MAX_NAME]) -> Opt
                 if written + len + 1 > MAX_NAME {
                     return None;
                 }
-                out[written] = len as u8;
-                for (i, b) in packet.get(pos + 1..pos + 1 + len)?.iter().enumerate() {
-                    out[written + 1 + i] = b.to_ascii_lowercase();
+                let label = packet.get(pos + 1..pos + 1 + len)?;
+                let [out_len, dst @ ..] = out.get_mut(written..written + 1 + len)? else {
+                    return None;
+                };
+                *out_len = len as u8;
+                for (d, b) in dst.iter_mut().zip(label) {
+                    *d = b.to_ascii_lowercase();
                 }
                 written += len + 1;
                 if len == 0 {
@@ -352,10 +365,13 @@ pub fn read_name(packet: &[u8], mut pos: usize, out: &mut [u8; MAX_NAME]) -> Opt
 pub fn label_offsets(name: &[u8], out: &mut [u8; 128]) -> usize {
     let mut n = 0;
     let mut pos = 0;
-    while pos < name.len() && name[pos] != 0 && n < out.len() {
-        out[n] = pos as u8;
+    while let Some(&len) = name.get(pos)
+        && len != 0
+        && let Some(slot) = out.get_mut(n)
+    {
+        *slot = pos as u8;
         n += 1;
-        pos += usize::from(name[pos]) + 1;
+        pos += usize::from(len) + 1;
     }
     n
 }
@@ -420,7 +436,10 @@ impl<'b> Reply<'b> {
         flags: ReplyFlags,
     ) -> Self {
         buf.clear();
-        let request_flags = u16::from_be_bytes([packet[2], packet[3]]);
+        let (id, request_flags) = match packet {
+            [a, b, c, d, ..] => ([*a, *b], u16::from_be_bytes([*c, *d])),
+            _ => ([0, 0], 0),
+        };
         // QR set; the request's opcode, RD and CD copied; AA and RA as given.
         let mut f = 0x8000 | (request_flags & 0x7800) | (request_flags & 0x0110);
         if flags.authoritative {
@@ -430,14 +449,13 @@ impl<'b> Reply<'b> {
             f |= 0x0080;
         }
         f |= u16::from(flags.rcode & 0xf);
-        buf.extend_from_slice(&packet[0..2]);
+        buf.extend_from_slice(&id);
         buf.extend_from_slice(&f.to_be_bytes());
-        let qd: u16 = question_end.is_some().into();
+        let question = question_end.and_then(|end| packet.get(HEADER_LEN..end));
+        let qd: u16 = question.is_some().into();
         buf.extend_from_slice(&qd.to_be_bytes());
         buf.extend_from_slice(&[0; 6]);
-        if let Some(end) = question_end {
-            buf.extend_from_slice(&packet[HEADER_LEN..end]);
-        }
+        buf.extend_from_slice(question.unwrap_or_default());
         let question_end = buf.len();
         Reply {
             buf,
@@ -448,7 +466,18 @@ impl<'b> Reply<'b> {
     }
 
     pub fn set_rcode(&mut self, rcode: u8) {
-        self.buf[3] = (self.buf[3] & 0xf0) | (rcode & 0xf);
+        if let Some(flags) = self.buf.get_mut(3) {
+            *flags = (*flags & 0xf0) | (rcode & 0xf);
+        }
+    }
+
+    fn count_of(&mut self, section: Section) -> &mut u16 {
+        let [answer, authority, additional] = &mut self.counts;
+        match section {
+            Section::Answer => answer,
+            Section::Authority => authority,
+            Section::Additional => additional,
+        }
     }
 
     fn enter(&mut self, section: Section) {
@@ -460,27 +489,21 @@ impl<'b> Reply<'b> {
     /// to back in `tails` as type, class, TTL, length and data.
     pub fn push_at_qname(&mut self, section: Section, tails: &[u8], count: u16) {
         self.enter(section);
-        let mut pos = 0;
-        for _ in 0..count {
-            let len = tail_len(&tails[pos..]);
+        for tail in Tails(tails).take(usize::from(count)) {
             self.buf.extend_from_slice(&[0xc0, 0x0c]);
-            self.buf.extend_from_slice(&tails[pos..pos + len]);
-            pos += len;
+            self.buf.extend_from_slice(tail);
         }
-        self.counts[section as usize] += count;
+        *self.count_of(section) += count;
     }
 
     /// Appends `count` records owned by `owner` (wire form), stored back to back in `tails`.
     pub fn push_owned(&mut self, section: Section, owner: &[u8], tails: &[u8], count: u16) {
         self.enter(section);
-        let mut pos = 0;
-        for _ in 0..count {
-            let len = tail_len(&tails[pos..]);
+        for tail in Tails(tails).take(usize::from(count)) {
             self.buf.extend_from_slice(owner);
-            self.buf.extend_from_slice(&tails[pos..pos + len]);
-            pos += len;
+            self.buf.extend_from_slice(tail);
         }
-        self.counts[section as usize] += count;
+        *self.count_of(section) += count;
     }
 
     /// Writes the counts and the OPT record (when the query had EDNS) and truncates to `limit`:
@@ -493,10 +516,12 @@ impl<'b> Reply<'b> {
         if self.buf.len() + opt_len > limit {
             self.buf.truncate(self.question_end);
             counts = [0; 3];
-            self.buf[2] |= 0x02;
+            if let Some(flags) = self.buf.get_mut(2) {
+                *flags |= 0x02;
+            }
         }
-        self.buf[6..8].copy_from_slice(&counts[0].to_be_bytes());
-        self.buf[8..10].copy_from_slice(&counts[1].to_be_bytes());
+        put_u16(self.buf, 6, counts[0]);
+        put_u16(self.buf, 8, counts[1]);
         let mut arcount = counts[2];
         if let Some(e) = edns {
             // Root owner, type OPT, class = our payload size, TTL = extended rcode, version 0, DO.
@@ -508,14 +533,35 @@ impl<'b> Reply<'b> {
             self.buf.extend_from_slice(&0u16.to_be_bytes());
             arcount += 1;
         }
-        self.buf[10..12].copy_from_slice(&arcount.to_be_bytes());
+        put_u16(self.buf, 10, arcount);
         self.buf.len()
     }
 }
 
-/// Length of one stored record tail: type, class, TTL, RDLENGTH (10 bytes) and the data.
-fn tail_len(tail: &[u8]) -> usize {
-    10 + usize::from(u16::from_be_bytes([tail[8], tail[9]]))
+/// Writes `value` at `at` of a message whose header is whole (a reply under construction, a
+/// cached one); a shorter buffer is left as it is.
+pub fn put_u16(buf: &mut [u8], at: usize, value: u16) {
+    if let Some(field) = buf.get_mut(at..at + 2) {
+        field.copy_from_slice(&value.to_be_bytes());
+    }
+}
+
+/// Stored record tails back to back: type, class, TTL, RDLENGTH (10 bytes) and the data, each.
+struct Tails<'a>(&'a [u8]);
+
+impl<'a> Iterator for Tails<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let &[.., hi, lo] = self.0.get(..10)? else {
+            return None;
+        };
+        let (tail, rest) = self
+            .0
+            .split_at_checked(10 + usize::from(u16::from_be_bytes([hi, lo])))?;
+        self.0 = rest;
+        Some(tail)
+    }
 }
 
 /// Encodes a record tail: type, class IN, TTL, RDLENGTH and `rdata`.

@@ -14,6 +14,8 @@
 //! [`HEADER_TIMEOUT`] of the wait for it starting (as hyper's `header_read_timeout`), and the
 //! connection's idle limit is the caller's.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -135,7 +137,7 @@ fn answer(
     last: bool,
     out: &mut Vec<u8>,
 ) -> Option<Bytes> {
-    let target = std::str::from_utf8(&buf[plain.target.clone()]).ok()?;
+    let target = std::str::from_utf8(buf.get(plain.target.clone())?).ok()?;
     let rest = target.strip_prefix(PREFIX)?;
     let plan = cx.plan.load();
     let relative = files::artifact_relative(rest)?;
@@ -187,8 +189,8 @@ async fn send(stream: &mut Watched<TcpStream>, head: &[u8], body: &[u8]) -> io::
             return Err(io::ErrorKind::WriteZero.into());
         }
         let from_head = n.min(head.len());
-        head = &head[from_head..];
-        body = &body[n - from_head..];
+        head = head.get(from_head..).unwrap_or_default();
+        body = body.get(n - from_head..).unwrap_or_default();
     }
     Ok(())
 }
@@ -225,7 +227,9 @@ fn parse(buf: &[u8]) -> Parsed {
         let plain = if name.eq_ignore_ascii_case(b"connection") {
             h.value.eq_ignore_ascii_case(b"keep-alive")
         } else {
-            !(name.len() >= 3 && name[..3].eq_ignore_ascii_case(b"if-")
+            !(name
+                .get(..3)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"if-"))
                 || [
                     &b"range"[..],
                     b"content-length",

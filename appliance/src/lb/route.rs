@@ -6,6 +6,8 @@
 //! say whether it names a server, names none, is not what the port speaks, or needs more; the
 //! table never guesses: a name no cluster has goes to the default cluster or nowhere.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::collections::HashMap;
 
 use tokio_util::sync::CancellationToken;
@@ -92,7 +94,7 @@ impl HttpHead {
     /// What the head so far, `all` (the bytes since the last call at its end, `new` of them),
     /// says.
     pub fn feed_tail(&mut self, all: &[u8], new: usize) -> Peeked {
-        let fresh = &all[all.len().saturating_sub(new)..];
+        let fresh = all.get(all.len().saturating_sub(new)..).unwrap_or_default();
         if self.parsed_once && !fresh.contains(&b'\n') {
             return Peeked::More;
         }
@@ -211,11 +213,12 @@ impl Routes {
             // The peek ran out of time.
             Peeked::More => Err(Unrouted::Timeout),
         };
-        match (found, self.default) {
-            (Ok(i), _) => Ok(&self.clusters[i]),
-            (Err(_), Some(d)) => Ok(&self.clusters[d]),
-            (Err(why), None) => Err(why),
-        }
+        let i = match (found, self.default) {
+            (Ok(i), _) => i,
+            (Err(_), Some(d)) => d,
+            (Err(why), None) => return Err(why),
+        };
+        self.clusters.get(i).ok_or(Unrouted::UnknownName)
     }
 
     /// The cluster whose name `name` is on `kind`'s port: `api.<domain>` or

@@ -10,6 +10,8 @@
 //! again at each line's end), so a client sending a byte at a time costs no more parsing than
 //! one sending it whole.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,7 +197,7 @@ async fn first_bytes(
                 return Ok((Peeked::More, buf));
             }
         }
-        let n = match client.try_read(&mut buf[len..]) {
+        let n = match client.try_read(buf.get_mut(len..).unwrap_or_default()) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -203,8 +205,8 @@ async fn first_bytes(
         };
         len += n;
         let peeked = match kind {
-            FrontendKind::IngressHttp => head.feed_tail(&buf[..len], n),
-            _ => hello.feed(&buf[len - n..len]),
+            FrontendKind::IngressHttp => head.feed_tail(buf.get(..len).unwrap_or_default(), n),
+            _ => hello.feed(buf.get(len - n..len).unwrap_or_default()),
         };
         if peeked != Peeked::More {
             buf.truncate(len);

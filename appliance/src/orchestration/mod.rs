@@ -84,7 +84,9 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
         .iter()
         .map(|n| n.name.clone())
         .collect();
-    let phases = Phases::load(&plan.state_dir, &names, ctx.journal.clone())?;
+    let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
+    let phases = Phases::load(&plan.state_dir, &names, ctx.journal.clone())?
+        .reporting(ctx.faults.clone(), scope);
     let orchestrator = Orchestrator {
         phases,
         plan: Arc::clone(&ctx.plan),

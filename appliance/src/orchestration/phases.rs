@@ -286,7 +286,12 @@ pub struct Phases {
     /// Held while the record is written: one writer of the temporary file at a time.
     writing: Arc<Mutex<()>>,
     journal: Journal,
+    /// Where a failed write is reported (`status`), and the cluster it is of.
+    faults: Option<(crate::faults::Faults, Option<String>)>,
 }
+
+/// The fault a record that can't be written is shown as.
+pub const FAULT: &str = "install phases";
 
 impl Phases {
     /// Reads the record of `state_dir` (an absent file is an empty record; an unreadable one is
@@ -315,6 +320,7 @@ impl Phases {
             inner: Arc::new(Mutex::new(progress)),
             path,
             writing: Arc::default(),
+            faults: None,
             journal,
         })
     }
@@ -414,6 +420,19 @@ impl Phases {
     /// record whatever order concurrent saves run in.
     fn write(&self) {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let report = |error: Option<String>| {
+            if let Some((faults, scope)) = &self.faults {
+                match error {
+                    Some(e) => faults.record(
+                        FAULT,
+                        scope.as_deref(),
+                        crate::faults::FaultState::Unwritable,
+                        Some(&e),
+                    ),
+                    None => faults.clear(FAULT, scope.as_deref()),
+                }
+            }
+        };
         let bytes = match serde_json::to_vec_pretty(&*self.lock()) {
             Ok(b) => b,
             Err(e) => {
@@ -421,9 +440,20 @@ impl Phases {
                 return;
             }
         };
-        if let Err(e) = crate::durable::write(&self.path, &bytes) {
-            tracing::error!("can't save {}: {e}", self.path.display());
+        match crate::durable::write(&self.path, &bytes) {
+            Ok(()) => report(None),
+            Err(e) => {
+                tracing::error!("can't save {}: {e}", self.path.display());
+                report(Some(format!("{}: {e}", self.path.display())));
+            }
         }
+    }
+
+    /// Reports a write that fails as a fault of `scope` (a host file's cluster) in `faults`,
+    /// cleared by the next write that succeeds.
+    pub fn reporting(mut self, faults: crate::faults::Faults, scope: Option<String>) -> Phases {
+        self.faults = Some((faults, scope));
+        self
     }
 }
 
@@ -625,6 +655,47 @@ mod tests {
         let again = Phases::load(dir.path(), &[], Journal::new()).unwrap();
         assert_eq!(again.snapshot(), phases.snapshot());
         assert!(!dir.path().join(".install-phases.json.tmp").exists());
+    }
+
+    #[tokio::test]
+    async fn a_record_that_cant_be_written_is_a_fault_until_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let faults = crate::faults::Faults::default();
+        let scope = Some("cluster okd".to_owned());
+        let phases = Phases::load(&state, &[], Journal::new())
+            .unwrap()
+            .reporting(faults.clone(), scope);
+        // The state directory gone from under it (root writes through permissions, so a
+        // file where the directory was stands for a full or read-only disk).
+        std::fs::remove_dir(&state).unwrap();
+        std::fs::write(&state, b"").unwrap();
+        phases.update(|p| p.up_requested = true).await;
+        let listed = faults.list();
+        let [fault] = listed.as_slice() else {
+            panic!("{listed:?}");
+        };
+        assert_eq!(
+            (fault.service.as_str(), fault.scope.as_deref(), fault.state),
+            (
+                FAULT,
+                Some("cluster okd"),
+                crate::faults::FaultState::Unwritable
+            )
+        );
+        assert!(fault.error.contains(FILE_NAME), "{}", fault.error);
+        std::fs::remove_file(&state).unwrap();
+        std::fs::create_dir(&state).unwrap();
+        phases.update(|p| p.workers_wanted = Some(2)).await;
+        assert!(faults.list().is_empty(), "{:?}", faults.list());
+        let saved = Phases::load(&state, &[], Journal::new())
+            .unwrap()
+            .snapshot();
+        assert!(
+            saved.up_requested,
+            "the change the failed write held is written with the next"
+        );
     }
 
     #[tokio::test]

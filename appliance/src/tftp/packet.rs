@@ -1,5 +1,7 @@
 //! TFTP packets: read requests with their options in, OACK/DATA/ERROR out.
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 pub const RRQ: u16 = 1;
 pub const WRQ: u16 = 2;
 pub const DATA: u16 = 3;
@@ -41,16 +43,19 @@ pub enum Request {
 
 /// Parses the first packet of a transfer.
 pub fn parse_request(packet: &[u8]) -> Request {
-    if packet.len() < 4 {
+    let [hi, lo, rest @ ..] = packet else {
+        return Request::Ignore;
+    };
+    if rest.len() < 2 {
         return Request::Ignore;
     }
-    match u16::from_be_bytes([packet[0], packet[1]]) {
+    match u16::from_be_bytes([*hi, *lo]) {
         RRQ => {}
         WRQ => return Request::Refuse(code::ACCESS, "this server is read-only"),
         DATA | ACK | ERROR | OACK => return Request::Ignore,
         _ => return Request::Refuse(code::ILLEGAL, "unknown opcode"),
     }
-    let mut fields = packet[2..].split(|&b| b == 0);
+    let mut fields = rest.split(|&b| b == 0);
     let (Some(file), Some(mode)) = (fields.next(), fields.next()) else {
         return Request::Refuse(code::ILLEGAL, "malformed read request");
     };
@@ -111,8 +116,12 @@ pub fn oack(options: &[(&str, String)]) -> Vec<u8> {
 
 /// The block number an ACK acknowledges, if the packet is an ACK.
 pub fn acked_block(packet: &[u8]) -> Option<u16> {
-    (packet.len() >= 4 && u16::from_be_bytes([packet[0], packet[1]]) == ACK)
-        .then(|| u16::from_be_bytes([packet[2], packet[3]]))
+    match packet {
+        [op_hi, op_lo, hi, lo, ..] if u16::from_be_bytes([*op_hi, *op_lo]) == ACK => {
+            Some(u16::from_be_bytes([*hi, *lo]))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

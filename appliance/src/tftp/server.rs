@@ -8,6 +8,8 @@
 //! forgotten within seconds; later blocks get [`RETRIES`] tries; a whole transfer ends after
 //! [`MAX_TRANSFER`].
 
+#![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,7 +64,12 @@ pub async fn serve(
                 }
             },
         };
-        let (ticket, path, req) = match receive(&buf[..n], client, &admission, &plan.load()) {
+        let (ticket, path, req) = match receive(
+            buf.get(..n).unwrap_or_default(),
+            client,
+            &admission,
+            &plan.load(),
+        ) {
             Step::Ignore => continue,
             Step::Refuse(error) => {
                 let _ = socket.send_to(&error, client).await;
@@ -210,7 +217,8 @@ async fn transfer(
     let blocks = data.len() / block_size + 1;
     let mut out = Vec::with_capacity(block_size + 4);
     for i in 0..blocks {
-        let chunk = &data[i * block_size..((i + 1) * block_size).min(data.len())];
+        let chunk = data.get(i * block_size..).unwrap_or_default();
+        let chunk = chunk.get(..block_size).unwrap_or(chunk);
         // Block numbers start at 1 and roll over past 65535, as most clients expect.
         let number = ((i + 1) % 65_536) as u16;
         out.clear();
@@ -259,11 +267,14 @@ async fn exchange(
                 Err(_) => break,
                 Ok(Err(e)) => return Err(e),
                 Ok(Ok(n)) => {
-                    if n >= 2 && u16::from_be_bytes([buf[0], buf[1]]) == packet::ERROR {
+                    let reply = buf.get(..n).unwrap_or_default();
+                    if let [hi, lo, ..] = reply
+                        && u16::from_be_bytes([*hi, *lo]) == packet::ERROR
+                    {
                         return Ok(false);
                     }
                     // Duplicate ACKs of earlier blocks are ignored, not answered (Sorcerer's Apprentice).
-                    if packet::acked_block(&buf[..n]) == Some(number) {
+                    if packet::acked_block(reply) == Some(number) {
                         return Ok(true);
                     }
                 }

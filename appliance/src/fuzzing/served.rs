@@ -1,0 +1,297 @@
+//! The fuzz targets that go through the listeners themselves: the fuzzer's bytes reach the real
+//! DNS (UDP and TCP) and boot-server tasks as a client on the segment sends them, through the
+//! socket, the server's per-datagram or per-connection function, its isolation and its
+//! budget's gate, not only through the parser behind them.
+//!
+//! The servers start once per process, on loopback listeners of their own, in a runtime of
+//! their own, with the plan of [`super::CLUSTER`]: its upstreams removed (nothing is forwarded
+//! anywhere), loopback allowed to recurse and to transfer (so no rate limit drops the check
+//! that follows each input, and AXFR is reached), and one node moved to 127.0.0.2 so that a
+//! connection from there is that node's (ignition, role config, its ISO). Each input must leave
+//! the process with no caught panic and the listener answering: after a datagram, a good query
+//! from the same socket is answered; a connection is closed by the server after the client's
+//! end of input, and every byte it sent back is well framed.
+//!
+//! Architecture invariant: test support (the `fuzzing` feature) that talks to this process's
+//! loopback listeners only.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream, UdpSocket};
+use tokio_util::sync::CancellationToken;
+
+use crate::budget::{Budget, Kind};
+use crate::isolate::{Wire, panics};
+
+/// The node whose address a connection comes from when the input's first byte is odd.
+const NODE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// A host no cluster knows.
+const STRANGER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+/// How long a server may take to answer the check or to close after the client's end of input:
+/// far more than any answer takes here, far less than the idle timeouts (10 s and more) that
+/// would otherwise close a connection the server forgot.
+const PROMPT: Duration = Duration::from_secs(5);
+/// The largest datagram a UDP socket sends.
+const MAX_UDP: usize = 65_507;
+
+struct Served {
+    runtime: tokio::runtime::Runtime,
+    dns_udp: SocketAddr,
+    dns_tcp: SocketAddr,
+    http: SocketAddr,
+    /// Kept for the process's life: cancelling it would stop the servers.
+    _token: CancellationToken,
+}
+
+fn served() -> &'static Served {
+    static SERVED: OnceLock<Served> = OnceLock::new();
+    SERVED.get_or_init(|| start().unwrap_or_else(|e| panic!("starting the served targets: {e:#}")))
+}
+
+/// The files the boot server serves, in a directory of this process.
+fn tree(plan: &crate::plan::Plan) -> std::io::Result<PathBuf> {
+    let root = std::env::temp_dir().join(format!("okd-fuzz-served-{}", std::process::id()));
+    for dir in ["i", "a", "ipxe", "state"] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    for role in ["bootstrap", "master", "worker"] {
+        std::fs::write(
+            root.join("i").join(format!("{role}.ign")),
+            br#"{"ignition":{"version":"3.2.0"}}"#,
+        )?;
+    }
+    let boot = plan.boot.first();
+    let urls = boot
+        .iter()
+        .flat_map(|b| [&b.kernel_url, &b.initramfs_url, &b.rootfs_url]);
+    for url in urls {
+        let name = url.rsplit('/').next().unwrap_or("kernel");
+        std::fs::write(root.join("a").join(name), b"an artifact's bytes\n")?;
+    }
+    std::fs::write(root.join("ipxe").join("snponly.efi"), b"MZ not really\n")?;
+    Ok(root)
+}
+
+fn start() -> anyhow::Result<Served> {
+    let mut plan = super::cluster_plan().clone();
+    let root = tree(&plan)?;
+    plan.files.ignition_dir = root.join("i");
+    plan.files.artifacts_dir = root.join("a");
+    plan.files.ipxe_dir = root.join("ipxe");
+    plan.files.base_iso = root.join("a").join("live.iso");
+    plan.state_dir = root.join("state");
+    plan.resolver.upstreams.clear();
+    let loopback: ipnet::IpNet = "127.0.0.0/8".parse()?;
+    plan.resolver.recursion_allowed = vec![loopback];
+    plan.resolver.axfr_allowed = vec![loopback];
+    if let Some(boot) = plan.boot.first_mut() {
+        boot.ipv4 = NODE;
+    }
+    crate::install_state::prepare(&plan.state_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let token = CancellationToken::new();
+    let handle: crate::plan::Handle = Arc::new(arc_swap::ArcSwap::from_pointee(plan));
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let budget = Budget::unbounded();
+    let (dns_udp, dns_tcp, http) = runtime.block_on(async {
+        let udp = UdpSocket::bind("127.0.0.1:0").await?;
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let web = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addrs = (udp.local_addr()?, tcp.local_addr()?, web.local_addr()?);
+        let shared = crate::dns::server::Shared::new(Arc::clone(&handle), Arc::clone(&metrics));
+        let (token, gate) = (token.clone(), budget.gate(Kind::DnsTcp, addrs.1));
+        tokio::spawn(crate::dns::server::serve_udp(
+            udp,
+            Arc::clone(&shared),
+            token.clone(),
+        ));
+        tokio::spawn(crate::dns::server::serve_tcp(
+            tcp,
+            shared,
+            gate,
+            token.clone(),
+        ));
+        tokio::spawn(crate::http::server::serve(
+            web,
+            handle,
+            crate::journal::Journal::new(),
+            crate::ha::Activity::always(),
+            (
+                metrics,
+                budget.gate(Kind::Http, addrs.2),
+                crate::faults::Faults::default(),
+            ),
+            token,
+        ));
+        anyhow::Ok(addrs)
+    })?;
+    Ok(Served {
+        runtime,
+        dns_udp,
+        dns_tcp,
+        http,
+        _token: token,
+    })
+}
+
+/// A query for `api.<cluster>` with id `id`, which the authority always answers.
+fn check_query(id: u16) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in ["api", "okd", "lab", "example", "com"] {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+/// Asserts that nothing panicked in `wire` while `run` sent `data`.
+fn no_panic(wire: Wire, data: &[u8], run: impl FnOnce()) {
+    let before = panics(wire);
+    run();
+    let after = panics(wire);
+    assert_eq!(after, before, "{} panicked on {data:?}", wire.name());
+}
+
+/// Any bytes as one datagram to the DNS/UDP listener; then a good query from the same socket
+/// is answered (the listener is alive and was not wedged by the input).
+pub fn dns_udp(data: &[u8]) {
+    let served = served();
+    let data = data.get(..MAX_UDP).unwrap_or(data);
+    no_panic(Wire::Dns, data, || {
+        served.runtime.block_on(async {
+            let socket = UdpSocket::bind("127.0.0.1:0")
+                .await
+                .expect("a client socket");
+            socket.connect(served.dns_udp).await.expect("connect");
+            socket.send(data).await.expect("send the input");
+            // An id the input's own reply can't have.
+            let id = match data {
+                [a, b, ..] => !u16::from_be_bytes([*a, *b]),
+                _ => 0x5a5a,
+            };
+            socket.send(&check_query(id)).await.expect("send the check");
+            let mut buf = vec![0u8; 65_535];
+            let answered = tokio::time::timeout(PROMPT, async {
+                loop {
+                    let n = socket.recv(&mut buf).await.expect("receive");
+                    if buf.get(..2) == Some(&id.to_be_bytes()[..]) {
+                        return n;
+                    }
+                }
+            })
+            .await;
+            let n = answered.unwrap_or_else(|_| panic!("no answer to the check after {data:?}"));
+            // QR set, NOERROR, one answer.
+            let reply = buf.get(..n).unwrap_or_default();
+            assert!(
+                reply.len() > 12 && reply[2] & 0x80 != 0 && reply[3] & 0x0f == 0 && reply[7] == 1,
+                "a wrong answer to the check after {data:?}: {reply:?}"
+            );
+        });
+    });
+}
+
+/// Any bytes as what a client writes on one DNS/TCP connection before it closes its side (so
+/// any number of length-prefixed messages, cut anywhere): the server closes the connection
+/// promptly, every reply is framed, and nothing panics.
+pub fn dns_tcp(data: &[u8]) {
+    let served = served();
+    no_panic(Wire::Dns, data, || {
+        let back = exchange(served, served.dns_tcp, Ipv4Addr::LOCALHOST, data);
+        let mut rest = back.as_slice();
+        while !rest.is_empty() {
+            let [hi, lo, tail @ ..] = rest else {
+                panic!("a cut length prefix after {data:?}");
+            };
+            let len = usize::from(u16::from_be_bytes([*hi, *lo]));
+            assert!(len >= 12 && len <= tail.len(), "a cut reply after {data:?}");
+            rest = &tail[len..];
+        }
+    });
+}
+
+/// Any bytes as what a client writes on one boot-server connection before it closes its side,
+/// from a node's address when the first byte is odd and from a stranger's otherwise: the fast
+/// path or hyper answers, the server closes the connection promptly, and what it sent is HTTP.
+pub fn http(data: &[u8]) {
+    let served = served();
+    let (from, rest) = match data {
+        [first, rest @ ..] if first & 1 == 1 => (NODE, rest),
+        [_, rest @ ..] => (STRANGER, rest),
+        [] => (STRANGER, data),
+    };
+    no_panic(Wire::Http, data, || {
+        let back = exchange(served, served.http, from, rest);
+        assert!(
+            back.is_empty() || back.starts_with(b"HTTP/1.1 ") || back.starts_with(b"HTTP/1.0 "),
+            "not an HTTP response after {data:?}: {:?}",
+            String::from_utf8_lossy(back.get(..back.len().min(200)).unwrap_or_default())
+        );
+    });
+}
+
+/// Connects from `from` to `to`, writes `data` and closes the sending side while reading what
+/// comes back, until the server closes: what it sent. Panics when it doesn't close in time.
+fn exchange(served: &Served, to: SocketAddr, from: Ipv4Addr, data: &[u8]) -> Vec<u8> {
+    served.runtime.block_on(async {
+        let socket = TcpSocket::new_v4().expect("a client socket");
+        socket
+            .bind(SocketAddr::new(IpAddr::V4(from), 0))
+            .expect("bind the client's address");
+        let stream: TcpStream = socket.connect(to).await.expect("connect");
+        let (mut read, mut write) = stream.into_split();
+        let writer = async {
+            // The server may close first (a request it refuses): what it didn't read is fine.
+            if write.write_all(data).await.is_ok() {
+                let _ = write.shutdown().await;
+            }
+        };
+        let reader = async {
+            let mut back = Vec::new();
+            // A reset after an answer (the server closed with input unread) ends it too.
+            let _ = read.read_to_end(&mut back).await;
+            back
+        };
+        let done = tokio::time::timeout(PROMPT, async { tokio::join!(writer, reader).1 }).await;
+        done.unwrap_or_else(|_| panic!("{to} didn't close after {data:?}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The harness reaches what it claims to: the node's address is the node's, a stranger's
+    /// is refused, and the DNS check is answered over TCP as over UDP.
+    #[test]
+    fn the_listeners_see_a_node_a_stranger_and_a_resolver() {
+        let served = served();
+        let get = |from, path: &str| {
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let back = exchange(served, served.http, from, request.as_bytes());
+            String::from_utf8_lossy(&back).into_owned()
+        };
+        let status = |r: String| r.get(..12).unwrap_or_default().to_owned();
+        assert_eq!(status(get(STRANGER, "/healthz")), "HTTP/1.1 200");
+        assert_eq!(status(get(NODE, "/ignition/bootstrap.ign")), "HTTP/1.1 200");
+        assert_eq!(
+            status(get(STRANGER, "/ignition/bootstrap.ign")),
+            "HTTP/1.1 403"
+        );
+        let query = check_query(7);
+        let mut framed = u16::try_from(query.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(&query);
+        let back = exchange(served, served.dns_tcp, Ipv4Addr::LOCALHOST, &framed);
+        assert_eq!(back.get(2..4), Some(&[0, 7][..]), "{back:?}");
+        dns_udp(&query);
+    }
+}
