@@ -490,4 +490,9 @@ mod corpus {
     fn http_corpus() {
         replay("http", super::served::http);
     }
+
+    #[test]
+    fn api_corpus() {
+        replay("api", super::served::api);
+    }
 }

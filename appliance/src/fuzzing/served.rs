@@ -1,13 +1,15 @@
 //! The fuzz targets that go through the listeners themselves: the fuzzer's bytes reach the real
-//! DNS (UDP and TCP) and boot-server tasks as a client on the segment sends them, through the
+//! DNS (UDP and TCP), boot-server and API tasks as a client on the segment sends them, through the
 //! socket, the server's per-datagram or per-connection function, its isolation and its
 //! budget's gate, not only through the parser behind them.
 //!
 //! The servers start once per process, on loopback listeners of their own, in a runtime of
 //! their own, with the plan of [`super::CLUSTER`]: its upstreams removed (nothing is forwarded
 //! anywhere), loopback allowed to recurse and to transfer (so no rate limit drops the check
-//! that follows each input, and AXFR is reached), and one node moved to 127.0.0.2 so that a
-//! connection from there is that node's (ignition, role config, its ISO). Each input must leave
+//! that follows each input, and AXFR is reached), one node moved to 127.0.0.2 so that a
+//! connection from there is that node's (ignition, role config, its ISO), and an API with a
+//! certificate and token of its own, over an operator wing built as the supervisor builds it
+//! (with no install to drive and no reload taken). Each input must leave
 //! the process with no caught panic and the listener answering: after a datagram, a good query
 //! from the same socket is answered; a connection is closed by the server after the client's
 //! end of input, and every byte it sent back is well framed.
@@ -43,6 +45,10 @@ struct Served {
     dns_udp: SocketAddr,
     dns_tcp: SocketAddr,
     http: SocketAddr,
+    api: SocketAddr,
+    /// The API's bearer token and the client side of its TLS.
+    api_token: String,
+    api_tls: tokio_rustls::TlsConnector,
     /// Kept for the process's life: cancelling it would stop the servers.
     _token: CancellationToken,
 }
@@ -76,6 +82,52 @@ fn tree(plan: &crate::plan::Plan) -> std::io::Result<PathBuf> {
     Ok(root)
 }
 
+/// The API's certificate, key and token files in `root` (the key and token owner-only, as the
+/// appliance wants its secrets): the token.
+fn api_files(root: &std::path::Path) -> anyhow::Result<(crate::config::Api, String)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])?.self_signed(&key)?;
+    let token = "fuzz-token-0123456789abcdef".to_owned();
+    let api = crate::config::Api {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        cert_file: root.join("api.crt"),
+        key_file: root.join("api.key"),
+        token_file: root.join("api.token"),
+    };
+    std::fs::write(&api.cert_file, cert.pem())?;
+    for (path, text) in [
+        (&api.key_file, key.serialize_pem()),
+        (&api.token_file, token.clone()),
+    ] {
+        std::fs::write(path, text)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok((api, token))
+}
+
+/// The operator wing of the plan in `ctx`, as the supervisor builds it, with no orchestration
+/// and nobody taking reloads (a reload asked for is refused: its channel is closed).
+fn clusters(ctx: &crate::service::Context) -> crate::operator::Clusters {
+    let plan = ctx.plan.load();
+    let (reloads, _) = tokio::sync::mpsc::channel(1);
+    let fixed = crate::operator::status::Fixed {
+        started: std::time::SystemTime::now(),
+        faults: ctx.faults.clone(),
+        listeners: Arc::default(),
+        endpoints: None,
+    };
+    let operator = crate::operator::Operator::new(
+        ctx,
+        crate::lb::shared_pools(&plan),
+        reloads,
+        Err("the fuzz target drives no install".to_owned()),
+        None,
+        fixed,
+    );
+    crate::operator::Clusters::new(vec![("okd".to_owned(), operator)], ctx.shutdown.clone())
+}
+
 fn start() -> anyhow::Result<Served> {
     let mut plan = super::cluster_plan().clone();
     let root = tree(&plan)?;
@@ -91,6 +143,8 @@ fn start() -> anyhow::Result<Served> {
     if let Some(boot) = plan.boot.first_mut() {
         boot.ipv4 = NODE;
     }
+    let (api, api_token) = api_files(&root)?;
+    plan.api = Some(api);
     crate::install_state::prepare(&plan.state_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -100,6 +154,27 @@ fn start() -> anyhow::Result<Served> {
     let handle: crate::plan::Handle = Arc::new(arc_swap::ArcSwap::from_pointee(plan));
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let budget = Budget::unbounded();
+    let ctx = crate::service::Context {
+        plan: Arc::clone(&handle),
+        journal: crate::journal::Journal::new(),
+        shutdown: token.clone(),
+        active: crate::ha::Activity::always(),
+        metrics: Arc::clone(&metrics),
+        budget: budget.clone(),
+        faults: crate::faults::Faults::default(),
+    };
+    let api = runtime.block_on(async {
+        let local = crate::operator::api::bind_local(&root.join("state"))?;
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let at = tcp.local_addr()?;
+        let gate = budget.gate(Kind::Api, at);
+        let running = crate::operator::api::start(local, Some((tcp, gate)), clusters(&ctx))?;
+        tokio::spawn(running);
+        anyhow::Ok(at)
+    })?;
+    let api_tls = tokio_rustls::TlsConnector::from(Arc::new(crate::tls_trust::client_config(
+        crate::tls_trust::Trust::AnyCertificate,
+    )?));
     let (dns_udp, dns_tcp, http) = runtime.block_on(async {
         let udp = UdpSocket::bind("127.0.0.1:0").await?;
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -121,12 +196,12 @@ fn start() -> anyhow::Result<Served> {
         tokio::spawn(crate::http::server::serve(
             web,
             handle,
-            crate::journal::Journal::new(),
-            crate::ha::Activity::always(),
+            ctx.journal.clone(),
+            ctx.active.clone(),
             (
                 metrics,
                 budget.gate(Kind::Http, addrs.2),
-                crate::faults::Faults::default(),
+                ctx.faults.clone(),
             ),
             token,
         ));
@@ -137,6 +212,9 @@ fn start() -> anyhow::Result<Served> {
         dns_udp,
         dns_tcp,
         http,
+        api,
+        api_token,
+        api_tls,
         _token: token,
     })
 }
@@ -239,6 +317,59 @@ pub fn http(data: &[u8]) {
     });
 }
 
+/// Any bytes as one client's side of an API connection, after the TLS handshake: with the
+/// bearer token added after the first line when the first byte is odd (so the fuzzer reaches
+/// the operations, not only the refusal), without it otherwise. Nothing panics, the server
+/// closes the connection promptly after the client's end, and what it sent is HTTP.
+pub fn api(data: &[u8]) {
+    let served = served();
+    let request = match data {
+        [first, rest @ ..] if first & 1 == 1 => {
+            let cut = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .map_or(rest.len(), |i| i + 2);
+            let (line, headers) = rest.split_at(cut);
+            let auth = format!("Authorization: Bearer {}\r\n", served.api_token);
+            [line, auth.as_bytes(), headers].concat()
+        }
+        [_, rest @ ..] => rest.to_vec(),
+        [] => Vec::new(),
+    };
+    no_panic(Wire::Api, data, || {
+        let back = served.runtime.block_on(async {
+            let tcp = TcpStream::connect(served.api).await.expect("connect");
+            let name = rustls::pki_types::ServerName::try_from("localhost").expect("a name");
+            let tls = served
+                .api_tls
+                .connect(name, tcp)
+                .await
+                .expect("the TLS handshake");
+            let (mut read, mut write) = tokio::io::split(tls);
+            let done = tokio::time::timeout(PROMPT, async {
+                let writer = async {
+                    if write.write_all(&request).await.is_ok() {
+                        let _ = write.shutdown().await;
+                    }
+                };
+                let reader = async {
+                    let mut back = Vec::new();
+                    let _ = read.read_to_end(&mut back).await;
+                    back
+                };
+                tokio::join!(writer, reader).1
+            })
+            .await;
+            done.unwrap_or_else(|_| panic!("the API didn't close after {data:?}"))
+        });
+        assert!(
+            back.is_empty() || back.starts_with(b"HTTP/1.1 "),
+            "not an HTTP response after {data:?}: {:?}",
+            String::from_utf8_lossy(back.get(..back.len().min(200)).unwrap_or_default())
+        );
+    });
+}
+
 /// Connects from `from` to `to`, writes `data` and closes the sending side while reading what
 /// comes back, until the server closes: what it sent. Panics when it doesn't close in time.
 fn exchange(served: &Served, to: SocketAddr, from: Ipv4Addr, data: &[u8]) -> Vec<u8> {
@@ -293,5 +424,42 @@ mod tests {
         let back = exchange(served, served.dns_tcp, Ipv4Addr::LOCALHOST, &framed);
         assert_eq!(back.get(2..4), Some(&[0, 7][..]), "{back:?}");
         dns_udp(&query);
+    }
+
+    /// The API target reaches past the token with an odd first byte, and not without it.
+    #[test]
+    fn the_api_answers_with_the_token_and_refuses_without() {
+        let served = served();
+        let get = |with_token: bool| {
+            let mut data = vec![u8::from(with_token)];
+            data.extend_from_slice(
+                b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            );
+            data
+        };
+        for (with_token, status) in [(true, "HTTP/1.1 200"), (false, "HTTP/1.1 401")] {
+            let back = served.runtime.block_on(async {
+                let tcp = TcpStream::connect(served.api).await.unwrap();
+                let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                let mut tls = served.api_tls.connect(name, tcp).await.unwrap();
+                let data = get(with_token);
+                let request = if with_token {
+                    let text = String::from_utf8(data[1..].to_vec()).unwrap();
+                    text.replacen(
+                        "\r\n",
+                        &format!("\r\nAuthorization: Bearer {}\r\n", served.api_token),
+                        1,
+                    )
+                } else {
+                    String::from_utf8(data[1..].to_vec()).unwrap()
+                };
+                tls.write_all(request.as_bytes()).await.unwrap();
+                let mut back = Vec::new();
+                let _ = tls.read_to_end(&mut back).await;
+                String::from_utf8_lossy(&back).into_owned()
+            });
+            assert!(back.starts_with(status), "{with_token}: {back}");
+            api(&get(with_token));
+        }
     }
 }
