@@ -72,8 +72,13 @@ fn a_missing_directory_is_one_error_with_the_command_that_creates_it() {
     let out = errors(dir.path());
     assert!(out.contains("ignition directory"), "{out}");
     assert!(out.contains("it does not exist"), "{out}");
+    // Both commands, each as it runs: the install-config into the directory, then the installer.
+    let dir = dir.path().join("install_dir");
+    let dir = dir.display();
     assert!(
-        out.contains("openshift-install create ignition-configs --dir ./install_dir"),
+        out.contains(&format!(
+            "`okd-appliance render --format install-config -o {dir} okd.yml`, then `openshift-install create ignition-configs --dir {dir}`"
+        )),
         "{out}"
     );
     assert!(out.contains("okd.yml: 1 error, 0 warnings"), "{out}");

@@ -205,10 +205,11 @@ fn check_install_asks_the_provider_for_every_machine() {
     let out = check();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(
-        stdout.contains(": reached; 0 machines there, 2 not created yet (`okd-appliance nodes create` or `cluster up` makes them)"),
-        "{stdout}"
+    let made = format!(
+        ": reached; 0 machines there, 2 not created yet (`okd-appliance nodes create {0}` or `okd-appliance cluster up {0}` makes them)",
+        cfg.display()
     );
+    assert!(stdout.contains(&made), "{stdout}");
     // The version, then each machine looked up among the cluster's resources.
     assert_eq!(
         d.with(|s| s.requests.clone()),

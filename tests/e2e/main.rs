@@ -35,6 +35,7 @@ mod orchestration;
 mod orchestration_api;
 mod orchestration_clusters;
 mod partial_start;
+mod preflight;
 mod redfish;
 mod reload;
 mod render_peers;

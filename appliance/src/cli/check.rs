@@ -40,27 +40,42 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
-    let target = match config::load_any(file, mode) {
-        Ok(target) => target,
+    let (target, failed) = match config::load_any(file, mode) {
+        Ok(target) => (target, false),
         Err(e) => {
             eprint!("{}", e.render(style()));
-            return ExitCode::from(1);
+            // What only an install needs (ignition files, the kubeconfig, the provider's
+            // credentials) is an error with --install and a warning without. When those are
+            // all the errors, the rest of the preflight runs too: one run reports everything
+            // the install would hit, not one stage at a time.
+            match install.then(|| config::load_any(file, InstallCheck::Warn(&files))) {
+                Some(Ok(target)) => (target, true),
+                _ => return ExitCode::from(1),
+            }
         }
+    };
+    let preflight = Preflight {
+        install,
+        // The warnings are the errors printed above, as warnings: not twice.
+        shown: failed,
     };
     let code = match &target {
         config::Target::Cluster(loaded) => {
-            if !loaded.warnings.is_empty() {
+            if !preflight.shown && !loaded.warnings.is_empty() {
                 eprint!("{}", loaded.warnings.render(style()));
             }
             check_cluster(
                 file,
                 &loaded.config,
                 &Plan::derive(&loaded.config, 0),
-                install,
+                preflight,
             )
         }
-        config::Target::Host(host) => check_host(file, host, install),
+        config::Target::Host(host) => check_host(file, host, preflight),
     };
+    if failed {
+        return ExitCode::from(1);
+    }
     if code == ExitCode::SUCCESS {
         show_descriptors(&target);
     }
@@ -100,8 +115,16 @@ fn show_descriptors(target: &config::Target) {
 
 /// `check HOST_FILE`: every cluster file passed alone and against the others; then what each
 /// cluster's boots and install need, cluster by cluster.
-fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
-    if host.warnings.count(config::Severity::Warning) > 0 {
+/// How `check` runs: before an install or not, and whether the config's problems were shown.
+#[derive(Debug, Clone, Copy)]
+struct Preflight {
+    install: bool,
+    /// The config's install-time problems were printed (as errors): a cluster is not "ok".
+    shown: bool,
+}
+
+fn check_host(file: &Path, host: &config::Host, preflight: Preflight) -> ExitCode {
+    if !preflight.shown && host.warnings.count(config::Severity::Warning) > 0 {
         eprint!("{}", host.warnings.render(style()));
     }
     let mut failed = false;
@@ -109,7 +132,8 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
     for member in &host.clusters {
         println!("cluster {} ({}):", member.id, member.name);
         let plan = Plan::derive(&member.config, 0);
-        failed |= check_cluster(&member.path, &member.config, &plan, install) != ExitCode::SUCCESS;
+        failed |=
+            check_cluster(&member.path, &member.config, &plan, preflight) != ExitCode::SUCCESS;
         members.push(okd_appliance::plan::host::Member {
             id: member.id.clone(),
             plan: std::sync::Arc::new(plan),
@@ -133,7 +157,8 @@ fn check_host(file: &Path, host: &config::Host, install: bool) -> ExitCode {
 }
 
 /// What one cluster's boots and install need, beyond its file's own rules.
-fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) -> ExitCode {
+fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Preflight) -> ExitCode {
+    let install = preflight.install;
     // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
     // optional). Like the ignition files, an unusable ISO never stops a running cluster's
     // services: a warning, an error only with --install.
@@ -153,27 +178,27 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) ->
     };
     // What the nodes' boots will fetch from here: present? (An error only with --install, as
     // for the ignition files: a running cluster's services never depend on them.)
-    let mut missing: Vec<String> = okd_appliance::http::preflight::missing(plan)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    if install {
-        missing.extend(digests_changed(plan));
-    }
+    let found = okd_appliance::http::preflight::missing(plan);
+    let mut missing: Vec<String> = found.iter().map(ToString::to_string).collect();
+    let changed = if install {
+        digests_changed(plan)
+    } else {
+        Vec::new()
+    };
+    missing.extend(changed.iter().cloned());
     let severity = if install { "error" } else { "warning" };
     for m in &missing {
         eprintln!("{severity}: {m}");
     }
-    if install && !missing.is_empty() {
-        eprintln!(
-            "hint: `okd-appliance artifacts fetch {}` puts the CoreOS artifacts in place",
-            file.display()
-        );
+    if install {
+        for hint in fetch_hints(file, plan, &found, !changed.is_empty()) {
+            eprintln!("hint: {hint}");
+        }
     }
     // And the machines' provider, which an install needs as much, and this host's addresses.
     let unreachable = if install {
         let mut problems = missing_addresses(file, plan);
-        problems.extend(provider_unreachable(plan));
+        problems.extend(provider_unreachable(file, plan));
         problems
     } else {
         Vec::new()
@@ -181,7 +206,7 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) ->
     for p in &unreachable {
         eprintln!("error: {p}");
     }
-    if install && !(missing.is_empty() && unreachable.is_empty()) {
+    if install && !(missing.is_empty() && unreachable.is_empty()) || preflight.shown {
         return ExitCode::from(1);
     }
     println!(
@@ -207,6 +232,44 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, install: bool) ->
         println!("{summary}");
     }
     ExitCode::SUCCESS
+}
+
+/// The stream `artifacts fetch` is told to read in a hint: Fedora CoreOS's stable stream, as
+/// the README's set-up (a release's own comes from `openshift-install coreos print-stream-json`).
+const STREAM_HINT: &str = "https://builds.coreos.fedoraproject.org/streams/stable.json";
+
+/// What puts the files `found` (and the `changed` ones) in place, as commands that run as
+/// written: `artifacts fetch` for the CoreOS artifacts (with `--iso` when the live ISO is one of
+/// them), a package for the iPXE binaries.
+fn fetch_hints(
+    file: &Path,
+    plan: &Plan,
+    found: &[okd_appliance::http::preflight::Missing],
+    changed: bool,
+) -> Vec<String> {
+    use okd_appliance::http::preflight::Finding;
+    let files = &plan.files;
+    let unservable = || found.iter().filter(|m| m.finding != Finding::Record);
+    let iso = unservable().any(|m| m.path == files.base_iso);
+    let artifacts = changed
+        || unservable()
+            .any(|m| m.path != files.base_iso && m.path.starts_with(&files.artifacts_dir));
+    let ipxe = unservable().any(|m| m.path.starts_with(&files.ipxe_dir));
+    let mut hints = Vec::new();
+    if artifacts || iso {
+        hints.push(format!(
+            "`okd-appliance artifacts fetch {} --stream {STREAM_HINT}{}` puts the CoreOS artifacts in place, verified (or give --stream the release's own: `openshift-install coreos print-stream-json`)",
+            file.display(),
+            if iso { " --iso" } else { "" }
+        ));
+    }
+    if ipxe {
+        hints.push(format!(
+            "the iPXE binaries come with Debian's ipxe package (`apt-get install ipxe`, into /usr/lib/ipxe), or point install.ipxe_dir (now {}) at a directory holding them",
+            files.ipxe_dir.display()
+        ));
+    }
+    hints
 }
 
 /// The cluster's listener addresses this host doesn't have (one line per address, with what
@@ -293,7 +356,7 @@ fn digests_changed(plan: &Plan) -> Vec<String> {
 /// privilege, or holds a machine that contradicts the config is an install that stops at its
 /// first machine. Each problem once, with the nodes it concerns; machines not created yet are
 /// fine (`nodes create` or `cluster up` makes them), and said so.
-fn provider_unreachable(plan: &Plan) -> Vec<String> {
+fn provider_unreachable(file: &Path, plan: &Plan) -> Vec<String> {
     use okd_appliance::config::Provider as ProviderConfig;
     use okd_appliance::control::{
         self, Action, AnyProvider, ControlError, MachineStatus, Outcome, Provider as _,
@@ -350,9 +413,12 @@ fn provider_unreachable(plan: &Plan) -> Vec<String> {
                 provider.describe(),
                 if present == 1 { "" } else { "s" },
                 if absent > 0 {
-                    " (`okd-appliance nodes create` or `cluster up` makes them)"
+                    format!(
+                        " (`okd-appliance nodes create {}` or `okd-appliance cluster up {0}` makes them)",
+                        file.display()
+                    )
                 } else {
-                    ""
+                    String::new()
                 }
             );
         }

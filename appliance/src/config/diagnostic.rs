@@ -250,6 +250,10 @@ impl Problems {
             }
         }
         .with_width(100)
+        // A message's commands must paste into a shell as they are: a line broken inside one
+        // (miette breaks at spaces, hyphens and inside long paths) would run half of it. The
+        // terminal folds a long line instead.
+        .with_wrap_lines(false)
         .with_links(false);
         let mut out = String::new();
         for problem in &self.items {

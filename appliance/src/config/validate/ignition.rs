@@ -60,7 +60,6 @@ impl Validator<'_> {
             severity,
             spans: &spans,
             config,
-            dir_text: &raw.install.value.ignition_dir.value,
             kubeconfig_required: severity == Severity::Error && driven(raw, config),
         };
         let single = config.single_node().is_some();
@@ -147,7 +146,6 @@ struct Compare<'a> {
     severity: Severity,
     spans: &'a Spans,
     config: &'a Config,
-    dir_text: &'a str,
     /// `install_kubeconfig` reports an unreadable kubeconfig `cluster up` reads, as an error.
     kubeconfig_required: bool,
 }
@@ -158,9 +156,12 @@ impl Compare<'_> {
     }
 
     fn create_hint(&self) -> String {
+        // Rendered into the ignition directory itself, where openshift-install then writes
+        // them: both commands run as written.
+        let dir = self.config.install.ignition_dir.display();
         format!(
-            "make them from this config: `okd-appliance render --format install-config -o DIR okd.yml`, then `openshift-install create ignition-configs --dir DIR` and point install.ignition_dir (now {}) at DIR",
-            self.dir_text
+            "make them from this config: `okd-appliance render --format install-config -o {dir} {}`, then `openshift-install create ignition-configs --dir {dir}`",
+            self.p.file_name()
         )
     }
 

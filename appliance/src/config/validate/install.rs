@@ -102,14 +102,17 @@ impl Validator<'_> {
             return;
         };
         let single = single_node_of(roles.iter().copied());
+        // Two commands that run as written: the install-config into the directory, then the
+        // installer there (it reads install-config.yaml and writes the ignition files beside).
         let create = format!(
-            "run `openshift-install {} --dir {}`",
+            "make them: `okd-appliance render --format install-config -o {dir} {file}`, then `openshift-install {} --dir {dir}`",
             if single {
                 "create single-node-ignition-config"
             } else {
                 "create ignition-configs"
             },
-            raw.value
+            dir = dir.display(),
+            file = self.p.file_name(),
         );
         if let Err(e) = files.age(dir) {
             self.p
