@@ -51,6 +51,14 @@ pub enum EventKind {
         what: String,
         why: &'static str,
     },
+    /// A file the node's boot asked for can't be served (an artifact or iPXE binary missing):
+    /// answered `status`; `fix` says what puts it in place.
+    FetchFailed {
+        from: SocketAddr,
+        file: String,
+        status: u16,
+        fix: String,
+    },
     /// An ignition file the node needs can't be served: missing from `ignition_dir`, or a
     /// bootstrap.ign whose certificates expired (`why` says which).
     IgnitionUnavailable {
@@ -166,6 +174,12 @@ impl fmt::Display for Event {
             EventKind::FetchRefused { from, what, why } => {
                 write!(f, "{what} refused to {from} (403): {why}")
             }
+            EventKind::FetchFailed {
+                from,
+                file,
+                status,
+                fix,
+            } => write!(f, "{file} can't be served to {from} ({status}): {fix}"),
             EventKind::IsoFetched { from, boots } => {
                 write!(f, "live ISO read by {from}")?;
                 if !boots {
@@ -332,9 +346,9 @@ impl EventKind {
     /// The address of a refused request this event reports, if it is one.
     fn refused_source(&self) -> Option<IpAddr> {
         match self {
-            EventKind::FetchRefused { from, .. } | EventKind::IgnitionUnavailable { from, .. } => {
-                Some(from.ip())
-            }
+            EventKind::FetchRefused { from, .. }
+            | EventKind::FetchFailed { from, .. }
+            | EventKind::IgnitionUnavailable { from, .. } => Some(from.ip()),
             _ => None,
         }
     }

@@ -491,3 +491,76 @@ fn small_cached_artifacts_are_answered_the_same_on_the_fast_way() {
     assert!(rest.is_empty(), "{} bytes more", rest.len());
     assert!(app.is_running());
 }
+
+/// A node whose boot asks for a file that isn't there says why it waits (issue 46): the 404 is
+/// on that node, in `status --json` and `status`, with the file and what puts it in place, until
+/// a later step shows it got past it; a stranger's 404 is on no node. Before, only the
+/// start-up log and a counter had it.
+#[test]
+fn a_node_whose_kernel_is_missing_says_why_it_waits() {
+    if !require_root() || !require_tools(&["curl"]) {
+        return;
+    }
+    let topo = Topology::new("hpb").unwrap();
+    let mst0 = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
+    let other = topo.add_node("oth", "10.99.0.50/24", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let artifacts = dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let mut app = start_appliance(topo.services(), &config);
+    let problem = || {
+        let out = appliance([
+            "status".as_ref(),
+            "--json".as_ref(),
+            "--state-dir".as_ref(),
+            dir.path().join("state").as_os_str(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let node = |name: &str| {
+            status["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["name"] == name)
+                .unwrap()["problem"]
+                .as_str()
+                .map(str::to_owned)
+        };
+        (node("mst0"), node("wrk0"))
+    };
+    let kernel = format!("{BASE}/artifacts/kernel");
+    assert_eq!(status(&other, &[], &kernel), "404");
+    assert_eq!(
+        problem(),
+        (None, None),
+        "a stranger's 404 is nobody's problem"
+    );
+    assert_eq!(status(&mst0, &[], &kernel), "404");
+    let (said, _) = problem();
+    let said = said.expect("the node's problem");
+    assert!(
+        said.starts_with("kernel can't be served to 10.99.0.11:"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(404): not in ") && said.contains("okd-appliance check --install"),
+        "{said}"
+    );
+    let table = appliance([
+        "status".as_ref(),
+        "--state-dir".as_ref(),
+        dir.path().join("state").as_os_str(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("kernel can't be served"),
+        "{table:?}"
+    );
+    // The file arrives and the node fetches it: no problem any more.
+    std::fs::write(artifacts.join("kernel"), pattern(1000)).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        status(&mst0, &[], &kernel) == "200" && problem().0.is_none()
+    }));
+    app.assert_running().unwrap();
+}

@@ -250,7 +250,12 @@ fn render(s: &Status, now: SystemTime, colour: bool) -> String {
             Cell::new(ago(n.kernel, now)),
             Cell::new(ago(n.ignition, now)),
             Cell::new(ago(n.installed, now)),
-            Cell::new(n.waiting_for.as_deref().unwrap_or("-")),
+            Cell::new(match (&n.waiting_for, &n.problem) {
+                (Some(w), Some(p)) => format!("{w}\n{p}"),
+                (None, Some(p)) => p.clone(),
+                (Some(w), None) => w.clone(),
+                (None, None) => "-".to_owned(),
+            }),
         ]);
     }
     out.push_str(&format!("{nodes}\n"));

@@ -217,8 +217,7 @@ pub async fn serve(
 /// A node's download of an artifact began (a GET of the file from its first byte): recorded
 /// when `peer` is a node's address.
 pub(super) fn artifact_fetched(plan: &Plan, journal: &Journal, peer: SocketAddr, path: &str) {
-    let ip = IpAddr::to_canonical(&peer.ip());
-    if let Some(node) = plan.boot.iter().find(|b| is_node(b, ip)) {
+    if let Some(node) = node_at(plan, peer) {
         journal.publish(
             Some(node.node.clone()),
             EventKind::ArtifactFetched {
@@ -227,6 +226,34 @@ pub(super) fn artifact_fetched(plan: &Plan, journal: &Journal, peer: SocketAddr,
             },
         );
     }
+}
+
+/// A file a node's boot asked for can't be served: recorded on that node (when `peer` is a
+/// node's address), so its status says why it waits, with `fix`.
+fn fetch_failed(
+    (plan, journal): (&Plan, &Journal),
+    peer: SocketAddr,
+    file: &str,
+    status: StatusCode,
+    fix: String,
+) {
+    if let Some(node) = node_at(plan, peer) {
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::FetchFailed {
+                from: peer,
+                file: file.to_owned(),
+                status: status.as_u16(),
+                fix,
+            },
+        );
+    }
+}
+
+/// The node whose address `peer` is, if any.
+fn node_at(plan: &Plan, peer: SocketAddr) -> Option<&BootParams> {
+    let ip = IpAddr::to_canonical(&peer.ip());
+    plan.boot.iter().find(|b| is_node(b, ip))
 }
 
 fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
@@ -503,7 +530,15 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             Some(Found::Opened(real, opened)) => {
                 file(req, from_disk(opened), &real, ARTIFACT_TYPE, true, segments)
             }
-            None => text(StatusCode::NOT_FOUND, "no such artifact\n"),
+            None => {
+                let name = rest.rsplit('/').next().unwrap_or(rest);
+                let fix = format!(
+                    "not in {}: `okd-appliance check --install` on the services host names the command that fetches it",
+                    files.artifacts_dir.display()
+                );
+                fetch_failed((plan, journal), peer, name, StatusCode::NOT_FOUND, fix);
+                text(StatusCode::NOT_FOUND, "no such artifact\n")
+            }
         };
     }
     if let Some(binary) = files.ipxe_binary(path) {
@@ -514,6 +549,15 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             Err(e) => e.kind() == io::ErrorKind::NotFound,
         };
         if missing {
+            let name = binary.file_name().map_or_else(
+                || binary.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let fix = format!(
+                "not in {}: Debian's ipxe package has it (`apt-get install ipxe`), or point install.ipxe_dir at a directory that has it",
+                files.ipxe_dir.display()
+            );
+            fetch_failed((plan, journal), peer, &name, StatusCode::NOT_FOUND, fix);
             return text(
                 StatusCode::NOT_FOUND,
                 "iPXE binary not installed (Debian: apt install ipxe)\n",

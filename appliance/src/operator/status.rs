@@ -132,6 +132,10 @@ pub struct NodeStatus {
     /// What it waits for now ("its ignition fetch"), when anything.
     #[serde(default)]
     pub waiting_for: Option<String>,
+    /// Why it may wait for ever: the last file its boot asked for that could not be served
+    /// (missing, expired), with the fix, unless it moved on since.
+    #[serde(default)]
+    pub problem: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,8 +226,19 @@ pub fn collect(
     // The last time each (node, what) happened.
     let mut last: HashMap<(&str, &'static str), u64> = HashMap::new();
     let mut health_since: HashMap<(String, SocketAddr), u64> = HashMap::new();
+    // Each node's last step and last failed fetch (events are in order).
+    let mut moved: HashMap<&str, u64> = HashMap::new();
+    let mut failed: HashMap<&str, (u64, String)> = HashMap::new();
     for e in events {
         let at = secs(e.at);
+        if let (EventKind::FetchFailed { .. } | EventKind::IgnitionUnavailable { .. }, Some(node)) =
+            (&e.kind, e.node.as_deref())
+        {
+            // The event without its node's name, which the row already shows.
+            let said = e.to_string();
+            let why = said.strip_prefix(&format!("{node}: ")).unwrap_or(&said);
+            failed.insert(node, (at, why.to_owned()));
+        }
         let what = match &e.kind {
             EventKind::DhcpAck { .. } => Some("dhcp"),
             EventKind::ScriptFetched { .. } => Some("script"),
@@ -242,6 +257,7 @@ pub fn collect(
         };
         if let (Some(what), Some(node)) = (what, e.node.as_deref()) {
             last.insert((node, what), at);
+            moved.insert(node, at);
         }
     }
     let nodes = plan
@@ -305,6 +321,11 @@ pub fn collect(
                 waiting_for: progress
                     .and_then(|p| node_waiting(role, phase, p.cluster_phase()))
                     .map(str::to_owned),
+                // A failure is its problem until a later step shows it got past it.
+                problem: failed
+                    .get(b.node.as_str())
+                    .filter(|(at, _)| moved.get(b.node.as_str()).is_none_or(|m| m <= at))
+                    .map(|(_, why)| why.clone()),
                 steps,
                 dhcp: at("dhcp"),
                 script: at("script"),
@@ -443,6 +464,77 @@ impl crate::metrics::Sources for Samplers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node whose kernel is missing says so until a later step shows it got past it.
+    #[test]
+    fn a_failed_fetch_is_the_nodes_problem_until_it_moves_on() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+        let text = std::fs::read_to_string(dir.join("baremetal.yml")).unwrap();
+        let loaded = crate::config::parse(
+            &text,
+            "baremetal.yml",
+            &dir,
+            crate::config::InstallCheck::Skip,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
+        let plan = Plan::derive(&loaded.config, 1);
+        let node = plan.boot[0].node.clone();
+        let from = SocketAddr::new(std::net::IpAddr::V4(plan.boot[0].ipv4), 40000);
+        let fixed = Fixed {
+            started: SystemTime::UNIX_EPOCH,
+            faults: Faults::default(),
+            listeners: Arc::default(),
+            endpoints: None,
+        };
+        let pools = crate::lb::shared_pools(&plan);
+        let event = |secs, kind| Event {
+            at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+            node: Some(node.clone()),
+            kind,
+        };
+        let mut events = vec![
+            event(10, EventKind::ScriptFetched { from }),
+            event(
+                11,
+                EventKind::FetchFailed {
+                    from,
+                    file: "kernel".to_owned(),
+                    status: 404,
+                    fix: "not in /srv/a: fetch it".to_owned(),
+                },
+            ),
+        ];
+        let problem = |events: &[Event]| {
+            let s = collect(
+                &fixed,
+                &plan,
+                events,
+                &pools.load(),
+                None,
+                None,
+                SystemTime::now(),
+            );
+            s.nodes
+                .into_iter()
+                .find(|n| n.name == node)
+                .unwrap()
+                .problem
+        };
+        assert_eq!(
+            problem(&events).as_deref(),
+            Some(&*format!(
+                "kernel can't be served to {from} (404): not in /srv/a: fetch it"
+            ))
+        );
+        events.push(event(
+            12,
+            EventKind::ArtifactFetched {
+                from,
+                file: "kernel".to_owned(),
+            },
+        ));
+        assert_eq!(problem(&events), None);
+    }
 
     #[test]
     fn each_node_phase_says_what_comes_next() {

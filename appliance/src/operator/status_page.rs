@@ -75,7 +75,7 @@ fn bytes(n: u64) -> String {
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:left}\
 th{background:#f4f4f4}.up,.ready,.installed,.passed{color:#087f23}.down,.failed{color:#b00020}.draining{color:#a86400}\
-.waiting{color:#555;font-style:italic}.num{text-align:right;font-variant-numeric:tabular-nums}\
+.waiting{color:#555;font-style:italic}.problem{color:#a00;font-style:normal}.num{text-align:right;font-variant-numeric:tabular-nums}\
 button{font:inherit;padding:.1em .6em;cursor:pointer}\
 #confirm{position:sticky;top:0;background:#fff8e1;border:1px solid #a86400;padding:.6em 1em;margin:.5em 0}\
 #result{font-family:ui-monospace,monospace}\
@@ -355,11 +355,16 @@ fn nodes(nodes: &[NodeStatus], now: u64) -> String {
     );
     for n in nodes {
         let name = esc(&n.name);
+        let problem = n
+            .problem
+            .as_deref()
+            .map(|p| format!("<div class=\"problem\">{}</div>", esc(p)))
+            .unwrap_or_default();
         let _ = write!(
             h,
             "<tr id=\"node-{name}\"><td>{name}</td><td>{}</td><td>{}</td>\
              <td class=\"phase {phase}\" data-node=\"{name}\">{phase}</td><td class=\"num\">{}</td>\
-             <td class=\"waiting\" data-node=\"{name}\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"waiting\" data-node=\"{name}\">{}{problem}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&n.role),
             esc(&n.ip),

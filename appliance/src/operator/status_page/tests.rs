@@ -34,6 +34,7 @@ fn node(name: &str, role: &str, steps: Vec<PhaseAt>) -> NodeStatus {
         installed: None,
         steps,
         waiting_for: Some("its ignition fetch".to_owned()),
+        problem: None,
     }
 }
 
@@ -197,6 +198,7 @@ fn names_and_reasons_are_escaped_everywhere() {
     let evil = "<img src=x onerror=alert(1)>\"'&";
     let mut n = node(evil, evil, vec![at(evil, 0)]);
     n.waiting_for = Some(evil.to_owned());
+    n.problem = Some(evil.to_owned());
     let mut s = status(vec![n], vec![backend(evil, "up", None)], vec![at(evil, 5)]);
     s.appliance.cluster_waiting = Some(evil.to_owned());
     let page = render(
