@@ -131,9 +131,16 @@ pub fn dhcp_packet(data: &[u8]) {
     // one-packet crash sat between the parser and the reply.
     let mut state = crate::dhcp::reply::State::new(crate::dhcp::leases::Leases::in_memory());
     for now in [0, 1] {
-        let Some(out) = crate::dhcp::server::receive(data, from, plan, &mut state, metrics, now)
-        else {
-            continue;
+        let out = match crate::dhcp::server::receive(data, from, plan, &mut state, metrics, now) {
+            Ok(out) => out,
+            Err(stranger) => {
+                // Only a MAC nothing serves is a stranger: a reserved one never is.
+                if let Some(s) = stranger {
+                    assert!(plan.pool.is_none(), "a stranger with a pool");
+                    assert!(plan.reservations.iter().all(|r| r.mac != s.mac), "{s:?}");
+                }
+                continue;
+            }
         };
         let request = crate::dhcp::decode(data).expect("a decided packet decodes");
         assert_eq!(

@@ -51,6 +51,13 @@ pub enum EventKind {
         what: String,
         why: &'static str,
     },
+    /// A DHCP request from a MAC no cluster reserves, on a segment without a pool: not
+    /// answered; `closest` is the reserved MAC it may be a typo of, with its host name.
+    UnknownClient {
+        from: SocketAddr,
+        mac: MacAddr,
+        closest: Option<(MacAddr, String)>,
+    },
     /// A file the node's boot asked for can't be served (an artifact or iPXE binary missing):
     /// answered `status`; `fix` says what puts it in place.
     FetchFailed {
@@ -180,6 +187,16 @@ impl fmt::Display for Event {
                 status,
                 fix,
             } => write!(f, "{file} can't be served to {from} ({status}): {fix}"),
+            EventKind::UnknownClient { from, mac, closest } => {
+                write!(
+                    f,
+                    "dhcp request from {mac} (via {from}) not answered: no cluster reserves it and the segment has no pool"
+                )?;
+                match closest {
+                    Some((near, name)) => write!(f, "; {name}'s MAC {near} is close: a typo?"),
+                    None => Ok(()),
+                }
+            }
             EventKind::IsoFetched { from, boots } => {
                 write!(f, "live ISO read by {from}")?;
                 if !boots {
@@ -348,6 +365,7 @@ impl EventKind {
         match self {
             EventKind::FetchRefused { from, .. }
             | EventKind::FetchFailed { from, .. }
+            | EventKind::UnknownClient { from, .. }
             | EventKind::IgnitionUnavailable { from, .. } => Some(from.ip()),
             _ => None,
         }

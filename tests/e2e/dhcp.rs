@@ -581,8 +581,18 @@ fn unknown_clients_get_nothing_without_a_pool_and_a_pool_address_with_one() {
     let reasons = hook.reasons();
     assert!(reasons.iter().any(|r| r == "leasefail"), "{reasons:?}");
     assert!(!reasons.iter().any(|r| r == "bound"), "{reasons:?}");
+    // Not answered, and said so (issue 46: a mistyped MAC used to go without a word): every
+    // line naming the stranger is that one.
+    let log = app.stderr();
     assert!(
-        !app.stderr().contains(stranger),
+        log.contains(&format!("dhcp: {stranger} (from ")) && log.contains("not answered"),
+        "the stranger was not named\n{}",
+        app.log_tails()
+    );
+    assert!(
+        log.lines()
+            .filter(|l| l.contains(stranger))
+            .all(|l| l.contains("not answered")),
         "the appliance answered a stranger\n{}",
         app.log_tails()
     );

@@ -63,6 +63,50 @@ struct Group {
 
 /// Groups whose sync failed, logged once per 10 s.
 static UNSYNCED: crate::isolate::LogGate = crate::isolate::LogGate::new();
+/// The log line of a request nobody answers (see [`Stranger`]): at most one per 10 s.
+static STRANGERS: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
+/// A DISCOVER or REQUEST from a MAC no cluster reserves, on a segment without a pool: not
+/// answered, which is right, but a node with a mistyped MAC would wait in its initramfs for
+/// NetworkManager's timeout and nobody would say why. So it is logged and journaled, with the
+/// reserved MAC closest to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stranger {
+    pub mac: crate::vocabulary::MacAddr,
+    /// The reserved MAC that differs from it in the fewest hex digits (at most
+    /// [`TYPO_DIGITS`]), with its host name.
+    pub closest: Option<(crate::vocabulary::MacAddr, String)>,
+}
+
+/// How many hex digits a MAC may differ in from a reserved one and still look like its typo.
+pub const TYPO_DIGITS: u32 = 3;
+
+impl Stranger {
+    /// `mac` asked on a segment whose `dhcp` plan has no pool and no reservation for it.
+    fn of(mac: crate::vocabulary::MacAddr, dhcp: &plan::DhcpPlan) -> Option<Stranger> {
+        if dhcp.pool.is_some()
+            || dhcp.silent.contains(&mac)
+            || dhcp.reservations.iter().any(|r| r.mac == mac)
+        {
+            return None;
+        }
+        let digits = |other: &crate::vocabulary::MacAddr| -> u32 {
+            mac.0
+                .iter()
+                .zip(other.0)
+                .map(|(a, b)| u32::from(a >> 4 != b >> 4) + u32::from(a & 0xf != b & 0xf))
+                .sum()
+        };
+        let closest = dhcp
+            .reservations
+            .iter()
+            .map(|r| (digits(&r.mac), r))
+            .filter(|(d, _)| *d <= TYPO_DIGITS)
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, r)| (r.mac, r.host_name.clone()));
+        Some(Stranger { mac, closest })
+    }
+}
 
 /// What the serving loop keeps between events.
 struct Server<'a> {
@@ -190,7 +234,8 @@ pub async fn serve(
 }
 
 /// The path one received datagram takes in the server, before any I/O: decoded, counted,
-/// decided. The fuzz target `dhcp_packet` drives this function, not only the parser.
+/// decided; with no reply, the [`Stranger`] it came from, if it was one. The fuzz target
+/// `dhcp_packet` drives this function, not only the parser.
 pub fn receive(
     packet: &[u8],
     from: SocketAddr,
@@ -198,17 +243,29 @@ pub fn receive(
     state: &mut State,
     metrics: &crate::metrics::Metrics,
     now: u64,
-) -> Option<Outgoing> {
+) -> Result<Outgoing, Option<Stranger>> {
     let Some(request) = super::decode(packet) else {
         tracing::debug!("dhcp: undecodable packet from {from}");
-        return None;
+        return Err(None);
     };
-    if let Some(kind) = request.opts().msg_type() {
-        let mac = request.chaddr().get(..6).and_then(|b| b.try_into().ok());
-        let cluster = mac.and_then(|m| dhcp.counted_as(crate::vocabulary::MacAddr(m)));
+    let mac = request
+        .chaddr()
+        .get(..6)
+        .and_then(|b| b.try_into().ok())
+        .map(crate::vocabulary::MacAddr);
+    let kind = request.opts().msg_type();
+    if let Some(kind) = kind {
+        let cluster = mac.and_then(|m| dhcp.counted_as(m));
         metrics.dhcp_message(u8::from(kind), cluster);
     }
-    handle(&request, dhcp, state, now)
+    handle(&request, dhcp, state, now).ok_or_else(|| {
+        let asks = matches!(
+            kind,
+            Some(dhcproto::v4::MessageType::Discover | dhcproto::v4::MessageType::Request)
+        );
+        mac.filter(|_| asks && request.hlen() == 6)
+            .and_then(|m| Stranger::of(m, dhcp))
+    })
 }
 
 impl Server<'_> {
@@ -221,13 +278,40 @@ impl Server<'_> {
             let decided = crate::isolate::packet(Wire::Dhcp, || {
                 receive(packet, *from, dhcp, &mut self.state, self.metrics, now)
             });
-            match decided.flatten() {
+            match decided {
                 // OFFERs, NAKs and INFORM answers promise no lease: they leave at once.
-                Some(out) if out.acked.is_none() => send(self.socket, &out.message, out.to).await,
-                Some(out) => self.acks.push(out),
-                None => {}
+                Some(Ok(out)) if out.acked.is_none() => {
+                    send(self.socket, &out.message, out.to).await;
+                }
+                Some(Ok(out)) => self.acks.push(out),
+                Some(Err(Some(stranger))) => self.stranger(&stranger, *from, dhcp),
+                Some(Err(None)) | None => {}
             }
         }
+    }
+
+    /// Says that `stranger` is not answered: a log line (at most one per 10 s) and an event of
+    /// the segment's cluster (limited per source address, as refusals are).
+    fn stranger(&self, stranger: &Stranger, from: SocketAddr, dhcp: &plan::DhcpPlan) {
+        let closest = match &stranger.closest {
+            Some((mac, name)) => format!("; {name}'s reserved MAC {mac} is close: a typo?"),
+            None => String::new(),
+        };
+        if let Some(n) = STRANGERS.admit(std::time::Instant::now()) {
+            tracing::warn!(
+                "dhcp: {} (from {from}) is reserved by no cluster and this segment has no pool: not answered{closest} (+{n} unlogged)",
+                stranger.mac
+            );
+        }
+        self.journal.publish_in(
+            &dhcp.cluster,
+            None,
+            EventKind::UnknownClient {
+                from,
+                mac: stranger.mac,
+                closest: stranger.closest.clone(),
+            },
+        );
     }
 
     /// Starts syncing what was recorded since the last group, with the ACKs decided since.

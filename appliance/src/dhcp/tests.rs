@@ -208,6 +208,48 @@ fn unknown_clients_get_nothing_without_a_pool() {
     assert!(handle(&req, &plan, &mut state, 0).is_none());
 }
 
+/// The server's own path says who went unanswered and which reservation it looks like a typo
+/// of (issue 46: a mistyped MAC used to be dropped without a word); with a pool, or for a
+/// reserved MAC, nobody is a stranger.
+#[test]
+fn an_unanswered_client_is_named_with_the_reservation_it_looks_like() {
+    use super::server::{Stranger, receive};
+    let metrics = crate::metrics::Metrics::new();
+    let from = std::net::SocketAddr::from(([0, 0, 0, 0], 68));
+    let ask = |plan: &DhcpPlan, mac: [u8; 6]| {
+        let packet = request(mac, MessageType::Discover, vec![])
+            .to_vec()
+            .unwrap();
+        let mut state = State::new(Leases::in_memory());
+        receive(&packet, from, plan, &mut state, &metrics, 0)
+    };
+    let none = plan("");
+    let typo = [0x52, 0x54, 0, 0, 0, 0x12];
+    let master = none
+        .reservations
+        .iter()
+        .find(|r| r.mac.0 == MASTER)
+        .unwrap();
+    assert_eq!(
+        ask(&none, typo).err(),
+        Some(Some(Stranger {
+            mac: crate::vocabulary::MacAddr(typo),
+            closest: Some((master.mac, master.host_name.clone())),
+        }))
+    );
+    let far = [0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee];
+    assert_eq!(
+        ask(&none, far).err(),
+        Some(Some(Stranger {
+            mac: crate::vocabulary::MacAddr(far),
+            closest: None,
+        }))
+    );
+    assert!(ask(&none, MASTER).is_ok(), "a reservation is answered");
+    let pooled = plan("  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.110 }");
+    assert!(ask(&pooled, typo).is_ok(), "a pool answers strangers");
+}
+
 #[test]
 fn the_pool_is_shared_fairly_and_never_reaches_a_reservation() {
     let plan = plan("  dhcp_pool: { start: 10.0.0.100, end: 10.0.0.103 }");
