@@ -345,22 +345,9 @@ pub fn api(data: &[u8]) {
                 .connect(name, tcp)
                 .await
                 .expect("the TLS handshake");
-            let (mut read, mut write) = tokio::io::split(tls);
-            let done = tokio::time::timeout(PROMPT, async {
-                let writer = async {
-                    if write.write_all(&request).await.is_ok() {
-                        let _ = write.shutdown().await;
-                    }
-                };
-                let reader = async {
-                    let mut back = Vec::new();
-                    let _ = read.read_to_end(&mut back).await;
-                    back
-                };
-                tokio::join!(writer, reader).1
-            })
-            .await;
-            done.unwrap_or_else(|_| panic!("the API didn't close after {data:?}"))
+            half_close_and_read(tls, &request)
+                .await
+                .unwrap_or_else(|| panic!("the API didn't close after {data:?}"))
         });
         assert!(
             back.is_empty() || back.starts_with(b"HTTP/1.1 ") || back.starts_with(b"HTTP/1.0 "),
@@ -379,22 +366,34 @@ fn exchange(served: &Served, to: SocketAddr, from: Ipv4Addr, data: &[u8]) -> Vec
             .bind(SocketAddr::new(IpAddr::V4(from), 0))
             .expect("bind the client's address");
         let stream: TcpStream = socket.connect(to).await.expect("connect");
-        let (mut read, mut write) = stream.into_split();
-        let writer = async {
-            // The server may close first (a request it refuses): what it didn't read is fine.
-            if write.write_all(data).await.is_ok() {
-                let _ = write.shutdown().await;
-            }
-        };
-        let reader = async {
-            let mut back = Vec::new();
-            // A reset after an answer (the server closed with input unread) ends it too.
-            let _ = read.read_to_end(&mut back).await;
-            back
-        };
-        let done = tokio::time::timeout(PROMPT, async { tokio::join!(writer, reader).1 }).await;
-        done.unwrap_or_else(|_| panic!("{to} didn't close after {data:?}"))
+        half_close_and_read(stream, data)
+            .await
+            .unwrap_or_else(|| panic!("{to} didn't close after {data:?}"))
     })
+}
+
+/// Writes `data` on `stream` and closes the sending side while reading what comes back until
+/// the server closes: what it sent, or `None` when it didn't close within [`PROMPT`].
+async fn half_close_and_read<S>(stream: S, data: &[u8]) -> Option<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    let (mut read, mut write) = tokio::io::split(stream);
+    let writer = async {
+        // The server may close first (a request it refuses): what it didn't read is fine.
+        if write.write_all(data).await.is_ok() {
+            let _ = write.shutdown().await;
+        }
+    };
+    let reader = async {
+        let mut back = Vec::new();
+        // A reset after an answer (the server closed with input unread) ends it too.
+        let _ = read.read_to_end(&mut back).await;
+        back
+    };
+    tokio::time::timeout(PROMPT, async { tokio::join!(writer, reader).1 })
+        .await
+        .ok()
 }
 
 #[cfg(test)]
