@@ -364,7 +364,8 @@ pub struct Slot {
 #[derive(Debug)]
 pub struct Ticket {
     _slot: OwnedSemaphorePermit,
-    _address: Held,
+    /// None for bounded outgoing work, which no client address holds.
+    _address: Option<Held>,
     _descriptors: OwnedSemaphorePermit,
 }
 
@@ -395,14 +396,34 @@ impl Gate {
             .per_address
             .admit(peer)
             .ok_or(Refused::Address(self.per_address.limit()))?;
-        let descriptors = Arc::clone(&self.pool)
-            .try_acquire_many_owned(self.kind.held())
-            .map_err(|_| Refused::Process)?;
+        let descriptors = self.descriptors()?;
         Ok(Ticket {
             _slot: slot,
-            _address: address,
+            _address: Some(address),
             _descriptors: descriptors,
         })
+    }
+
+    /// Takes one unit of bounded outgoing work (a forwarded query): a place under the cap and
+    /// its descriptors from the pool, no address's share.
+    pub fn take(&self) -> Result<Ticket, Refused> {
+        let slot = Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| Refused::Listener(self.connections))?;
+        Ok(Ticket {
+            _slot: slot,
+            _address: None,
+            _descriptors: self.descriptors()?,
+        })
+    }
+
+    /// The descriptors of one unit of work whose cap is kept elsewhere (a TFTP transfer, whose
+    /// admission table holds [`Gate::connections`] slots and may evict from them): drawn from
+    /// the process's pool only.
+    pub fn descriptors(&self) -> Result<OwnedSemaphorePermit, Refused> {
+        Arc::clone(&self.pool)
+            .try_acquire_many_owned(self.kind.held())
+            .map_err(|_| Refused::Process)
     }
 
     /// Its cap.
@@ -570,5 +591,43 @@ mod tests {
         // A slot waited for is admitted the same way.
         drop(all);
         assert!(gate.slot().await.admit(one).is_ok());
+    }
+
+    #[test]
+    fn the_fixed_asks_are_held_to_their_share_and_the_pool() {
+        // Under a tiny limit, each DNS server's forwards and each TFTP listener's transfers are
+        // cut, and their gates hold them to it.
+        let mut demands = cluster("a", 1000);
+        demands.extend(cluster("b", 2000));
+        let d = divide(1024, 30, demands);
+        let budget = Budget::new(&d);
+        let share = |kind| {
+            d.shares
+                .iter()
+                .find(|s| s.demand.kind == kind)
+                .unwrap()
+                .clone()
+        };
+        let (forwards, transfers) = (share(Kind::Forwards), share(Kind::Transfers));
+        assert!(!forwards.whole() && !transfers.whole(), "{:?}", d.lines());
+        let gate = budget.gate(Kind::Forwards, forwards.demand.addr);
+        assert_eq!(gate.connections(), forwards.connections);
+        let held: Vec<Ticket> = std::iter::from_fn(|| gate.take().ok()).collect();
+        assert_eq!(held.len(), forwards.connections);
+        assert_eq!(
+            gate.take().unwrap_err(),
+            Refused::Listener(forwards.connections)
+        );
+        drop(held);
+        // A transfer's descriptors come from the pool, which the forwards' took from as well.
+        let tftp = budget.gate(Kind::Transfers, transfers.demand.addr);
+        assert_eq!(tftp.connections(), transfers.connections);
+        let before = budget.free();
+        let one = tftp.descriptors().unwrap();
+        assert_eq!(budget.free(), before - 2);
+        let rest: Vec<_> = std::iter::from_fn(|| tftp.descriptors().ok()).collect();
+        assert_eq!(gate.take().unwrap_err(), Refused::Process);
+        drop((one, rest));
+        assert!(gate.take().is_ok());
     }
 }

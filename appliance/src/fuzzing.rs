@@ -502,4 +502,9 @@ mod corpus {
     fn api_corpus() {
         replay("api", super::served::api);
     }
+
+    #[test]
+    fn replication_corpus() {
+        replay("replication", super::served::replication);
+    }
 }

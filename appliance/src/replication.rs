@@ -40,7 +40,8 @@ use crate::vocabulary::MacAddr;
 
 /// The replication port on each host's own address.
 pub const PORT: u16 = 7443;
-const LABEL: &[u8] = b"EXPORTER-okd-appliance-replication";
+/// The exporter label of the session's keying material each end's proof covers (RFC 5705).
+pub(crate) const LABEL: &[u8] = b"EXPORTER-okd-appliance-replication";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A line longer than this ends the connection.
@@ -277,7 +278,7 @@ fn server_config(ip: std::net::IpAddr) -> anyhow::Result<rustls::ServerConfig> {
 }
 
 /// HMAC-SHA256 of `role` and the session's exported key material.
-fn proof(secret: &[u8], role: &[u8], exported: &[u8; 32]) -> ring::hmac::Tag {
+pub(crate) fn proof(secret: &[u8], role: &[u8], exported: &[u8; 32]) -> ring::hmac::Tag {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
     let mut ctx = ring::hmac::Context::with_key(&key);
     ctx.update(role);
@@ -329,7 +330,7 @@ async fn receive(
                 // Before the peer proved the secret, nothing it does reaches the status: a
                 // stranger's connection can't make the pair look disconnected.
                 let _ticket = ticket;
-                let proved = authenticate_peer(stream, from, acceptor, &secret).await;
+                let proved = authenticate_peer(stream, acceptor, &secret).await;
                 let tls = match proved {
                     Ok(tls) => tls,
                     Err(e) => {
@@ -413,7 +414,6 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
 /// The TLS handshake and the proofs of the secret, both ways.
 async fn authenticate_peer(
     stream: TcpStream,
-    from: SocketAddr,
     acceptor: tokio_rustls::TlsAcceptor,
     secret: &[u8],
 ) -> anyhow::Result<ServerTls> {
@@ -429,7 +429,7 @@ async fn authenticate_peer(
         .await
         .context("no proof of the secret")??;
     if !verify(secret, b"client", &exported, &tag) {
-        tracing::warn!("replication refused from {from}: it does not hold the pair's secret");
+        // Logged by the caller, rate-limited (anyone on the network can fail the proof).
         anyhow::bail!("refused: the peer does not hold the pair's secret");
     }
     tls.write_all(proof(secret, b"server", &exported).as_ref())

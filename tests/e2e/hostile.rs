@@ -9,8 +9,8 @@
 //! token) and the relayed stream still carries its pings; at the end the nodes fetch their
 //! ignition, no handler panicked (`okd_appliance_panics_total`), and the process never exited.
 //!
-//! Not here: replication's listener (it needs a pair; its handshake path has its own tests in
-//! `replication.rs` and `tests/e2e/ha.rs`), and VMs (the nodes are namespaces fetching what a
+//! Not here: replication's listener (it needs a pair: its hostile burst is in `tests/e2e/ha.rs`,
+//! its fuzz target `fuzzing::served::replication`), and VMs (the nodes are namespaces fetching what a
 //! boot fetches; the boot chain in VMs is `boot.rs`).
 
 use std::io::{Read as _, Write as _};

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
 
 use super::wire::{self, EDNS_UDP, HEADER_LEN, Query, rcode, rtype};
 
@@ -32,8 +31,6 @@ const UDP_ATTEMPT: Duration = Duration::from_millis(1200);
 const TCP_ATTEMPT: Duration = Duration::from_secs(2);
 /// All attempts together; the client sees SERVFAIL after this at most.
 const DEADLINE: Duration = Duration::from_secs(3);
-/// Upstream queries in flight at once; more get SERVFAIL at once instead of piling up.
-const MAX_IN_FLIGHT: usize = 512;
 /// What the cache may hold, counted as [`Entry::weight`] plus the key and [`ENTRY_OVERHEAD`].
 pub const MAX_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Per entry beyond its reply and key: the `Arc`, the heap headers, the map slot.
@@ -64,7 +61,9 @@ pub enum ForwardError {
 #[derive(Debug)]
 pub struct Forwarder {
     cache: Cache,
-    in_flight: Semaphore,
+    /// Upstream queries in flight at once (`budget::Kind::Forwards`, each a socket of the
+    /// process's descriptors); more get SERVFAIL at once instead of piling up.
+    in_flight: crate::budget::Gate,
 }
 
 /// Cached replies by [`key`], weighed in bytes.
@@ -82,7 +81,12 @@ impl quick_cache::Weighter<Box<[u8]>, Arc<Entry>> for EntryWeight {
 
 impl Default for Forwarder {
     fn default() -> Self {
-        Forwarder::with_capacity(MAX_CACHE_BYTES)
+        let budget = crate::budget::Budget::unbounded();
+        let at = SocketAddr::from(([0; 4], 0));
+        Forwarder::new(
+            MAX_CACHE_BYTES,
+            budget.gate(crate::budget::Kind::Forwards, at),
+        )
     }
 }
 
@@ -117,15 +121,16 @@ fn key<'b>(query: &Query, lower: &[u8], buf: &'b mut [u8; wire::MAX_NAME + 5]) -
 }
 
 impl Forwarder {
-    /// A forwarder whose cache holds at most `bytes` (see [`MAX_CACHE_BYTES`]).
-    pub fn with_capacity(bytes: u64) -> Forwarder {
+    /// A forwarder whose cache holds at most `bytes` (see [`MAX_CACHE_BYTES`]), whose upstream
+    /// queries in flight are admitted by `in_flight`.
+    pub fn new(bytes: u64, in_flight: crate::budget::Gate) -> Forwarder {
         Forwarder {
             cache: Cache::with_weighter(
                 usize::try_from(bytes / TYPICAL_ENTRY).unwrap_or(usize::MAX),
                 bytes,
                 EntryWeight,
             ),
-            in_flight: Semaphore::new(MAX_IN_FLIGHT),
+            in_flight,
         }
     }
 
@@ -162,10 +167,7 @@ impl Forwarder {
         if upstreams.is_empty() {
             return Err(ForwardError::NoUpstream);
         }
-        let _permit = self
-            .in_flight
-            .try_acquire()
-            .map_err(|_| ForwardError::Busy)?;
+        let _ticket = self.in_flight.take().map_err(|_| ForwardError::Busy)?;
         let id: u16 = rand::random();
         let upstream_query = upstream_query(packet, query, id);
         let exchange = async {
@@ -681,5 +683,42 @@ mod tests {
         let entry = Entry::from_reply(honest, q.question_end).unwrap();
         assert_eq!(entry.ttl_at.len(), 3);
         assert_eq!(entry.ttl, 300);
+    }
+
+    #[tokio::test]
+    async fn queries_in_flight_are_held_to_the_forwarders_share() {
+        use std::future::Future as _;
+        use std::task::Poll;
+        // A division of 4 descriptors gives a lone forwarder one query in flight.
+        let at = SocketAddr::from(([127, 0, 0, 1], 53));
+        let forwards = crate::budget::Demand {
+            kind: crate::budget::Kind::Forwards,
+            addr: at,
+            cluster: None,
+        };
+        let budget = crate::budget::Budget::new(&crate::budget::divide(4, 0, vec![forwards]));
+        let forwarder = Forwarder::new(
+            MAX_CACHE_BYTES,
+            budget.gate(crate::budget::Kind::Forwards, at),
+        );
+        // An upstream that never answers: the first query waits for it.
+        let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let upstreams = [silent.local_addr().unwrap()];
+        let packet = query_packet(&name(1), 1, false);
+        let (q, lower) = parse(&packet);
+        let (mut out, mut other) = (Vec::new(), Vec::new());
+        let mut first = Box::pin(forwarder.forward(&packet, &q, &lower, &upstreams, 512, &mut out));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx).is_pending()));
+        assert!(pending.await, "the first query waits for its upstream");
+        let second = forwarder
+            .forward(&packet, &q, &lower, &upstreams, 512, &mut other)
+            .await;
+        assert!(matches!(second, Err(ForwardError::Busy)), "{second:?}");
+        // Its place is given back with it.
+        drop(first);
+        let mut third =
+            Box::pin(forwarder.forward(&packet, &q, &lower, &upstreams, 512, &mut other));
+        let pending = std::future::poll_fn(|cx| Poll::Ready(third.as_mut().poll(cx).is_pending()));
+        assert!(pending.await, "a place was free again");
     }
 }

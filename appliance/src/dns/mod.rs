@@ -22,7 +22,15 @@ use crate::sockets::{BoundSocket, Proto};
 /// Answers on every UDP socket and TCP listener in `sockets`, all sharing one index of the plan
 /// and one forwarder cache.
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
-    let shared = server::Shared::new(ctx.plan.clone(), Arc::clone(&ctx.metrics));
+    // One forwarder per DNS server, admitted by the share the division gave it (under the
+    // plan's first DNS address: `supervisor::descriptors`).
+    let plan = ctx.plan.load();
+    let at = plan.listen.dns.first().copied();
+    let forwards = ctx.budget.gate(
+        crate::budget::Kind::Forwards,
+        at.unwrap_or(std::net::SocketAddr::from(([0; 4], 0))),
+    );
+    let shared = server::Shared::new(ctx.plan.clone(), Arc::clone(&ctx.metrics), forwards);
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
         let (addr, proto, spec_addr) = (bound.local_addr, bound.spec.proto, bound.spec.addr);

@@ -85,12 +85,17 @@ impl Indexed {
 }
 
 impl Shared {
-    pub fn new(plan: plan::Handle, metrics: Arc<crate::metrics::Metrics>) -> Arc<Shared> {
+    /// The shared state of one DNS server, whose forwarded queries `forwards` admits.
+    pub fn new(
+        plan: plan::Handle,
+        metrics: Arc<crate::metrics::Metrics>,
+        forwards: crate::budget::Gate,
+    ) -> Arc<Shared> {
         let indexed = Arc::new(Indexed::new(plan.load_full()));
         Arc::new(Shared {
             plan,
             current: Mutex::new(indexed),
-            forwarder: Forwarder::default(),
+            forwarder: Forwarder::new(super::forward::MAX_CACHE_BYTES, forwards),
             metrics,
         })
     }
@@ -679,7 +684,12 @@ mod tests {
         .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
         let plan = crate::plan::Plan::derive(&loaded.config, 7);
         let handle = Arc::new(arc_swap::ArcSwap::from_pointee(plan));
-        let shared = Shared::new(handle, Arc::new(crate::metrics::Metrics::new()));
+        let budget = crate::budget::Budget::unbounded();
+        let forwards = budget.gate(
+            crate::budget::Kind::Forwards,
+            std::net::SocketAddr::from(([0; 4], 0)),
+        );
+        let shared = Shared::new(handle, Arc::new(crate::metrics::Metrics::new()), forwards);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = listener.local_addr().unwrap();
         let token = CancellationToken::new();

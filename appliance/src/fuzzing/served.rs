@@ -46,9 +46,14 @@ struct Served {
     dns_tcp: SocketAddr,
     http: SocketAddr,
     api: SocketAddr,
-    /// The API's bearer token and the client side of its TLS.
+    /// The API's bearer token and the client side of its TLS (replication's too).
     api_token: String,
     api_tls: tokio_rustls::TlsConnector,
+    /// A standby's replication listener, and the pair's replication key.
+    replication: SocketAddr,
+    pair_key: [u8; 32],
+    /// The plan's state directory (what a replicated marker is written to).
+    state_dir: PathBuf,
     /// Kept for the process's life: cancelling it would stop the servers.
     _token: CancellationToken,
 }
@@ -180,7 +185,9 @@ fn start() -> anyhow::Result<Served> {
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let web = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addrs = (udp.local_addr()?, tcp.local_addr()?, web.local_addr()?);
-        let shared = crate::dns::server::Shared::new(Arc::clone(&handle), Arc::clone(&metrics));
+        let forwards = budget.gate(Kind::Forwards, addrs.1);
+        let shared =
+            crate::dns::server::Shared::new(Arc::clone(&handle), Arc::clone(&metrics), forwards);
         let (token, gate) = (token.clone(), budget.gate(Kind::DnsTcp, addrs.1));
         tokio::spawn(crate::dns::server::serve_udp(
             udp,
@@ -207,6 +214,7 @@ fn start() -> anyhow::Result<Served> {
         ));
         anyhow::Ok(addrs)
     })?;
+    let (replication, pair_key) = runtime.block_on(standby(&root, &ctx))?;
     Ok(Served {
         runtime,
         dns_udp,
@@ -215,8 +223,49 @@ fn start() -> anyhow::Result<Served> {
         api,
         api_token,
         api_tls,
+        replication,
+        pair_key,
+        state_dir: root.join("state"),
         _token: token,
     })
+}
+
+/// The pair's peer, where nothing listens (this host is the standby: it sends nothing).
+const PEER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 4);
+
+/// A standby host of a pair (whose peer is [`PEER`]) serving a cluster file's one replication
+/// channel, as the supervisor starts it, on a loopback listener: its address and the pair's
+/// replication key.
+async fn standby(
+    root: &std::path::Path,
+    ctx: &crate::service::Context,
+) -> anyhow::Result<(SocketAddr, [u8; 32])> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let secret_file = root.join("pair.secret");
+    std::fs::write(&secret_file, "fuzz-pair-secret-0123456789abcdef\n")?;
+    std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600))?;
+    let mut plan = (*ctx.plan.load_full()).clone();
+    plan.ha = Some(crate::plan::ha::HaPlan {
+        hosts: [PEER, Ipv4Addr::LOCALHOST],
+        router_id: 51,
+        secret_file: secret_file.clone(),
+        interface: "lo".to_owned(),
+        addresses: Vec::new(),
+    });
+    let pools = crate::lb::shared_pools(&plan);
+    let ctx = crate::service::Context {
+        plan: Arc::new(arc_swap::ArcSwap::from_pointee(plan)),
+        active: crate::ha::Activity::standby(1),
+        ..ctx.clone()
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let at = listener.local_addr()?;
+    let (hub, receiving) = crate::replication::listen(listener, PEER, &ctx)?;
+    tokio::spawn(receiving);
+    let channel = crate::replication::Carries::Everything;
+    tokio::spawn(hub.channel(None, channel, &ctx, Some(pools), None));
+    let key = crate::secrets::PairKeys::read(&secret_file)?.replication;
+    Ok((at, key))
 }
 
 /// A query for `api.<cluster>` with id `id`, which the authority always answers.
@@ -357,6 +406,60 @@ pub fn api(data: &[u8]) {
     });
 }
 
+/// Any bytes as one client's side of a connection to a standby's replication listener, chosen
+/// by the first byte: 0 before any TLS (a stranger's bytes), 1 after the TLS handshake in place
+/// of the proof, 2 (and above) after the handshake and a valid proof of the pair's key, as the
+/// peer's lines (its channel's hello, its updates). Nothing panics, the standby closes promptly
+/// after the client's end, and after a proof what it sent is its own proof, then JSON lines.
+pub fn replication(data: &[u8]) {
+    let served = served();
+    let (mode, rest) = data.split_first().map_or((0, data), |(m, r)| (*m, r));
+    no_panic(Wire::Replication, data, || {
+        let back = served.runtime.block_on(async {
+            let tcp = TcpStream::connect(served.replication)
+                .await
+                .expect("connect");
+            if mode == 0 {
+                return half_close_and_read(tcp, rest).await;
+            }
+            let name = rustls::pki_types::ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
+            let tls = served
+                .api_tls
+                .connect(name, tcp)
+                .await
+                .expect("the TLS handshake");
+            let mut exported = [0u8; 32];
+            tls.get_ref()
+                .1
+                .export_keying_material(&mut exported, crate::replication::LABEL, None)
+                .expect("keying material");
+            let sent = if mode == 1 {
+                rest.to_vec()
+            } else {
+                let proof = crate::replication::proof(&served.pair_key, b"client", &exported);
+                [proof.as_ref(), rest].concat()
+            };
+            half_close_and_read(tls, &sent).await
+        });
+        let back = back.unwrap_or_else(|| panic!("replication didn't close after {data:?}"));
+        match mode {
+            0 => {}
+            1 => assert!(back.is_empty(), "a stranger got {back:?} after {data:?}"),
+            _ => {
+                // Its proof, then one update per line.
+                let lines = back.get(32..).unwrap_or_default();
+                let text = String::from_utf8_lossy(lines);
+                for line in text.lines() {
+                    assert!(
+                        serde_json::from_str::<crate::replication::Update>(line).is_ok(),
+                        "not an update: {line:?} after {data:?}"
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// Connects from `from` to `to`, writes `data` and closes the sending side while reading what
 /// comes back, until the server closes: what it sent. Panics when it doesn't close in time.
 fn exchange(served: &Served, to: SocketAddr, from: Ipv4Addr, data: &[u8]) -> Vec<u8> {
@@ -460,5 +563,34 @@ mod tests {
             assert!(back.starts_with(status), "{with_token}: {back}");
             api(&get(with_token));
         }
+    }
+
+    /// The replication target reaches the standby's apply with a valid proof, and nothing
+    /// without one.
+    #[test]
+    fn replication_applies_after_the_proof_only() {
+        let served = served();
+        let node = super::super::cluster_plan().boot[0].node.clone();
+        let update = |installed: &str| {
+            let markers = crate::install_state::Markers {
+                ignition_fetched: None,
+                disk_boot_offered: None,
+                installed: Some(installed.to_owned()),
+            };
+            let line = crate::replication::Update::Markers {
+                node: node.clone(),
+                markers,
+            };
+            format!("{}\n", serde_json::to_string(&line).unwrap())
+        };
+        let installed = || {
+            crate::install_state::read_markers(&served.state_dir, &node)
+                .unwrap()
+                .installed
+        };
+        replication(&[&[1u8][..], &[0u8; 32], update("refused").as_bytes()].concat());
+        assert_eq!(installed(), None);
+        replication(&[&[2u8][..], update("replicated").as_bytes()].concat());
+        assert_eq!(installed().as_deref(), Some("replicated"));
     }
 }

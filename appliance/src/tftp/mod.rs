@@ -23,13 +23,14 @@ use crate::sockets::BoundSocket;
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
-        let addr = bound.local_addr;
+        let (addr, spec_addr) = (bound.local_addr, bound.spec.addr);
         let socket = bound
             .into_udp()
             .with_context(|| format!("adopting the tftp socket on {addr}"))?;
         tasks.push(Box::pin(server::serve(
             socket,
             ctx.plan.clone(),
+            ctx.budget.gate(crate::budget::Kind::Transfers, spec_addr),
             ctx.shutdown.clone(),
         )));
     }

@@ -34,8 +34,6 @@ pub const FIRST_TRIES: usize = 2;
 pub const RETRIES: usize = 5;
 /// A transfer, however slowly acknowledged, ends after this (a boot file takes seconds).
 pub const MAX_TRANSFER: Duration = Duration::from_secs(300);
-/// Transfers at once; PXE boots of a whole rack stay well below.
-pub const MAX_TRANSFERS: usize = 64;
 /// Transfers at once per client address: firmware fetches one file at a time, and a few allow
 /// for a retry that starts before the old transfer gave up.
 pub const PER_CLIENT: usize = 4;
@@ -43,14 +41,18 @@ pub const PER_CLIENT: usize = 4;
 /// any newcomer (see `admission`): far longer than a round trip on a boot network.
 pub const PATIENCE: Duration = Duration::from_secs(1);
 
-/// Serves read requests arriving on `socket` until `token` is cancelled.
+/// Serves read requests arriving on `socket` until `token` is cancelled, with as many
+/// transfers at once as `transfers` (`budget::Kind::Transfers`, 64 when the descriptors are not
+/// cut; PXE boots of a whole rack stay well below) allows, each holding its socket and file of
+/// the process's descriptors.
 pub async fn serve(
     socket: UdpSocket,
     plan: plan::Handle,
+    transfers: crate::budget::Gate,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let local = socket.local_addr()?;
-    let admission = Admission::new(MAX_TRANSFERS, PER_CLIENT, PATIENCE);
+    let admission = Admission::new(transfers.connections(), PER_CLIENT, PATIENCE);
     let files = Arc::new(BootFiles::default());
     let mut buf = vec![0u8; 1500];
     loop {
@@ -77,9 +79,16 @@ pub async fn serve(
             }
             Step::Start { ticket, path, req } => (ticket, path, req),
         };
+        // Its socket and file, when the process has them (else nothing goes back, as over a
+        // limit: the client repeats its request).
+        let Ok(descriptors) = transfers.descriptors() else {
+            tracing::debug!("tftp {client}: the process's descriptor budget is spent");
+            continue;
+        };
         let (token, files) = (token.clone(), Arc::clone(&files));
         tokio::spawn(async move {
             crate::isolate::connection(crate::isolate::Wire::Tftp, async move {
+            let _descriptors = descriptors;
             let evicted = ticket.evicted().clone();
             tokio::select! {
                 () = token.cancelled() => {}
