@@ -562,7 +562,9 @@ fn serve_streams_each_node_its_iso_with_ranges_validators_and_reloads() {
     std::fs::remove_file(artifacts.join("live.iso")).unwrap();
     let r = get(addr, "/iso/master-0.iso", &[]);
     assert_eq!(r.status, 404);
-    assert!(String::from_utf8_lossy(&r.body).contains("artifacts fetch --iso"));
+    assert!(String::from_utf8_lossy(&r.body).contains(
+        "artifacts fetch CONFIG --stream https://builds.coreos.fedoraproject.org/streams/stable.json --iso"
+    ));
 }
 
 #[test]

@@ -103,7 +103,16 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
         let status_url = format!("{API}/api/v1/status");
         let mut get = auth.clone();
         get.push(status_url.as_str());
-        assert_eq!(curl(&client, &get).0, "401", "{auth:?}");
+        let (code, body) = curl(&client, &get);
+        assert_eq!(code, "401", "{auth:?}");
+        // It says where the token is and how to send it.
+        let token_file = dir.path().join("api-token");
+        assert!(
+            body.contains(&format!("first line of {}", token_file.display()))
+                && body.contains("Authorization: Bearer TOKEN")
+                && body.contains("/?token=TOKEN"),
+            "{body}"
+        );
         let mut post = auth.clone();
         post.extend(["-X", "POST", drain.as_str()]);
         assert_eq!(curl(&client, &post).0, "401", "{auth:?}");

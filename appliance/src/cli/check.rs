@@ -5,6 +5,7 @@
 //! Exit codes: 0 valid (or printed), 1 invalid config (with `--install`, also an ignition file,
 //! ISO or artifact that is missing or unusable; for `node kargs`, an unknown node), 2 usage.
 
+use okd_appliance::http::iso::STREAM_HINT;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -233,10 +234,6 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Prefli
     }
     ExitCode::SUCCESS
 }
-
-/// The stream `artifacts fetch` is told to read in a hint: Fedora CoreOS's stable stream, as
-/// the README's set-up (a release's own comes from `openshift-install coreos print-stream-json`).
-const STREAM_HINT: &str = "https://builds.coreos.fedoraproject.org/streams/stable.json";
 
 /// What puts the files `found` (and the `changed` ones) in place, as commands that run as
 /// written: `artifacts fetch` for the CoreOS artifacts (with `--iso` when the live ISO is one of

@@ -174,14 +174,16 @@ fn wait(appliance: &Appliance, target: WaitFor, timeout: Duration) -> ExitCode {
         }
         if let Some(why) = status.failed.as_ref().filter(|_| !status.running) {
             eprintln!(
-                "error: the install stopped: {why} (fix it, then `okd-appliance cluster up`)"
+                "error: the install stopped: {why} (fix it, then `{}`)",
+                appliance.command("cluster up")
             );
             return ExitCode::from(1);
         }
         if !status.running {
             eprintln!(
-                "error: no install is running (cluster phase {}): start one with `okd-appliance cluster up`",
-                status.cluster.map_or("none", ClusterPhase::name)
+                "error: no install is running (cluster phase {}): start one with `{}`",
+                status.cluster.map_or("none", ClusterPhase::name),
+                appliance.command("cluster up")
             );
             return ExitCode::from(1);
         }

@@ -170,6 +170,8 @@ struct Where {
 pub struct Appliance {
     pub state_dir: PathBuf,
     cluster: Option<String>,
+    /// How the command line named it: the config file, or `--state-dir DIR`.
+    named: String,
 }
 
 impl Appliance {
@@ -183,7 +185,19 @@ impl Appliance {
         Appliance {
             state_dir: self.state_dir.clone(),
             cluster: Some(id.to_owned()),
+            named: self.named.clone(),
         }
+    }
+
+    /// The command line of `okd-appliance COMMAND` for this appliance and cluster, as a hint
+    /// names it: `okd-appliance cluster up lab.yml --cluster b`.
+    pub fn command(&self, command: &str) -> String {
+        let cluster = self
+            .cluster
+            .as_deref()
+            .map(|id| format!(" --cluster {id}"))
+            .unwrap_or_default();
+        format!("okd-appliance {command} {}{cluster}", self.named)
     }
 
     /// `request` as the admin socket takes it: `@ID request` for a named cluster.
@@ -199,14 +213,15 @@ impl Target {
     /// The appliance: its state directory from the flag, or from the config (which must be
     /// valid; a host file's cluster ids are checked against `--cluster` here).
     fn appliance(&self) -> Result<Appliance, ExitCode> {
-        let state_dir = match (&self.at.state_dir, &self.at.file) {
-            (Some(dir), _) => dir.clone(),
-            (None, Some(file)) => self.state_dir_of(file)?,
+        let (state_dir, named) = match (&self.at.state_dir, &self.at.file) {
+            (Some(dir), _) => (dir.clone(), format!("--state-dir {}", dir.display())),
+            (None, Some(file)) => (self.state_dir_of(file)?, file.display().to_string()),
             (None, None) => unreachable!("clap requires one of them"),
         };
         Ok(Appliance {
             state_dir,
             cluster: self.cluster.clone(),
+            named,
         })
     }
 
@@ -379,4 +394,30 @@ fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runti
         eprintln!("error: can't start the async runtime: {e}");
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hint_names_the_appliance_as_the_command_line_did() {
+        let by_file = Appliance {
+            state_dir: PathBuf::from("/var/lib/okd-appliance"),
+            cluster: None,
+            named: "lab.yml".into(),
+        };
+        assert_eq!(
+            by_file.command("cluster up"),
+            "okd-appliance cluster up lab.yml"
+        );
+        let by_dir = Appliance {
+            named: "--state-dir /var/lib/okd-appliance".into(),
+            ..by_file
+        };
+        assert_eq!(
+            by_dir.for_cluster("b").command("cluster up"),
+            "okd-appliance cluster up --state-dir /var/lib/okd-appliance --cluster b"
+        );
+    }
 }

@@ -130,7 +130,7 @@ impl IsoCache {
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => tracing::info!(
                 "no live ISO at {}: /iso/<node>.iso answers 404 until `okd-appliance artifacts \
-                 fetch --iso` puts one there",
+                 fetch CONFIG --stream {STREAM_HINT} --iso` puts one there",
                 path.display()
             ),
             Err(e) => tracing::error!("per-node ISOs: can't open {}: {e}", path.display()),
@@ -206,6 +206,11 @@ fn log_outcome(path: &Path, parsed: &Result<Images, String>) {
         }
     }
 }
+
+/// The stream the hints to `artifacts fetch` name (here and in `check`): Fedora CoreOS's stable
+/// stream, as the README's set-up (a release's own comes from `openshift-install coreos
+/// print-stream-json`).
+pub const STREAM_HINT: &str = "https://builds.coreos.fedoraproject.org/streams/stable.json";
 
 /// What `okd-appliance check` says about the per-node ISOs of a plan.
 #[derive(Debug)]
@@ -286,7 +291,10 @@ pub async fn respond(
             tracing::warn!("http: /iso/{name}.iso: no live ISO at {}", path.display());
             return text(
                 StatusCode::NOT_FOUND,
-                "no live ISO on this appliance: run okd-appliance artifacts fetch --iso\n",
+                &format!(
+                    "no live ISO on this appliance: run okd-appliance artifacts fetch CONFIG \
+                     --stream {STREAM_HINT} --iso on it\n"
+                ),
             );
         }
         Err(e) => {

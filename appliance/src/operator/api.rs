@@ -52,6 +52,8 @@ type Body = BoxBody<Bytes, Infallible>;
 struct Access {
     /// An HMAC of the token under a key made at start: comparing tags is constant-time.
     token: Option<(ring::hmac::Key, ring::hmac::Tag)>,
+    /// What a request without the token is told (where the token is, how to send it).
+    refusal: String,
 }
 
 /// The cookie the status page's first request sets, so the token leaves the address bar.
@@ -162,12 +164,24 @@ pub fn start(
             tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
             Access {
                 token: Some((key, tag)),
+                refusal: refusal(&api.token_file),
             },
             (parts, gate),
             token,
         )));
     }
     Ok(crate::service::all(tasks))
+}
+
+/// The 401's body: the token is the first line of `token_file` (owner-only on the appliance:
+/// naming its path gives nothing away), sent as a bearer token, or once in the page's address.
+fn refusal(token_file: &Path) -> String {
+    format!(
+        "a bearer token is required: send `Authorization: Bearer TOKEN` (curl: -H 'Authorization: \
+         Bearer TOKEN'), TOKEN being the first line of {} on the appliance (the api section's \
+         token_file); in a browser, open /?token=TOKEN once\n",
+        token_file.display()
+    )
 }
 
 fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
@@ -194,7 +208,10 @@ async fn serve_local(
     parts: Clusters,
     token: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
-    let access = Access { token: None };
+    let access = Access {
+        token: None,
+        refusal: String::new(),
+    };
     loop {
         let stream = tokio::select! {
             () = token.cancelled() => return Ok(()),
@@ -302,7 +319,7 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
             return r;
         }
         Admitted::No => {
-            let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+            let mut r = text(StatusCode::UNAUTHORIZED, access.refusal.clone());
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"okd-appliance\""),
@@ -580,6 +597,7 @@ mod tests {
         let tag = ring::hmac::sign(&key, TOKEN.as_bytes());
         Access {
             token: Some((key, tag)),
+            refusal: refusal(Path::new("/etc/okd-appliance/api.token")),
         }
     }
 
@@ -675,7 +693,10 @@ mod tests {
         );
         // Another start, another key: an old page's action token no longer acts.
         assert_ne!(access().action_token(), Some(action));
-        let local = Access { token: None };
+        let local = Access {
+            token: None,
+            refusal: String::new(),
+        };
         assert_eq!(local.action_token(), None);
         assert_eq!(ask(&local, &Method::POST, drain, &[]), Admitted::Yes);
     }
