@@ -21,7 +21,10 @@ pub enum HaAction {
     },
     /// keepalived's notify hook: this host became the active one, or the standby (DHCP and
     /// ignition answer only on the active host).
+    #[command(override_usage = "okd-appliance ha notify <STATE> <FILE|--state-dir <STATE_DIR>>")]
     Notify {
+        /// What this host became: `active` for keepalived's MASTER, `standby` for BACKUP,
+        /// FAULT and stop (as the rendered keepalived.conf calls it).
         #[arg(value_enum)]
         state: HaState,
         #[command(flatten)]

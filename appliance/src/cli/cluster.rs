@@ -33,6 +33,8 @@ pub enum ClusterAction {
     Wait {
         #[command(flatten)]
         target: Target,
+        /// The phase: the bootstrap done (`openshift-install wait-for bootstrap-complete`'s
+        /// point), or the whole install.
         #[arg(long = "for", value_enum, default_value_t = WaitFor::InstallComplete)]
         phase: WaitFor,
         /// How long to wait at most, e.g. `40m`.

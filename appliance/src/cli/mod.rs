@@ -267,6 +267,7 @@ pub enum NodeAction {
     /// Print the kernel arguments to type at NODE's live ISO boot prompt (those that
     /// /iso/NODE.iso has built in); with --pxe, the whole line of its PXE boot.
     Kargs {
+        /// The node, as named in the config.
         node: String,
         /// The cluster config (YAML), or a host file.
         file: PathBuf,
@@ -399,6 +400,45 @@ fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ha_notify_shows_its_arguments_in_the_order_it_takes_them() {
+        use clap::CommandFactory as _;
+        let mut cli = Cli::command();
+        let notify = cli
+            .find_subcommand_mut("ha")
+            .and_then(|ha| ha.find_subcommand_mut("notify"))
+            .unwrap();
+        let usage = notify.render_usage().to_string();
+        assert!(
+            usage.contains("ha notify <STATE> <FILE|--state-dir"),
+            "{usage}"
+        );
+        let parsed = Cli::try_parse_from(["okd-appliance", "ha", "notify", "active", "lab.yml"]);
+        assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn every_command_and_argument_says_what_it_is() {
+        use clap::CommandFactory as _;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(path.clone());
+                }
+                for arg in sub.get_arguments().filter(|a| a.get_id() != "help") {
+                    if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                        missing.push(format!("{path} <{}>", arg.get_id()));
+                    }
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "okd-appliance", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 
     #[test]
     fn a_hint_names_the_appliance_as_the_command_line_did() {
