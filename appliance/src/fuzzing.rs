@@ -40,7 +40,7 @@ dns:
 "#;
 
 /// The plan of [`CLUSTER`], derived once.
-fn cluster_plan() -> &'static Plan {
+pub(crate) fn cluster_plan() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
     PLAN.get_or_init(|| {
         let loaded = config::parse(

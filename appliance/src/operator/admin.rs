@@ -193,8 +193,8 @@ fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> String {
     }
 }
 
-/// Does `request` and prints its reply.
-pub async fn respond(op: &Operator, request: Request) -> String {
+/// Does `request` with cluster `op` of `clusters` and prints its reply.
+pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> String {
     match request {
         Request::Drain(node) => reply(op.drain(&node)),
         Request::Undrain(node) => reply(op.undrain(&node)),
@@ -207,7 +207,7 @@ pub async fn respond(op: &Operator, request: Request) -> String {
             Ok(o) => cluster(o, c).await,
             Err(e) => reply::<String>(Err(e)),
         },
-        Request::Ha(h) => ha(op, h).await,
+        Request::Ha(h) => ha(clusters, op, h).await,
         Request::Machine {
             node,
             action,
@@ -249,7 +249,7 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
                 } else {
                     REQUEST_TIME
                 };
-                match tokio::time::timeout(limit, respond(&op, request)).await {
+                match tokio::time::timeout(limit, respond(clusters, &op, request)).await {
                     Ok(reply) => reply,
                     Err(_) => format!(
                         "error: no answer within {}\n",
@@ -316,7 +316,7 @@ pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
 }
 
 /// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.
-async fn ha(op: &Operator, request: HaRequest) -> String {
+async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
     let host = match op.ha_host() {
         Ok(host) => host,
         Err(e) => return reply::<String>(Err(e)),
@@ -365,7 +365,9 @@ async fn ha(op: &Operator, request: HaRequest) -> String {
             }
             out
         }
-        HaRequest::Set { active } => reply(op.set_active(active).map(|()| role(active))),
+        // The host's, for every cluster: `session` asks `Clusters::set_active`.
+        // The role is the host's: every cluster's journal records its change.
+        HaRequest::Set { active } => reply(clusters.set_active(active).map(|()| role(active))),
         HaRequest::Health => {
             let active = activity.is_active();
             reply(

@@ -403,20 +403,6 @@ impl Operator {
         &self.active
     }
 
-    /// Makes this host the active (or standby) one, as keepalived says; journaled when it
-    /// changes.
-    pub fn set_active(&self, active: bool) -> Result<(), OpError> {
-        self.ha_host()?;
-        if self.active.set(active) {
-            tracing::info!(
-                "high availability: this host is now {}",
-                if active { "active" } else { "standby" }
-            );
-            self.journal.publish(None, EventKind::HaRole { active });
-        }
-        Ok(())
-    }
-
     /// keepalived's health probe of this host: what it checked, or why it fails.
     pub async fn ha_health(&self) -> Result<String, OpError> {
         let host = self.ha_host()?;
@@ -510,11 +496,80 @@ impl Clusters {
     pub fn host(&self) -> Operator {
         self.operators.load()[0].1.clone()
     }
+
+    /// Makes this host the active (or standby) one of its pair, as keepalived says: the role
+    /// is the host's (one activity for every cluster), so a change is journaled in every
+    /// cluster's journal, each cluster's log and events saying it.
+    pub fn set_active(&self, active: bool) -> Result<(), OpError> {
+        let host = self.host();
+        host.ha_host()?;
+        if host.active.set(active) {
+            tracing::info!(
+                "high availability: this host is now {}",
+                if active { "active" } else { "standby" }
+            );
+            for (_, op) in self.all().iter() {
+                op.journal.publish(None, EventKind::HaRole { active });
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two clusters of one host in a pair: one activity, a journal each.
+    fn two_clusters() -> Clusters {
+        let active = crate::ha::Activity::standby(0);
+        let operator = || {
+            let plan = crate::fuzzing::cluster_plan().clone();
+            let ctx = Context {
+                plan: Arc::new(arc_swap::ArcSwap::from_pointee(plan.clone())),
+                journal: Journal::new(),
+                shutdown: CancellationToken::new(),
+                active: active.clone(),
+                metrics: Arc::new(crate::metrics::Metrics::new()),
+                budget: crate::budget::Budget::unbounded(),
+                faults: crate::faults::Faults::default(),
+            };
+            let fixed = status::Fixed {
+                started: std::time::SystemTime::now(),
+                faults: ctx.faults.clone(),
+                listeners: Arc::default(),
+                endpoints: None,
+            };
+            let host = Some(std::net::Ipv4Addr::new(10, 0, 0, 3));
+            let (reloads, _) = mpsc::channel(1);
+            let pools = crate::lb::shared_pools(&plan);
+            Operator::new(&ctx, pools, reloads, Err("none".into()), host, fixed)
+        };
+        let operators = vec![("a".to_owned(), operator()), ("b".to_owned(), operator())];
+        Clusters::new(operators, CancellationToken::new())
+    }
+
+    #[test]
+    fn a_role_change_is_in_every_clusters_journal() {
+        let clusters = two_clusters();
+        let roles = |id: &str| -> Vec<bool> {
+            let op = clusters.pick(Some(id)).unwrap();
+            op.journal
+                .recent()
+                .into_iter()
+                .filter_map(|e| match e.kind {
+                    EventKind::HaRole { active } => Some(active),
+                    _ => None,
+                })
+                .collect()
+        };
+        clusters.set_active(true).unwrap();
+        // Said again (keepalived repeats itself): no second entry.
+        clusters.set_active(true).unwrap();
+        clusters.set_active(false).unwrap();
+        assert_eq!(roles("a"), [true, false]);
+        assert_eq!(roles("b"), [true, false]);
+    }
 
     #[test]
     fn each_error_has_its_status() {
