@@ -314,13 +314,20 @@ struct Inner {
 /// subscribers (the phase tracker, replication, the status page) lag.
 const REFUSAL_BURST: f64 = 10.0;
 const REFUSALS_PER_SECOND: f64 = 2.0;
-/// Addresses tracked at once; past it, those whose bucket is full again are forgotten.
+/// Addresses tracked at once; past it, those whose bucket is full again are forgotten (at most
+/// once a second), and a new address shares one bucket with every other untracked one: a
+/// DHCP source address costs a spoofer nothing, so neither the table nor the events may grow
+/// with the addresses it makes up.
 const REFUSAL_SOURCES: usize = 4096;
 
 /// A token bucket of journaled refusals per source address.
 #[derive(Debug, Default)]
 struct Refusals {
     buckets: std::collections::HashMap<IpAddr, Bucket>,
+    /// The bucket of the addresses past [`REFUSAL_SOURCES`].
+    untracked: Option<Bucket>,
+    /// When the full buckets were last forgotten.
+    swept: Option<std::time::Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -335,17 +342,29 @@ impl Refusals {
     /// Whether a refusal from `ip` goes in the journal now; with it, how many were left out
     /// before it.
     fn admit(&mut self, ip: IpAddr, now: std::time::Instant) -> Result<u64, ()> {
-        if self.buckets.len() >= REFUSAL_SOURCES {
+        let full = Bucket {
+            tokens: REFUSAL_BURST,
+            at: now,
+            dropped: 0,
+        };
+        let known = self.buckets.contains_key(&ip);
+        if !known
+            && self.buckets.len() >= REFUSAL_SOURCES
+            && self
+                .swept
+                .is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1))
+        {
+            self.swept = Some(now);
             self.buckets.retain(|_, b| {
                 b.tokens + now.duration_since(b.at).as_secs_f64() * REFUSALS_PER_SECOND
                     < REFUSAL_BURST
             });
         }
-        let b = self.buckets.entry(ip).or_insert(Bucket {
-            tokens: REFUSAL_BURST,
-            at: now,
-            dropped: 0,
-        });
+        let b = if known || self.buckets.len() < REFUSAL_SOURCES {
+            self.buckets.entry(ip).or_insert(full)
+        } else {
+            self.untracked.get_or_insert(full)
+        };
         b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * REFUSALS_PER_SECOND)
             .min(REFUSAL_BURST);
         b.at = now;
@@ -532,6 +551,24 @@ mod tests {
         let later = t0 + std::time::Duration::from_millis(500);
         assert_eq!(r.admit(ip, later), Ok(2));
         assert_eq!(r.admit(ip, later), Err(()));
+    }
+
+    #[test]
+    fn made_up_addresses_share_one_bucket_past_the_table() {
+        // A spoofer sending from a new address each time (a DHCP source is free): the table
+        // stays bounded, and past it all its addresses together get one address's rate.
+        let mut r = Refusals::default();
+        let t0 = std::time::Instant::now();
+        let admitted = (0..3 * REFUSAL_SOURCES as u32)
+            .filter(|i| {
+                r.admit(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), t0)
+                    .is_ok()
+            })
+            .count();
+        assert!(r.buckets.len() <= REFUSAL_SOURCES, "{}", r.buckets.len());
+        assert_eq!(admitted, REFUSAL_SOURCES + REFUSAL_BURST as usize);
+        // A tracked address keeps its own bucket.
+        assert_eq!(r.admit(IpAddr::from([10, 0, 0, 1]), t0), Ok(0));
     }
 
     #[tokio::test]
