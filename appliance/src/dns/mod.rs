@@ -22,14 +22,10 @@ use crate::sockets::{BoundSocket, Proto};
 /// Answers on every UDP socket and TCP listener in `sockets`, all sharing one index of the plan
 /// and one forwarder cache.
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {
-    // One forwarder per DNS server, admitted by the share the division gave it (under the
-    // plan's first DNS address: `supervisor::descriptors`).
-    let plan = ctx.plan.load();
-    let at = plan.listen.dns.first().copied();
-    let forwards = ctx.budget.gate(
-        crate::budget::Kind::Forwards,
-        at.unwrap_or(std::net::SocketAddr::from(([0; 4], 0))),
-    );
+    // One forwarder per DNS server, admitted by the share the division gave it.
+    let forwards = ctx
+        .budget
+        .gate(crate::budget::Kind::Forwards, forwards_at(&ctx.plan.load()));
     let shared = server::Shared::new(ctx.plan.clone(), Arc::clone(&ctx.metrics), forwards);
     let mut tasks: Vec<Running> = Vec::new();
     for bound in sockets {
@@ -51,6 +47,13 @@ pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running
         });
     }
     Ok(service::all(tasks))
+}
+
+/// Where a DNS server's forwarder is named in the descriptor budget (`supervisor::descriptors`
+/// divides under it, `start` takes its gate): the plan's first DNS address.
+pub fn forwards_at(plan: &crate::plan::Plan) -> std::net::SocketAddr {
+    let first = plan.listen.dns.first().copied();
+    first.unwrap_or(std::net::SocketAddr::from(([0; 4], 0)))
 }
 
 #[cfg(test)]

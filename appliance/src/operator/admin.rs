@@ -365,7 +365,6 @@ async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
             }
             out
         }
-        // The host's, for every cluster: `session` asks `Clusters::set_active`.
         // The role is the host's: every cluster's journal records its change.
         HaRequest::Set { active } => reply(clusters.set_active(active).map(|()| role(active))),
         HaRequest::Health => {

@@ -49,8 +49,7 @@ pub(super) fn divide<'a>(
         }
         // One forwarder per DNS server (its UDP and TCP listeners share it).
         if forwards {
-            let at = plan.listen.dns.first().copied();
-            ask(Kind::Forwards, at.unwrap_or(SocketAddr::from(([0; 4], 0))));
+            ask(Kind::Forwards, crate::dns::forwards_at(plan));
         }
         api = api.or_else(|| plan.api.as_ref().map(|a| a.listen));
     }
