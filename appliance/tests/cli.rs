@@ -119,19 +119,24 @@ fn render_ignores_the_ignition_files() {
     assert!(String::from_utf8_lossy(&out.stderr).is_empty());
 }
 
-#[test]
-fn render_networkd_writes_the_cluster_nic_or_says_why_it_cannot() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run(&[
+/// `render --format networkd -o DIR FIXTURE`.
+fn render_networkd_into(dir: &std::path::Path, fixture_path: &str) -> std::process::Output {
+    run(&[
         "render",
         "--format",
         "networkd",
         "-o",
-        dir.path().to_str().unwrap(),
-        &fixture("config/lab.yml"),
-    ]);
+        dir.to_str().unwrap(),
+        &fixture(fixture_path),
+    ])
+}
+
+#[test]
+fn render_networkd_writes_the_cluster_nic_or_says_why_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = render_networkd_into(dir.path(), "config/lab.yml");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let file = dir.path().join("10-okd-appliance-cluster.network");
+    let file = dir.path().join("10-okd-appliance-ens19.network");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         file.display().to_string()
@@ -153,6 +158,72 @@ fn render_networkd_writes_the_cluster_nic_or_says_why_it_cannot() {
         String::from_utf8_lossy(&out.stderr).contains("network.interface is not set"),
         "{out:?}"
     );
+}
+
+/// A host file's networkd: one file per interface its clusters name (two-labs: ens19 and the
+/// VLAN ens19.20), clusters on one interface in one file (one-subnet); `--cluster` is refused,
+/// since one cluster's file would drop the other addresses on its NIC. `check --secret-files`
+/// of a host file lists every cluster's secrets (the image hands them to the service account).
+#[test]
+fn a_host_file_renders_a_networkd_file_per_nic_and_lists_every_clusters_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = render_networkd_into(dir.path(), "config/hosts/two-labs.yml");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let expected: Vec<String> = ["ens19", "ens19.20"]
+        .iter()
+        .map(|i| {
+            dir.path()
+                .join(format!("10-okd-appliance-{i}.network"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(listed, expected);
+    let vlan = std::fs::read_to_string(&expected[1]).unwrap();
+    assert!(
+        vlan.contains("Name=ens19.20\n") && vlan.contains("Address=10.0.20.1/24\n"),
+        "{vlan}"
+    );
+
+    let out = run(&[
+        "render",
+        "--format",
+        "networkd",
+        &fixture("config/hosts/one-subnet.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("[Match]").count(), 1, "{text}");
+    assert!(text.contains("Address=10.0.0.1/24\n") && text.contains("Address=10.0.0.21/24\n"));
+
+    let out = run(&[
+        "render",
+        "--format",
+        "networkd",
+        "--cluster",
+        "test",
+        &fixture("config/hosts/two-labs.yml"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without --cluster"));
+
+    let out = run(&[
+        "check",
+        "--secret-files",
+        &fixture("config/hosts/two-labs.yml"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let secrets = String::from_utf8_lossy(&out.stdout);
+    for f in [
+        "okd-install/auth/kubeconfig",
+        "test-install/auth/kubeconfig",
+    ] {
+        assert!(secrets.lines().any(|l| l.ends_with(f)), "{f}: {secrets}");
+    }
 }
 
 /// `render --format keepalived`: one file per host of the pair, the preferred host with the

@@ -30,6 +30,7 @@ mod lb;
 mod lb_support;
 mod lb_tls;
 mod libvirt;
+mod networkd;
 mod nm_kargs;
 mod orchestration;
 mod orchestration_api;

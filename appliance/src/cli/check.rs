@@ -13,18 +13,35 @@ use okd_appliance::config::{self, InstallCheck};
 use okd_appliance::http::iso::IsoCheck;
 use okd_appliance::plan::Plan;
 
-use super::{load, real_files, style};
+use super::{real_files, style};
 
-/// `check --secret-files`: the config's secret files, absolute. Their modes are not looked at
+/// `check --secret-files`: the config's secret files, absolute, each once; of a host file, every
+/// cluster's (the host's API token and pair secret are in each). Their modes are not looked at
 /// (this is how a too-open file gets fixed).
 pub fn secret_files(file: &Path) -> ExitCode {
-    let loaded = match load(file, InstallCheck::Skip) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
+    let configs: Vec<config::Config> = match config::load_any(file, InstallCheck::Skip) {
+        Ok(config::Target::Cluster(loaded)) => {
+            eprint!("{}", loaded.warnings.warnings_line());
+            vec![loaded.config]
+        }
+        Ok(config::Target::Host(host)) => {
+            eprint!("{}", host.warnings.warnings_line());
+            host.clusters.into_iter().map(|m| m.config).collect()
+        }
+        Err(e) => {
+            eprint!("{}", e.render(style()));
+            return ExitCode::from(1);
+        }
     };
-    for (_, path) in config::secret_files(&loaded.config) {
+    let mut seen = std::collections::BTreeSet::new();
+    for path in configs
+        .iter()
+        .flat_map(config::secret_files)
+        .map(|(_, p)| p)
+    {
         match std::path::absolute(&path) {
-            Ok(p) => println!("{}", p.display()),
+            Ok(p) if seen.insert(p.clone()) => println!("{}", p.display()),
+            Ok(_) => {}
             Err(e) => {
                 eprintln!("error: {}: {e}", path.display());
                 return ExitCode::from(1);

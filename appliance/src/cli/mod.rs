@@ -296,22 +296,6 @@ fn real_files() -> RealFiles {
 
 /// Loads the config for a command; its warnings as one line (`check` lists them: see
 /// [`load_listing_warnings`]), errors in full.
-fn load(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
-    let loaded = load_quietly(file, files)?;
-    eprint!("{}", loaded.warnings.warnings_line());
-    Ok(loaded)
-}
-
-fn load_quietly(file: &Path, files: InstallCheck<'_>) -> Result<config::Loaded, ExitCode> {
-    match config::load(file, files) {
-        Ok(loaded) => Ok(loaded),
-        Err(e) => {
-            eprint!("{}", e.render(style()));
-            Err(ExitCode::from(1))
-        }
-    }
-}
-
 /// One cluster of a config file: its config, the state directory of the appliance serving it,
 /// and its id when that appliance serves a host file.
 struct OneCluster {

@@ -78,6 +78,13 @@ pub fn run(
                 );
                 return ExitCode::from(2);
             }
+            if let (FormatArg::Networkd, Some(_)) = (format, &cluster) {
+                eprintln!(
+                    "error: a host file's NICs carry every cluster's addresses (clusters on one \
+                     interface share its file): render networkd without --cluster"
+                );
+                return ExitCode::from(2);
+            }
             let Some(id) = cluster else {
                 return match host_files(host, format, serial_or_now(serial)) {
                     Ok(files) => write_out(&files, format, output),
@@ -122,9 +129,9 @@ pub fn run(
         render::render(&Plan::derive(config, serial_or_now(serial)), format)
     } else {
         match okd_appliance::host_network::networkd(config) {
-            Ok(text) => vec![render::Rendered {
-                file_name: okd_appliance::host_network::FILE_NAME.into(),
-                text,
+            Ok(file) => vec![render::Rendered {
+                file_name: file.file_name,
+                text: file.text,
             }],
             Err(e) => {
                 eprintln!("error: {e}");
@@ -146,8 +153,9 @@ fn serial_or_now(serial: Option<u32>) -> u32 {
 }
 
 /// A host file's views: every cluster's plan (`human`), the zone files of the host, the
-/// reverse zones of clusters on one subnet merged (`bind`), or one HAProxy for every cluster's
-/// frontends (`haproxy`). The other formats are one cluster's configs: each cluster's file
+/// reverse zones of clusters on one subnet merged (`bind`), one HAProxy for every cluster's
+/// frontends (`haproxy`), the pair's keepalived, or one networkd file per cluster NIC with
+/// every address its clusters put there (`networkd`). The other formats are one cluster's configs: each cluster's file
 /// gives them.
 fn host_files(
     host: &config::Host,
@@ -157,15 +165,34 @@ fn host_files(
     use okd_appliance::plan::host::{HostPlan, Member};
     if !matches!(
         format,
-        FormatArg::Human | FormatArg::Bind | FormatArg::Haproxy | FormatArg::Keepalived
+        FormatArg::Human
+            | FormatArg::Bind
+            | FormatArg::Haproxy
+            | FormatArg::Keepalived
+            | FormatArg::Networkd
     ) {
         eprintln!(
             "error: a host file renders as human, bind (the host's zones), haproxy (every \
-             cluster's frontends) or keepalived (the host's pair); the other formats are one \
-             cluster's: add `--cluster ID` (its clusters: {})",
+             cluster's frontends), keepalived (the host's pair) or networkd (the host's cluster \
+             NICs); the other formats are one cluster's: add `--cluster ID` (its clusters: {})",
             cluster_ids(host)
         );
         return Err(ExitCode::from(2));
+    }
+    if let FormatArg::Networkd = format {
+        return match okd_appliance::host_network::networkd_host(host) {
+            Ok(files) => Ok(files
+                .into_iter()
+                .map(|f| render::Rendered {
+                    file_name: f.file_name,
+                    text: f.text,
+                })
+                .collect()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                Err(ExitCode::from(1))
+            }
+        };
     }
     if let FormatArg::Keepalived = format {
         let views =
