@@ -35,4 +35,16 @@ done
 sed -e 's|\.\./target/demo/|./|' config/demo.yml > "$demo/okd.yml"
 
 "$binary" check "$demo/okd.yml"
+# The first screen's next step: what to try while it serves. The boot files are left out on
+# purpose (the demo has no machines to boot), so their warnings above and below are expected.
+cat >&2 <<EOF
+
+demo: serving cluster demo.okd.test on 127.0.0.1 until Ctrl-C. From another terminal:
+  dig @127.0.0.1 -p 15353 +short api.demo.okd.test             # the cluster's names
+  curl -s http://127.0.0.1:18080/boot/52-54-00-00-00-02.ipxe   # master-0's iPXE script
+  $binary status $demo/okd.yml   # each node's reservation, fetches and phase
+demo: the boot files (kernel, initramfs, rootfs) are not fetched: the demo has no machines to
+  boot. For a real cluster, the hint above names the command that fetches them, verified.
+
+EOF
 exec "$binary" serve "$demo/okd.yml"

@@ -90,6 +90,19 @@ fn a_missing_file_exits_1() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("can't read /nonexistent/okd.yml"));
 }
 
+/// The warnings `check` printed: drawn by miette (`⚠`) and as plain `warning:` lines.
+fn warnings_shown(stderr: &str) -> (usize, usize) {
+    let drawn = stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with('⚠'))
+        .count();
+    let plain = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .count();
+    (drawn, plain)
+}
+
 #[test]
 fn check_warns_of_missing_ignition_files_and_check_install_refuses_them() {
     // The shipped lab config points at ./install_dir, which the repository does not ship. A
@@ -99,7 +112,24 @@ fn check_warns_of_missing_ignition_files_and_check_install_refuses_them() {
     assert_eq!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ignition directory"), "{stderr}");
-    assert!(stderr.contains("0 errors, 1 warning"), "{stderr}");
+    // The summary ends the run and counts every warning: the config's (drawn, ⚠) and the boot
+    // files' (plain lines), each with its next step.
+    let (drawn, plain) = warnings_shown(&stderr);
+    assert!(drawn == 1 && plain >= 3, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "{}: 0 errors, {} warnings",
+            fixture("config/lab.yml"),
+            drawn + plain
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: `okd-appliance artifacts fetch "),
+        "{stderr}"
+    );
 
     // Before an install, the same finding is an error, with the fix.
     let out = run(&["check", "--install", &fixture("config/lab.yml")]);

@@ -5,7 +5,6 @@
 //! Exit codes: 0 valid (or printed), 1 invalid config (with `--install`, also an ignition file,
 //! ISO or artifact that is missing or unusable; for `node kargs`, an unknown node), 2 usage.
 
-use okd_appliance::http::iso::STREAM_HINT;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -58,17 +57,25 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     } else {
         InstallCheck::Warn(&files)
     };
+    let mut tally = Tally::default();
     let (target, failed) = match config::load_any(file, mode) {
         Ok(target) => (target, false),
         Err(e) => {
-            eprint!("{}", e.render(style()));
             // What only an install needs (ignition files, the kubeconfig, the provider's
             // credentials) is an error with --install and a warning without. When those are
             // all the errors, the rest of the preflight runs too: one run reports everything
-            // the install would hit, not one stage at a time.
+            // the install would hit, not one stage at a time, and the summary comes last.
             match install.then(|| config::load_any(file, InstallCheck::Warn(&files))) {
-                Some(Ok(target)) => (target, true),
-                _ => return ExitCode::from(1),
+                Some(Ok(target)) => {
+                    eprint!("{}", e.render_each(style()));
+                    tally.errors += e.error_count();
+                    tally.warnings += e.warning_count();
+                    (target, true)
+                }
+                _ => {
+                    eprint!("{}", e.render(style()));
+                    return ExitCode::from(1);
+                }
             }
         }
     };
@@ -80,35 +87,81 @@ pub fn check(file: &Path, install: bool) -> ExitCode {
     let code = match &target {
         config::Target::Cluster(loaded) => {
             if !preflight.shown && !loaded.warnings.is_empty() {
-                eprint!("{}", loaded.warnings.render(style()));
+                eprint!("{}", loaded.warnings.render_each(style()));
+                tally.warnings += loaded.warnings.count(config::Severity::Warning);
             }
             check_cluster(
                 file,
                 &loaded.config,
                 &Plan::derive(&loaded.config, 0),
                 preflight,
+                &mut tally,
             )
         }
-        config::Target::Host(host) => check_host(file, host, preflight),
+        config::Target::Host(host) => check_host(file, host, preflight, &mut tally),
     };
+    if !failed && code == ExitCode::SUCCESS {
+        show_descriptors(&target, &mut tally);
+    }
+    tally.summary(file);
     if failed {
         return ExitCode::from(1);
-    }
-    if code == ExitCode::SUCCESS {
-        show_descriptors(&target);
     }
     code
 }
 
+/// Every problem `check` reports, in the config's diagnostics and in its own lines, for the
+/// summary line that ends the run.
+#[derive(Debug, Default)]
+struct Tally {
+    errors: usize,
+    warnings: usize,
+}
+
+impl Tally {
+    fn error(&mut self, problem: impl std::fmt::Display) {
+        eprintln!("error: {problem}");
+        self.errors += 1;
+    }
+
+    fn warning(&mut self, problem: impl std::fmt::Display) {
+        eprintln!("warning: {problem}");
+        self.warnings += 1;
+    }
+
+    /// An error before an install (`--install`), a warning otherwise.
+    fn finding(&mut self, install: bool, problem: impl std::fmt::Display) {
+        if install {
+            self.error(problem);
+        } else {
+            self.warning(problem);
+        }
+    }
+
+    /// `okd.yml: 1 error, 4 warnings`, when there was any.
+    fn summary(&self, file: &Path) {
+        if self.errors + self.warnings == 0 {
+            return;
+        }
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        eprintln!(
+            "{}: {}, {}",
+            file.display(),
+            plural(self.errors, "error"),
+            plural(self.warnings, "warning")
+        );
+    }
+}
+
 /// How `serve` under the unit would divide its descriptors among the listeners, and a warning
 /// when their caps don't fit.
-fn show_descriptors(target: &config::Target) {
+fn show_descriptors(target: &config::Target, tally: &mut Tally) {
     let division = match okd_appliance::supervisor::descriptors::of_unit(target) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!(
-                "error: {e}, which the host file's rules should have refused: please report it"
-            );
+            tally.error(format_args!(
+                "{e}, which the host file's rules should have refused: please report it"
+            ));
             return;
         }
     };
@@ -121,10 +174,10 @@ fn show_descriptors(target: &config::Target) {
     }
     let cut = division.cut().count();
     if cut > 0 {
-        eprintln!(
-            "warning: under LimitNOFILE={}, {cut} listener(s) get fewer connections than they ask for (the lines marked \"cut\" above)",
+        tally.warning(format_args!(
+            "under LimitNOFILE={}, {cut} listener(s) get fewer connections than they ask for (the lines marked \"cut\" above)",
             division.limit
-        );
+        ));
         eprintln!(
             "hint: a drop-in with a larger LimitNOFILE for okd-appliance.service (`systemctl edit okd-appliance`, and fs.nr_open past 1048576) gives every listener its cap; each balanced connection holds up to 2.5 descriptors"
         );
@@ -141,17 +194,24 @@ struct Preflight {
     shown: bool,
 }
 
-fn check_host(file: &Path, host: &config::Host, preflight: Preflight) -> ExitCode {
-    if !preflight.shown && host.warnings.count(config::Severity::Warning) > 0 {
-        eprint!("{}", host.warnings.render(style()));
+fn check_host(
+    file: &Path,
+    host: &config::Host,
+    preflight: Preflight,
+    tally: &mut Tally,
+) -> ExitCode {
+    let warnings = host.warnings.count(config::Severity::Warning);
+    if !preflight.shown && warnings > 0 {
+        eprint!("{}", host.warnings.render_files(style()));
+        tally.warnings += warnings;
     }
     let mut failed = false;
     let mut members = Vec::new();
     for member in &host.clusters {
         println!("cluster {} ({}):", member.id, member.name);
         let plan = Plan::derive(&member.config, 0);
-        failed |=
-            check_cluster(&member.path, &member.config, &plan, preflight) != ExitCode::SUCCESS;
+        failed |= check_cluster(&member.path, &member.config, &plan, preflight, tally)
+            != ExitCode::SUCCESS;
         members.push(okd_appliance::plan::host::Member {
             id: member.id.clone(),
             plan: std::sync::Arc::new(plan),
@@ -162,7 +222,9 @@ fn check_host(file: &Path, host: &config::Host, preflight: Preflight) -> ExitCod
     }
     // The indexes the services will look clusters up in: one key, one cluster.
     if let Err(e) = okd_appliance::plan::host::HostPlan::assemble(members, 0, None) {
-        eprintln!("error: {e}, which the host file's rules should have refused: please report it");
+        tally.error(format_args!(
+            "{e}, which the host file's rules should have refused: please report it"
+        ));
         return ExitCode::from(1);
     }
     let n = host.clusters.len();
@@ -175,7 +237,13 @@ fn check_host(file: &Path, host: &config::Host, preflight: Preflight) -> ExitCod
 }
 
 /// What one cluster's boots and install need, beyond its file's own rules.
-fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Preflight) -> ExitCode {
+fn check_cluster(
+    file: &Path,
+    c: &config::Config,
+    plan: &Plan,
+    preflight: Preflight,
+    tally: &mut Tally,
+) -> ExitCode {
     let install = preflight.install;
     // The per-node ISOs are checked when the base ISO is in place (the ISO install path is
     // optional). Like the ignition files, an unusable ISO never stops a running cluster's
@@ -184,9 +252,8 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Prefli
         IsoCheck::Absent(_) => None,
         IsoCheck::Ready(summary) => Some(summary),
         IsoCheck::Problems(problems) => {
-            let severity = if install { "error" } else { "warning" };
             for p in problems {
-                eprintln!("{severity}: {p}");
+                tally.finding(install, p);
             }
             if install {
                 return ExitCode::from(1);
@@ -204,14 +271,13 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Prefli
         Vec::new()
     };
     missing.extend(changed.iter().cloned());
-    let severity = if install { "error" } else { "warning" };
     for m in &missing {
-        eprintln!("{severity}: {m}");
+        tally.finding(install, m);
     }
-    if install {
-        for hint in fetch_hints(file, plan, &found, !changed.is_empty()) {
-            eprintln!("hint: {hint}");
-        }
+    // The next step, with or without --install: a warning alone leaves a new user guessing.
+    let config = file.display().to_string();
+    for hint in okd_appliance::http::preflight::hints(&config, plan, &found, !changed.is_empty()) {
+        eprintln!("hint: {hint}");
     }
     // And the machines' provider, which an install needs as much, and this host's addresses.
     let unreachable = if install {
@@ -222,7 +288,7 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Prefli
         Vec::new()
     };
     for p in &unreachable {
-        eprintln!("error: {p}");
+        tally.error(p);
     }
     if install && !(missing.is_empty() && unreachable.is_empty()) || preflight.shown {
         return ExitCode::from(1);
@@ -250,40 +316,6 @@ fn check_cluster(file: &Path, c: &config::Config, plan: &Plan, preflight: Prefli
         println!("{summary}");
     }
     ExitCode::SUCCESS
-}
-
-/// What puts the files `found` (and the `changed` ones) in place, as commands that run as
-/// written: `artifacts fetch` for the CoreOS artifacts (with `--iso` when the live ISO is one of
-/// them), a package for the iPXE binaries.
-fn fetch_hints(
-    file: &Path,
-    plan: &Plan,
-    found: &[okd_appliance::http::preflight::Missing],
-    changed: bool,
-) -> Vec<String> {
-    use okd_appliance::http::preflight::Finding;
-    let files = &plan.files;
-    let unservable = || found.iter().filter(|m| m.finding != Finding::Record);
-    let iso = unservable().any(|m| m.path == files.base_iso);
-    let artifacts = changed
-        || unservable()
-            .any(|m| m.path != files.base_iso && m.path.starts_with(&files.artifacts_dir));
-    let ipxe = unservable().any(|m| m.path.starts_with(&files.ipxe_dir));
-    let mut hints = Vec::new();
-    if artifacts || iso {
-        hints.push(format!(
-            "`okd-appliance artifacts fetch {} --stream {STREAM_HINT}{}` puts the CoreOS artifacts in place, verified (or give --stream the release's own: `openshift-install coreos print-stream-json`)",
-            file.display(),
-            if iso { " --iso" } else { "" }
-        ));
-    }
-    if ipxe {
-        hints.push(format!(
-            "the iPXE binaries come with Debian's ipxe package (`apt-get install ipxe`, into /usr/lib/ipxe), or point install.ipxe_dir (now {}) at a directory holding them",
-            files.ipxe_dir.display()
-        ));
-    }
-    hints
 }
 
 /// The cluster's listener addresses this host doesn't have (one line per address, with what

@@ -128,9 +128,17 @@ impl HostProblems {
     /// Every file's problems as miette draws them, each file with its summary line, then one
     /// line for the whole host.
     pub fn render(&self, style: RenderStyle) -> String {
-        let mut out = String::new();
+        let mut out = self.render_files(style);
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+
+    /// [`HostProblems::render`] without the host's line: each file's problems, a cluster file's
+    /// with its summary line.
+    pub fn render_files(&self, style: RenderStyle) -> String {
         // The host file's own problems without a summary line: the last line is the host's.
-        out.push_str(&self.host.render_each(style));
+        let mut out = self.host.render_each(style);
         for found in &self.clusters {
             match found {
                 Found::Loaded(p) if p.is_empty() => {}
@@ -138,8 +146,6 @@ impl HostProblems {
                 Found::Failed(e) => out.push_str(&e.render(style)),
             }
         }
-        out.push_str(&self.summary());
-        out.push('\n');
         out
     }
 

@@ -89,6 +89,16 @@ impl LoadError {
         }
     }
 
+    /// Like [`LoadError::render`], without the summary line of the problems (a caller that
+    /// reports more after them ends with its own).
+    pub fn render_each(&self, style: RenderStyle) -> String {
+        match self {
+            LoadError::Invalid(problems) => problems.render_each(style),
+            LoadError::Host(problems) => problems.render_files(style),
+            _ => self.render(style),
+        }
+    }
+
     /// The error as the operator should see it, every problem with its line and column.
     pub fn render(&self, style: RenderStyle) -> String {
         match self {

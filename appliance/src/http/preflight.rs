@@ -103,6 +103,37 @@ pub fn wanted(plan: &Plan) -> Vec<(PathBuf, Vec<String>)> {
     wanted
 }
 
+/// What puts the files `found` (and changed ones, `changed`) in place, as commands that run as
+/// written for `config` (the file as typed, with `--cluster ID` for a host file's cluster):
+/// `artifacts fetch` for the CoreOS artifacts (with
+/// `--iso` when the live ISO is one of them), a package for the iPXE binaries. `check` and the
+/// start-up log give them after the files they concern.
+pub fn hints(config: &str, plan: &Plan, found: &[Missing], changed: bool) -> Vec<String> {
+    let files = &plan.files;
+    let unservable = || found.iter().filter(|m| m.finding != Finding::Record);
+    let iso = unservable().any(|m| m.path == files.base_iso);
+    let artifacts = changed
+        || unservable()
+            .any(|m| m.path != files.base_iso && m.path.starts_with(&files.artifacts_dir));
+    let ipxe = unservable().any(|m| m.path.starts_with(&files.ipxe_dir));
+    let mut hints = Vec::new();
+    if artifacts || iso {
+        hints.push(format!(
+            "`okd-appliance artifacts fetch {} --stream {}{}` puts the CoreOS artifacts in place, verified (or give --stream the release's own: `openshift-install coreos print-stream-json`)",
+            config,
+            super::iso::STREAM_HINT,
+            if iso { " --iso" } else { "" }
+        ));
+    }
+    if ipxe {
+        hints.push(format!(
+            "the iPXE binaries come with Debian's ipxe package (`apt-get install ipxe`, into /usr/lib/ipxe), or point install.ipxe_dir (now {}) at a directory holding them",
+            files.ipxe_dir.display()
+        ));
+    }
+    hints
+}
+
 /// Every file the plan's boots will fetch from this server that can't be served now, or is
 /// not the size `artifacts fetch` verified there.
 pub fn missing(plan: &Plan) -> Vec<Missing> {

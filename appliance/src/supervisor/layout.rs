@@ -299,7 +299,7 @@ impl Layout {
         tracing::info!("reloading {}", path.display());
         let current = self.serial();
         let (outcome, tasks) = match load(path).await {
-            Ok(target) => match self.apply(&target, current) {
+            Ok(target) => match self.apply(&target, current, path) {
                 Ok(applied) => applied,
                 Err(line) => (
                     Err(format!("{line}; still serving plan {current}")),
@@ -379,6 +379,7 @@ impl Layout {
         &mut self,
         target: &Target,
         current: u32,
+        path: &Path,
     ) -> Result<(Result<String, String>, Vec<Task>), String> {
         log_warnings(&warnings(target));
         // At the current serial first: a reload that changes nothing keeps it.
@@ -416,7 +417,7 @@ impl Layout {
             .map_err(|e| format!("reload refused: {e}"))?;
         let moved = |plan: &Plan| plan.ha.as_ref().map(|h| h.addresses.clone());
         let before = moved(&self.instances[0].plan.load());
-        let (tasks, failures) = self.replace(next)?;
+        let (tasks, failures) = self.replace(next, path)?;
         let after = moved(&self.instances[0].plan.load());
         if before != after {
             // keepalived moves what its file lists; the appliance does not rewrite it.
@@ -436,7 +437,8 @@ impl Layout {
 
     /// Binds what `next` adds, then swaps the plans in: kept instances get theirs, removed
     /// ones are cancelled, added ones start. Nothing changes when a socket can't be bound.
-    fn replace(&mut self, next: Derived) -> Result<(Vec<Task>, Vec<String>), String> {
+    /// `path` is the config's, for the hints of the boot files that are missing.
+    fn replace(&mut self, next: Derived, path: &Path) -> Result<(Vec<Task>, Vec<String>), String> {
         // What can fail comes first, and a reload that fails there changes nothing: an added
         // cluster's state directory, a cluster added back while its last run still stops,
         // then the sockets.
@@ -500,7 +502,7 @@ impl Layout {
         let plans = next.plans.iter().map(|(role, plan)| (role, plan));
         let division = super::descriptors::divide(super::descriptors::limit(), plans, replication);
         started.base.budget.extend(&division);
-        let outcome = self.swap(next, groups, &started);
+        let outcome = self.swap(next, groups, &started, path);
         self.reroute();
         self.route();
         self.show_listening();
@@ -518,6 +520,7 @@ impl Layout {
         next: Derived,
         groups: Vec<Vec<BoundSocket>>,
         started: &Started,
+        path: &Path,
     ) -> (Vec<Task>, Vec<String>) {
         let mut old = std::mem::take(&mut self.instances);
         let (mut tasks, mut failures) = (Vec::new(), Vec::new());
@@ -529,7 +532,7 @@ impl Layout {
             let Some(instance) = at.map(|n| old.remove(n)) else {
                 if let Some(id) = role.cluster() {
                     tracing::info!("cluster {id} added");
-                    log_missing_boot_files(&plan);
+                    log_missing_boot_files(&plan, path, &role);
                 }
                 let mut instance = self.instance(role, plan);
                 match instance.start(sockets, &started.base, &started.wing) {
@@ -550,7 +553,7 @@ impl Layout {
                 continue;
             };
             if role.cluster().is_some() {
-                log_missing_boot_files(&plan);
+                log_missing_boot_files(&plan, path, &role);
             }
             instance.plan.store(Arc::new(plan));
             if !sockets.is_empty() {

@@ -156,7 +156,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServeError> {
     let mut sighup = signal(SignalKind::hangup()).map_err(ServeError::Signals)?;
     let mut layout = Layout::new(&layout::load(config_path).await?)?;
     for (_, i) in layout.clusters() {
-        log_missing_boot_files(&i.plan.load());
+        log_missing_boot_files(&i.plan.load(), config_path, &i.role);
     }
     raise_descriptor_limit();
     // A panic while one input is handled is logged rate-limited, not once per packet.
@@ -573,10 +573,19 @@ fn log_listening(sockets: &[BoundSocket]) {
     }
 }
 
-/// The boot files the plan's nodes will ask for and can't get (`http::preflight`), as warnings.
-fn log_missing_boot_files(plan: &Plan) {
-    for m in crate::http::preflight::missing(plan) {
+/// The boot files the plan's nodes will ask for and can't get (`http::preflight`), as warnings,
+/// and what puts them in place for the config at `config_file` (`role`'s cluster of it).
+fn log_missing_boot_files(plan: &Plan, config_file: &Path, role: &instance::Role) {
+    let found = crate::http::preflight::missing(plan);
+    for m in &found {
         tracing::warn!("boot: {m}");
+    }
+    let config = match role {
+        instance::Role::Cluster(id) => format!("{} --cluster {id}", config_file.display()),
+        _ => config_file.display().to_string(),
+    };
+    for hint in crate::http::preflight::hints(&config, plan, &found, false) {
+        tracing::warn!("boot: {hint}");
     }
 }
 
