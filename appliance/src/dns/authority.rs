@@ -10,6 +10,9 @@
 //! Architecture invariant: knows zones and records, not clients, transports or forwarding.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
 
 use super::wire::{self, MAX_NAME, Reply, Section, encode_tail, name_to_wire, rcode, rtype};
 use crate::plan::{Plan, Zone};
@@ -39,6 +42,11 @@ pub struct ZoneIndex {
     hinfo: Vec<u8>,
     /// Every record in zone-file order (SOA first) for zone transfers.
     transfer: Vec<TransferRecord>,
+    /// A reverse zone's network and, when it is wider than the subnets it serves, those
+    /// subnets ([`Zone::covers`]): a name below the apex for an address outside them is not
+    /// this zone's.
+    network: Option<IpNet>,
+    covers: Vec<IpNet>,
 }
 
 #[derive(Debug, Default)]
@@ -84,14 +92,24 @@ impl Authority {
         self.by_origin.get(origin).map(|&i| &self.zones[i])
     }
 
-    /// The zone holding `name` (the longest origin that is a suffix on a label boundary).
+    /// The zone holding `name` (the longest origin that is a suffix on a label boundary), unless
+    /// the name is an address of a reverse zone that the zone's subnets leave out.
     fn zone_of(&self, name: &[u8]) -> Option<&ZoneIndex> {
         let mut offsets = [0u8; 128];
         let n = wire::label_offsets(name, &mut offsets);
-        offsets[..n]
-            .iter()
-            .find_map(|&off| self.by_origin.get(&name[usize::from(off)..]))
-            .map(|&i| &self.zones[i])
+        let (k, zone) = offsets[..n].iter().enumerate().find_map(|(k, &off)| {
+            self.by_origin
+                .get(&name[usize::from(off)..])
+                .map(|&i| (k, &self.zones[i]))
+        })?;
+        // The label just below the apex names the next octet (or nibble) of the address.
+        let below = k
+            .checked_sub(1)
+            .map(|j| &name[usize::from(offsets[j])..usize::from(offsets[k])]);
+        match below {
+            Some(label) if !zone.claims(&label[1..]) => None,
+            _ => Some(zone),
+        }
     }
 
     /// Answers `qname` (lowercase wire form) / `qtype` into `reply`; sets the rcode.
@@ -202,6 +220,26 @@ impl Authority {
     }
 }
 
+/// A decimal octet as a reverse name writes it: `0` to `255`, no leading zero.
+fn octet(label: &[u8]) -> Option<u8> {
+    match label {
+        [b'0'] => Some(0),
+        [b'1'..=b'9', rest @ ..] if rest.len() < 3 && rest.iter().all(u8::is_ascii_digit) => {
+            std::str::from_utf8(label).ok()?.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// One hexadecimal nibble, as an ip6.arpa name writes it (lowercase: names are folded).
+fn nibble(label: &[u8]) -> Option<u8> {
+    match label {
+        [c @ b'0'..=b'9'] => Some(c - b'0'),
+        [c @ b'a'..=b'f'] => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
 /// How one link of an answer ended.
 #[derive(Debug, Clone, Copy)]
 enum Step<'z> {
@@ -234,6 +272,25 @@ impl Node {
 }
 
 impl ZoneIndex {
+    /// Whether `label` (the one just below the apex) is this zone's: always, unless the zone is
+    /// wider than its subnets and the label is an address outside them. A label that is no
+    /// octet (or nibble) in canonical form names no address and stays the zone's.
+    fn claims(&self, label: &[u8]) -> bool {
+        let Some(network) = self.network.filter(|_| !self.covers.is_empty()) else {
+            return true;
+        };
+        let address = match network {
+            IpNet::V4(net) if net.prefix_len() == 24 => octet(label).map(|last| {
+                let [a, b, c, _] = net.network().octets();
+                IpAddr::V4(Ipv4Addr::new(a, b, c, last))
+            }),
+            IpNet::V6(net) if net.prefix_len() == 124 => nibble(label)
+                .map(|last| IpAddr::V6(Ipv6Addr::from(net.network().to_bits() | u128::from(last)))),
+            _ => None,
+        };
+        address.is_none_or(|ip| self.covers.iter().any(|c| c.contains(&ip)))
+    }
+
     fn build(zone: &Zone) -> ZoneIndex {
         let origin: Box<[u8]> = name_to_wire(&zone.origin).into();
         let mut nodes: HashMap<Box<[u8]>, Node> = HashMap::new();
@@ -294,6 +351,8 @@ impl ZoneIndex {
         let mut hinfo = Vec::with_capacity(20);
         encode_tail(&mut hinfo, rtype::HINFO, ttl, b"\x07RFC8482\x00");
         ZoneIndex {
+            network: zone.network,
+            covers: zone.covers.clone(),
             origin,
             nodes,
             negative_soa,

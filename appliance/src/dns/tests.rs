@@ -674,3 +674,53 @@ fn outcomes_classify_replies_for_rate_limiting() {
         Outcome::NoData
     );
 }
+
+/// A /25 is served from its enclosing /24 zone (zone cuts fall on octets), but only its own
+/// addresses are the appliance's: the other half's names are forwarded (or refused) like any
+/// name outside the zones, never answered NXDOMAIN with authority.
+#[test]
+fn a_subnet_narrower_than_its_zone_answers_only_for_its_addresses() {
+    let yaml = r#"version: 1
+cluster: { name: okd, base_domain: lab.example.com }
+network: { subnet: 10.0.0.128/25, appliance_ip: 10.0.0.129, upstream_dns: [192.0.2.53] }
+nodes:
+  - { name: master-0, role: master, mac: "52:54:00:00:00:02", ip: 10.0.0.130 }
+install: { ignition_dir: ./i, artifacts_dir: ./a }
+"#;
+    let loaded = config::parse(yaml, "half.yml", Path::new("."), config::InstallCheck::Skip)
+        .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
+    let auth = Authority::from_plan(&Plan::derive(&loaded.config, 7));
+    let mut ask = Ask::new(&auth);
+    let m = ask.reply("130.0.0.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(
+        answers(&m),
+        ["130.0.0.10.in-addr.arpa. PTR master-0.okd.lab.example.com."]
+    );
+    assert!(m.metadata.authoritative);
+    // Inside the subnet without a record: NXDOMAIN, with authority.
+    let m = ask.reply("200.0.0.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    // The apex is the zone's, and so is a label that names no address.
+    let m = ask.reply("0.0.10.in-addr.arpa.", RecordType::SOA);
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(m.answers.len(), 1);
+    let m = ask.reply("_x.0.0.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    // The other half, and names below its addresses: someone else's.
+    for name in [
+        "5.0.0.10.in-addr.arpa.",
+        "127.0.0.10.in-addr.arpa.",
+        "x.5.0.0.10.in-addr.arpa.",
+    ] {
+        let m = ask.reply(name, RecordType::PTR);
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused, "{name}");
+        assert!(!m.metadata.authoritative, "{name}");
+    }
+    ask.recursion = true;
+    let packet = ask.packet("5.0.0.10.in-addr.arpa.", RecordType::PTR);
+    assert!(matches!(ask.raw(&packet).0, Action::Forward(_)));
+    // An octet with a leading zero is not an address's name: the zone's, NXDOMAIN.
+    ask.recursion = false;
+    let m = ask.reply("05.0.0.10.in-addr.arpa.", RecordType::PTR);
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+}

@@ -352,9 +352,20 @@ mod tests {
     /// A cluster on 10.0.0.0/24 (ens19) with the appliance at `.appliance` and masters at
     /// `.first`, `.first+1`, `.first+2`.
     fn on_one_subnet(name: &str, appliance: u8, first: u8, serial: u32) -> Arc<Plan> {
+        on_subnet(name, ("ens19", "10.0.0.0/24"), appliance, first, serial)
+    }
+
+    /// A cluster on `subnet` of `interface`, as [`on_one_subnet`].
+    fn on_subnet(
+        name: &str,
+        (interface, subnet): (&str, &str),
+        appliance: u8,
+        first: u8,
+        serial: u32,
+    ) -> Arc<Plan> {
         let mut text = format!(
             "version: 1\ncluster: {{ name: {name}, base_domain: lab.example.com }}\n\
-             network: {{ interface: ens19, subnet: 10.0.0.0/24, appliance_ip: 10.0.0.{appliance} }}\n\
+             network: {{ interface: {interface}, subnet: {subnet}, appliance_ip: 10.0.0.{appliance} }}\n\
              install: {{ ignition_dir: ./{name}-install, artifacts_dir: ./artifacts }}\nnodes:\n"
         );
         for i in 0..3u8 {
@@ -426,6 +437,40 @@ mod tests {
             .filter(|r| r.name == shared.origin)
             .count();
         assert_eq!(apex_records, 2, "one SOA and one NS: {:?}", shared.records);
+    }
+
+    /// Two halves of one /24 share its zone, which answers for both halves only.
+    #[test]
+    fn clusters_on_two_halves_of_a_24_share_its_zone_for_their_halves() {
+        let members = vec![
+            Member {
+                id: "okd".into(),
+                plan: on_subnet("okd", ("ens19", "10.0.0.0/25"), 1, 2, 5),
+            },
+            Member {
+                id: "test".into(),
+                plan: on_subnet("test", ("ens20", "10.0.0.128/25"), 129, 130, 7),
+            },
+        ];
+        let one = &members[0].plan.zones;
+        let covers: Vec<String> = one
+            .iter()
+            .flat_map(|z| &z.covers)
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(covers, ["10.0.0.0/25"]);
+        let host = HostPlan::assemble(members, 7, None).unwrap();
+        let shared = &host.zones()[2];
+        assert_eq!(shared.origin, "0.0.10.in-addr.arpa.");
+        let covers: Vec<String> = shared.covers.iter().map(ToString::to_string).collect();
+        assert_eq!(covers, ["10.0.0.0/25", "10.0.0.128/25"]);
+        // A whole /24 covers all of its zone.
+        assert!(
+            on_one_subnet("lab", 1, 2, 5)
+                .zones
+                .iter()
+                .all(|z| z.covers.is_empty())
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! IPv6 (RFC 3596 section 2.5). A subnet that is not aligned is split into the zones just below
 //! it (a /20 becomes sixteen /24 zones); a subnet longer than /24 (IPv4) or /124 (IPv6) is served
 //! from its enclosing zone. RFC 2317 classless delegation needs the parent zone's cooperation;
-//! the appliance is its nodes' own resolver, so it answers for the enclosing zone instead.
+//! the appliance is its nodes' own resolver, so it answers from the enclosing zone instead, for
+//! the subnet's own addresses only (`Zone::covers`; the rest of the zone is forwarded).
 
 use std::net::{IpAddr, Ipv6Addr};
 

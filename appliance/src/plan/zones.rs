@@ -27,6 +27,11 @@ pub struct Zone {
     pub origin: String,
     /// For reverse zones, the addresses the zone covers.
     pub network: Option<IpNet>,
+    /// For a reverse zone wider than the subnets it was derived for (a /25's enclosing /24,
+    /// since zone cuts fall on label boundaries): those subnets. The names of the zone's other
+    /// addresses are someone else's and are not answered here (the DNS service treats them as
+    /// outside its zones: forwarded). Empty: the whole zone is the appliance's.
+    pub covers: Vec<IpNet>,
     /// Every record including the SOA and NS at the apex, sorted by name then type then data.
     pub records: Vec<Record>,
 }
@@ -64,7 +69,11 @@ pub fn derive(config: &Config, serial: u32) -> Vec<Zone> {
     }
     for subnet in subnets {
         for network in reverse::zone_networks(subnet) {
-            zones.push(reverse_zone(config, serial, network));
+            let mut zone = reverse_zone(config, serial, network);
+            if network.prefix_len() < subnet.prefix_len() {
+                zone.covers = vec![subnet];
+            }
+            zones.push(zone);
         }
     }
     zones
@@ -174,6 +183,7 @@ fn forward_zone(config: &Config, serial: u32) -> Zone {
     Zone {
         origin,
         network: None,
+        covers: Vec::new(),
         records,
     }
 }
@@ -215,6 +225,7 @@ fn reverse_zone(config: &Config, serial: u32, network: IpNet) -> Zone {
     Zone {
         origin,
         network: Some(network),
+        covers: Vec::new(),
         records,
     }
 }
@@ -233,9 +244,20 @@ pub fn union(zones: &[&Zone]) -> Zone {
     }
     sort(&mut records);
     records.dedup();
+    // The subnets of every zone (clusters on two halves of one /24), or the whole zone when any
+    // of them had it whole.
+    let mut covers: Vec<IpNet> = Vec::new();
+    if zones.iter().all(|z| !z.covers.is_empty()) {
+        for net in zones.iter().flat_map(|z| &z.covers) {
+            if !covers.contains(net) {
+                covers.push(*net);
+            }
+        }
+    }
     Zone {
         origin: first.origin.clone(),
         network: first.network,
+        covers,
         records,
     }
 }
