@@ -39,12 +39,12 @@ fn short_drain(dir: &Path, cluster: &Cluster) {
     .expect("write");
 }
 
-/// The `listeners:` line of `okd-appliance status --cluster okd --state-dir DIR`.
-fn listeners(state: &Path) -> String {
+/// The `listeners:` line of `okd-appliance status --cluster ID --state-dir DIR`.
+fn listeners(state: &Path, id: &str) -> String {
     let out = appliance([
         "status".as_ref(),
         "--cluster".as_ref(),
-        "okd".as_ref(),
+        id.as_ref(),
         "--state-dir".as_ref(),
         state.as_os_str(),
     ]);
@@ -177,7 +177,7 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         "a removed cluster's state is kept"
     );
     // `status` lists the sockets open now: test's are gone, okd's and the DNS addresses stay.
-    let shown = listeners(&state);
+    let shown = listeners(&state, "okd");
     assert!(
         !shown.contains(&format!("http/tcp {}:8080", test.appliance)),
         "{shown}"
@@ -210,9 +210,18 @@ fn reload_removes_and_adds_back_a_cluster_while_the_other_goes_on() {
         app.log_tails()
     );
     expect_balanced_to(test_node, test.appliance, "test-master-0");
-    let shown = listeners(&state);
+    // Each cluster's status lists its own listeners and the host's (DNS at every cluster's
+    // address), not the other cluster's boot server and frontends.
+    let theirs = listeners(&state, "okd");
     assert!(
-        shown.contains(&format!("http/tcp {}:8080", test.appliance)),
+        !theirs.contains(&format!("http/tcp {}:8080", test.appliance))
+            && theirs.contains(&format!("dns/udp {}:53", test.appliance)),
+        "{theirs}"
+    );
+    let shown = listeners(&state, "test");
+    assert!(
+        shown.contains(&format!("http/tcp {}:8080", test.appliance))
+            && !shown.contains(&format!("http/tcp {}:8080", okd.appliance)),
         "{shown}"
     );
     assert_eq!(

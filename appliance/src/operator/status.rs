@@ -98,6 +98,11 @@ pub struct Listener {
     pub service: String,
     pub proto: String,
     pub addr: SocketAddr,
+    /// The host file's cluster whose listener this is (its boot server, load balancer); `None`:
+    /// the host's, serving every cluster (DNS, DHCP, TFTP, the shared frontend, the API), or a
+    /// cluster file's. A cluster's status shows the host's and its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -365,7 +370,15 @@ pub fn collect(
             started: secs(fixed.started),
             uptime_secs: secs(now).saturating_sub(secs(fixed.started)),
             plan_serial: plan.serial,
-            listeners: fixed.listeners.load().to_vec(),
+            listeners: fixed
+                .listeners
+                .load()
+                .iter()
+                .filter(|l| {
+                    l.cluster.is_none() || l.cluster.as_deref() == plan.host_cluster.as_deref()
+                })
+                .cloned()
+                .collect(),
             ha,
             cluster_phase: progress
                 .and_then(Progress::cluster_phase)

@@ -171,7 +171,7 @@ impl Layout {
     ) -> Arc<arc_swap::ArcSwap<Vec<Listener>>> {
         for (n, socket) in owned {
             let role = self.instances[n].role.clone();
-            self.listeners.push((role, listener(socket)));
+            self.listeners.push((role.clone(), listener(socket, &role)));
         }
         self.show_listening();
         Arc::clone(&self.shown)
@@ -488,8 +488,8 @@ impl Layout {
         let mut groups: Vec<Vec<BoundSocket>> = next.plans.iter().map(|_| Vec::new()).collect();
         for ((owner, _), socket) in specs.into_iter().zip(bound) {
             if let Some(n) = owner {
-                self.listeners
-                    .push((next.plans[n].0.clone(), listener(&socket)));
+                let role = &next.plans[n].0;
+                self.listeners.push((role.clone(), listener(&socket, role)));
                 groups[n].push(socket);
             }
         }
@@ -639,12 +639,16 @@ pub(super) fn derive(
     }
 }
 
-/// A bound socket as `status` shows it.
-pub(super) fn listener(socket: &BoundSocket) -> Listener {
+/// A bound socket of `role`'s instance as `status` shows it.
+pub(super) fn listener(socket: &BoundSocket, role: &Role) -> Listener {
     Listener {
         service: socket.spec.service.name().to_owned(),
         proto: socket.spec.proto.to_string(),
         addr: socket.local_addr,
+        cluster: match role {
+            Role::Cluster(id) => Some(id.clone()),
+            _ => None,
+        },
     }
 }
 

@@ -155,7 +155,7 @@ impl Layout {
             let ctx = instance.context(&started.base);
             let labels: Vec<String> = members.iter().map(Unbound::label).collect();
             let sockets: Vec<BoundSocket> = members.into_iter().filter_map(|u| u.socket).collect();
-            let shown: Vec<_> = sockets.iter().map(listener).collect();
+            let shown: Vec<_> = sockets.iter().map(|s| listener(s, &group.0)).collect();
             match instance.start_listeners(
                 sockets,
                 &ctx,
