@@ -404,3 +404,70 @@ fn a_stop_on_a_terminal_says_what_it_waits_for_and_for_how_long() {
         "{stdout}"
     );
 }
+
+/// A Proxmox address that accepts connections and never answers: off a terminal, a line says
+/// what is still waited for (and for how long at most) while it waits, and the cause is said
+/// once for every node it concerns, not once per node.
+#[test]
+fn a_provider_that_never_answers_is_waited_for_aloud_and_reported_once() {
+    let d = PveDouble::start();
+    let cfg = config(&d, pve::SECRET);
+    // The kernel completes the handshakes into the backlog; nothing ever reads or answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", silent.local_addr().unwrap());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap().replace(&d.url, &url);
+    yaml.push_str("  timeouts: { request: 6s }\n");
+    std::fs::write(&cfg, yaml).unwrap();
+    let started = std::time::Instant::now();
+    let out = nodes(&["list"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{stderr}"
+    );
+    assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("list: still waiting for ")
+            && stderr.contains(" (5s; each request up to 6s): master-0, worker-0"),
+        "{stderr}"
+    );
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("status failed"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{stderr}");
+    assert!(
+        failed[0].starts_with("master-0, worker-0: status failed: "),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("status unknown: see below").count(),
+        2,
+        "{stdout}"
+    );
+
+    // An action's result lines come as they happen: the second node's names the first's cause.
+    let out = nodes(&["start"], &cfg);
+    let (stdout, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("start failed"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{stderr}");
+    assert_eq!(
+        failed
+            .iter()
+            .filter(|l| l.contains("no answer from"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|l| l.ends_with("start failed: as for master-0")
+                || l.ends_with("start failed: as for worker-0")),
+        "{stderr}"
+    );
+}

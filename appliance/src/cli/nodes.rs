@@ -215,57 +215,100 @@ async fn act<P: Provider>(
     let journal = Journal::new();
     // Progress comes from the journal, so what is printed is what was recorded.
     let mut events = journal.subscribe();
-    // On a terminal, what is still being waited for and how long that may take (a graceful
-    // stop waits up to the shutdown timeout with nothing else to show).
-    let mut waiting = Waiting::start(verb, machines, &plan.timeouts);
-    let printer = (verb != Verb::List).then(|| {
-        tokio::spawn(async move {
-            let mut told = Told::default();
-            while let Ok(event) = events.recv().await {
-                if let (Some(node), EventKind::Machine { action, result }) =
+    // What is still being waited for and how long that may take (a graceful stop waits up to
+    // the shutdown timeout, a provider that never answers up to the request timeout, with
+    // nothing else to show): a line redrawn on a terminal, else a line now and then.
+    let mut waiting = Waiting::start(verb, machines, &plan.timeouts, &provider.describe());
+    let printer = tokio::spawn(async move {
+        let mut told = Told::default();
+        let mut causes = Causes::default();
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + STILL_WAITING, STILL_WAITING);
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => match event {
+                    Ok(event) => event,
+                    Err(_) => break,
+                },
+                _ = tick.tick() => {
+                    waiting.still();
+                    continue;
+                }
+            };
+            if verb != Verb::List
+                && let (Some(node), EventKind::Machine { action, result }) =
                     (&event.node, &event.kind)
-                {
-                    told.note(appliance.tell(node, action, result).await);
-                }
-                if let EventKind::Machine { result, .. } = &event.kind {
-                    let print = || {
-                        if result.is_ok() {
-                            println!("{event}");
-                        } else {
-                            eprintln!("{event}");
-                        }
-                    };
-                    match &mut waiting {
-                        Some(w) => w.done(event.node.as_deref(), print),
-                        None => print(),
-                    }
-                }
+            {
+                told.note(appliance.tell(node, action, result).await);
             }
-            if let Some(w) = waiting {
-                w.bar.finish_and_clear();
-            }
-            told.say(&appliance);
-        })
+            let (Some(node), EventKind::Machine { action, result }) = (&event.node, &event.kind)
+            else {
+                continue;
+            };
+            // `list` prints its table at the end; the others a line per result as it comes,
+            // a cause already said once naming the node it was said for.
+            let print = || match result {
+                _ if verb == Verb::List => {}
+                Ok(_) => println!("{event}"),
+                Err(why) => match causes.first(why, node) {
+                    Some(first) => eprintln!("{node}: {action} failed: as for {first}"),
+                    None => eprintln!("{event}"),
+                },
+            };
+            waiting.done(node, print);
+        }
+        waiting.finish();
+        told.say(&appliance);
     });
     if verb == Verb::List {
         println!("{plan}");
     }
     let reports = control::run(provider, machines, verb.action(), &plan.timeouts, &journal).await;
     drop(journal);
-    if let Some(printer) = printer {
-        let _ = printer.await;
-    }
+    let _ = printer.await;
     if verb == Verb::List {
-        for (m, report) in machines.iter().zip(&reports) {
-            println!("{m}");
-            match &report.result {
-                Ok(Outcome::Status(status)) => println!("  {status}"),
-                Ok(other) => println!("  {other}"),
-                Err(e) => eprintln!("  {}: status failed: {e}", m.node),
+        list(machines, &reports);
+    }
+    summarize(&reports, verb)
+}
+
+/// `nodes list`'s table: each machine and its state; a failure's cause once, after the table,
+/// with every node it concerns (one unreachable provider is one line, not one per node).
+fn list(machines: &[MachineSpec], reports: &[NodeReport]) {
+    let mut causes: Vec<(String, Vec<&str>)> = Vec::new();
+    for (m, report) in machines.iter().zip(reports) {
+        println!("{m}");
+        match &report.result {
+            Ok(Outcome::Status(status)) => println!("  {status}"),
+            Ok(other) => println!("  {other}"),
+            Err(e) => {
+                println!("  status unknown: see below");
+                let why = e.to_string();
+                match causes.iter_mut().find(|(c, _)| *c == why) {
+                    Some((_, nodes)) => nodes.push(&m.node),
+                    None => causes.push((why, vec![&m.node])),
+                }
             }
         }
     }
-    summarize(&reports, verb)
+    for (why, nodes) in causes {
+        eprintln!("{}: status failed: {why}", nodes.join(", "));
+    }
+}
+
+/// Each failure's text and the first node it was said for.
+#[derive(Default)]
+struct Causes(Vec<(String, String)>);
+
+impl Causes {
+    /// The node `why` was said for before, or `None` (and it is noted for `node`).
+    fn first(&mut self, why: &str, node: &str) -> Option<String> {
+        if let Some((_, first)) = self.0.iter().find(|(w, _)| w == why) {
+            return Some(first.clone());
+        }
+        self.0.push((why.to_owned(), node.to_owned()));
+        None
+    }
 }
 
 /// The running appliance serving this config, if any: each machine action is recorded in its
@@ -362,21 +405,44 @@ impl Told {
     }
 }
 
-/// On a terminal (stderr), a spinner line that says what the command waits for: the machines
-/// not done yet and how long each may take (for a stop, the shutdown timeout after which a
-/// machine is forced off, and how much of it is left). Elsewhere there is none, and each
-/// node's result line is the progress.
+/// How often, off a terminal, a line says what is still waited for.
+const STILL_WAITING: Duration = Duration::from_secs(5);
+
+/// What the command waits for: the machines not done yet and how long each may take (for a
+/// stop, the shutdown timeout after which a machine is forced off, and how much of it is left).
+/// On a terminal (stderr) a spinner line; elsewhere a line every [`STILL_WAITING`] while
+/// machines are left, so a provider that accepts and never answers is never silence.
 struct Waiting {
-    bar: ProgressBar,
+    /// `None`: not a terminal.
+    bar: Option<ProgressBar>,
     /// The machines not done yet, in config order.
     left: Vec<String>,
+    verb: Verb,
+    timeouts: ControlTimeouts,
+    /// The provider, as its lines name it.
+    provider: String,
+    since: std::time::Instant,
 }
 
 impl Waiting {
-    fn start(verb: Verb, machines: &[MachineSpec], timeouts: &ControlTimeouts) -> Option<Waiting> {
-        if verb == Verb::List {
-            return None;
+    fn start(
+        verb: Verb,
+        machines: &[MachineSpec],
+        timeouts: &ControlTimeouts,
+        provider: &str,
+    ) -> Waiting {
+        let left: Vec<String> = machines.iter().map(|m| m.node.clone()).collect();
+        Waiting {
+            bar: Waiting::bar(verb, timeouts, &left),
+            left,
+            verb,
+            timeouts: *timeouts,
+            provider: provider.to_owned(),
+            since: std::time::Instant::now(),
         }
+    }
+
+    fn bar(verb: Verb, timeouts: &ControlTimeouts, left: &[String]) -> Option<ProgressBar> {
         let target = okd_appliance::terminal::stderr_progress()?;
         let timeouts = *timeouts;
         let style = ProgressStyle::with_template(TEMPLATE)
@@ -389,24 +455,56 @@ impl Waiting {
             );
         // Hidden until it has its words, so the first line drawn is whole.
         let bar = ProgressBar::hidden().with_style(style);
-        bar.set_prefix(match verb {
-            Verb::Stop => "stop: shutting down",
-            other => other.action().name(),
-        });
-        let left: Vec<String> = machines.iter().map(|m| m.node.clone()).collect();
-        bar.set_message(waiting_for(&left));
+        bar.set_prefix(prefix(verb));
+        bar.set_message(waiting_for(left));
         bar.set_draw_target(target);
         bar.enable_steady_tick(Duration::from_millis(200));
-        Some(Waiting { bar, left })
+        Some(bar)
     }
 
-    /// `node`'s result came: `print` writes its line above the spinner.
-    fn done(&mut self, node: Option<&str>, print: impl FnOnce()) {
-        self.bar.suspend(print);
-        if let Some(at) = self.left.iter().position(|n| Some(n.as_str()) == node) {
+    /// `node`'s result came: `print` writes its line (above the spinner).
+    fn done(&mut self, node: &str, print: impl FnOnce()) {
+        match &self.bar {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+        if let Some(at) = self.left.iter().position(|n| n == node) {
             self.left.remove(at);
         }
-        self.bar.set_message(waiting_for(&self.left));
+        if let Some(bar) = &self.bar {
+            bar.set_message(waiting_for(&self.left));
+        }
+    }
+
+    /// Off a terminal, while machines are left: `list: still waiting for proxmox node pve1 at
+    /// URL (5s; each request up to 30s): master-0, worker-0`.
+    fn still(&self) {
+        if self.bar.is_some() || self.left.is_empty() {
+            return;
+        }
+        let elapsed = Duration::from_secs(self.since.elapsed().as_secs());
+        eprintln!(
+            "{}: still waiting for {} ({}{}): {}",
+            prefix(self.verb),
+            self.provider,
+            humantime::format_duration(elapsed),
+            deadline(self.verb, elapsed, &self.timeouts),
+            waiting_for(&self.left)
+        );
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn prefix(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Stop => "stop: shutting down",
+        Verb::List => "list",
+        other => other.action().name(),
     }
 }
 
@@ -416,9 +514,13 @@ const TEMPLATE: &str = "{spinner} {prefix} ({elapsed}{deadline}): {wide_msg}";
 
 /// How long each machine may take: for a stop, the shutdown timeout after which it is forced
 /// off and how much of it is left (whole seconds, rounded up: the elapsed time beside it is
-/// rounded down); otherwise the provider task timeout.
+/// rounded down); for a list, the request timeout (it only asks); otherwise the provider task
+/// timeout.
 fn deadline(verb: Verb, elapsed: Duration, timeouts: &ControlTimeouts) -> String {
     let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    if verb == Verb::List {
+        return format!("; each request up to {}", secs(timeouts.request));
+    }
     if verb != Verb::Stop {
         return format!("; each task up to {}", secs(timeouts.task));
     }
