@@ -12,6 +12,11 @@
 //! point sent it to a blank disk at every boot. `okd-appliance node reinstall NAME` removes all
 //! three.
 //!
+//! Beside them, `drained/<node>`: the operator drained the node's backends (`lb drain`, the
+//! API, the page) and has not undrained them. A drain lives in the load balancer's memory; this
+//! marker makes a restart drain the node again, so a restart never silently puts back into
+//! rotation a node someone took out of it.
+//!
 //! **One answer per power-on.** Between the installer's ignition fetch and the installed
 //! system's report, the node's next network boot is told to try its disk, and a network boot
 //! after that try means the disk did not bring up an installed system, so it installs again.
@@ -39,6 +44,7 @@ use std::time::{Duration, SystemTime};
 const IGNITION_FETCHED: &str = "ignition-fetched";
 const DISK_BOOT_OFFERED: &str = "disk-boot-offered";
 const INSTALLED: &str = "installed";
+const DRAINED: &str = "drained";
 /// The markers' directories, each named after its kind.
 pub const DIRECTORIES: [&str; 3] = [IGNITION_FETCHED, DISK_BOOT_OFFERED, INSTALLED];
 
@@ -241,6 +247,34 @@ pub fn write_markers(state_dir: &Path, node: &str, markers: &Markers) -> io::Res
         }
     }
     Ok(())
+}
+
+/// Keeps that the operator drained `node` (`drained` true), or forgets it (undrained).
+pub fn keep_drained(state_dir: &Path, node: &str, drained: bool) -> io::Result<()> {
+    if drained {
+        write(state_dir, DRAINED, node, "")
+    } else {
+        remove(state_dir, DRAINED, node).map(drop)
+    }
+}
+
+/// The nodes the operator drained and has not undrained, by name.
+pub fn drained(state_dir: &Path) -> io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(state_dir.join(DRAINED)) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut nodes = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        // `durable::write`'s temporary files start with a dot; no node name does.
+        if let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) {
+            nodes.push(name.to_owned());
+        }
+    }
+    nodes.sort();
+    Ok(nodes)
 }
 
 /// Forgets everything about the node's install. Returns whether it was marked installed.

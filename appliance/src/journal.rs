@@ -14,6 +14,8 @@ use tokio::sync::broadcast;
 
 use crate::vocabulary::MacAddr;
 
+pub mod kept;
+
 /// Events kept for readers that arrive late (`status`).
 const HISTORY: usize = 4096;
 /// Events buffered per live subscriber before it starts losing the oldest.
@@ -305,6 +307,8 @@ struct Inner {
     /// The cluster this journal is, on a host of several: its log lines name it.
     cluster: Option<String>,
     history: Mutex<VecDeque<Event>>,
+    /// What was published before this start, read back from its file ([`kept`]).
+    earlier: Mutex<Vec<kept::Past>>,
     live: broadcast::Sender<Event>,
     refusals: Mutex<Refusals>,
 }
@@ -419,6 +423,7 @@ impl Journal {
             inner: Arc::new(Inner {
                 cluster,
                 history: Mutex::new(VecDeque::with_capacity(HISTORY)),
+                earlier: Mutex::default(),
                 live,
                 refusals: Mutex::default(),
             }),
@@ -485,6 +490,20 @@ impl Journal {
     /// Events published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.inner.live.subscribe()
+    }
+
+    /// Sets what was published before this start (read from [`kept`]'s file).
+    pub fn set_earlier(&self, earlier: Vec<kept::Past>) {
+        *self.inner.earlier.lock().unwrap_or_else(|e| e.into_inner()) = earlier;
+    }
+
+    /// What was published before this start, oldest first.
+    pub fn earlier(&self) -> Vec<kept::Past> {
+        self.inner
+            .earlier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The most recent events, oldest first.

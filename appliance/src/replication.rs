@@ -550,11 +550,12 @@ async fn apply(parts: &Parts, update: Update) {
         }
         Update::Drain { node, draining } => {
             let Some(pools) = &parts.pools else { return };
-            let pools = pools.load();
-            if draining {
-                crate::lb::drain::drain_quietly(&pools, &node, &parts.journal);
-            } else {
-                crate::lb::drain::undrain_quietly(&pools, &node);
+            crate::lb::drain::replicated(&pools.load(), &node, draining, &parts.journal);
+            // Kept as the active host keeps it, for this host's next start.
+            let dir = parts.plan.load().state_dir.clone();
+            let keep = move || install_state::keep_drained(&dir, &node, draining);
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(keep).await {
+                tracing::error!("replication: can't keep a drain for the next start: {e}");
             }
         }
     }
@@ -798,18 +799,18 @@ async fn snapshot(parts: &Parts) -> anyhow::Result<Vec<Update>> {
         return Ok(out);
     };
     let pools = pools.load();
-    let mut drained: Vec<String> = pools
+    // Every backend's node, drained or not: a standby away at an undrain is told too.
+    let mut nodes: Vec<(String, bool)> = pools
         .served()
-        .map(|(_, b)| b)
-        .filter(|b| b.is_draining())
-        .map(|b| b.name.clone())
+        .map(|(_, b)| (b.name.clone(), b.is_draining()))
         .collect();
-    drained.sort();
-    drained.dedup();
-    out.extend(drained.into_iter().map(|node| Update::Drain {
-        node,
-        draining: true,
-    }));
+    nodes.sort();
+    nodes.dedup();
+    out.extend(
+        nodes
+            .into_iter()
+            .map(|(node, draining)| Update::Drain { node, draining }),
+    );
     Ok(out)
 }
 

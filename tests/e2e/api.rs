@@ -90,7 +90,7 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path());
     let state_dir = dir.path().join("state");
-    let app = start_appliance(topo.services(), &config);
+    let mut app = start_appliance(topo.services(), &config);
     let bearer = format!("Authorization: Bearer {TOKEN}");
     let drain = format!("{API}/api/v1/nodes/mst0/drain");
 
@@ -443,6 +443,57 @@ fn the_api_takes_tls_and_a_token_and_the_status_page_follows_the_journal_live() 
     std::thread::sleep(Duration::from_secs(4));
     let shot = screenshot("status-page.png");
     assert!(std::fs::metadata(&shot).unwrap().len() > 10_000);
+
+    // A restart. The page says at once that the appliance is gone, loads again by itself once
+    // it is back, and lists the events from before below the restart's line; a drain made
+    // before the restart holds after it.
+    let connection = "document.body.dataset.connection";
+    assert_eq!(evaluate(connection).as_deref(), Some("\"live\""));
+    let (code, body) = curl(&client, &["-H", &bearer, "-X", "POST", &drain]);
+    assert_eq!(code, "200", "{body}");
+    std::thread::sleep(Duration::from_millis(500));
+    app.stop().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(connection).as_deref()
+            == Some("\"lost\"")),
+        "the page never said it lost the appliance: {:?}",
+        evaluate(connection)
+    );
+    let said = evaluate("document.getElementById('connection').textContent").unwrap();
+    assert!(said.contains("disconnected since "), "{said}");
+    evaluate("window.beforeRestart = 'yes'").unwrap();
+    let app = start_appliance(topo.services(), &config);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            evaluate("typeof window.beforeRestart").as_deref() == Some("\"undefined\"")
+                && evaluate(connection).as_deref() == Some("\"live\"")
+        }),
+        "the page never came back: {:?}\n{}",
+        evaluate(connection),
+        app.log_tails()
+    );
+    let listed = "document.getElementById('events').textContent";
+    assert!(
+        wait_until(Duration::from_secs(10), || evaluate(listed).is_some_and(
+            |l| {
+                l.contains("the appliance started; the events below are from before")
+                    && l.contains("mst0: phase script")
+            }
+        )),
+        "{:?}",
+        evaluate(listed)
+    );
+    assert!(
+        lb_status(&state_dir).contains("draining"),
+        "the drain from before the restart: {}",
+        lb_status(&state_dir)
+    );
+    assert!(
+        app.stderr()
+            .contains("mst0 drained again, as it was before this start"),
+        "{}",
+        app.log_tails()
+    );
 }
 
 /// After `cluster up` installed a cluster (tests/e2e/orchestration.rs): the status page, as the

@@ -76,6 +76,15 @@ pub fn undrain_quietly(pools: &Pools, node: &str) -> usize {
     named
 }
 
+/// A drain (`draining`) or undrain replicated from the pair's active host, unannounced.
+pub fn replicated(pools: &Pools, node: &str, draining: bool, journal: &Journal) {
+    if draining {
+        drain_quietly(pools, node, journal);
+    } else {
+        undrain_quietly(pools, node);
+    }
+}
+
 /// What a watcher does after one look at its backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {

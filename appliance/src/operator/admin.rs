@@ -196,8 +196,8 @@ fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> String {
 /// Does `request` with cluster `op` of `clusters` and prints its reply.
 pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> String {
     match request {
-        Request::Drain(node) => reply(op.drain(&node)),
-        Request::Undrain(node) => reply(op.undrain(&node)),
+        Request::Drain(node) => reply(op.drain(&node).await),
+        Request::Undrain(node) => reply(op.undrain(&node).await),
         Request::Reinstall(node) => reply(op.reinstall(&node).await),
         Request::LbStatus => status(&op.pools.load()),
         Request::Journal => journal_lines(&op.journal),

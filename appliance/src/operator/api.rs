@@ -419,8 +419,8 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
         ) => {
             let outcome = match *action {
                 "reinstall" => parts.reinstall(node).await.map(|r| r.to_string()),
-                "drain" => parts.drain(node).map(|d| d.to_string()),
-                _ => parts.undrain(node).map(|u| u.to_string()),
+                "drain" => parts.drain(node).await.map(|d| d.to_string()),
+                _ => parts.undrain(node).await.map(|u| u.to_string()),
             };
             match outcome {
                 Ok(done) => text(StatusCode::OK, format!("{done}\n")),
@@ -511,7 +511,9 @@ fn event_json(e: &crate::journal::Event) -> String {
     .to_string()
 }
 
-/// The journal as server-sent events: the recent history, then each new event (a keep-alive
+/// The journal as server-sent events: the history kept from before this start (each marked
+/// `earlier`, then a `restarted` event with this start's time), the recent history, then each
+/// new event (a keep-alive
 /// comment after 15 s without a frame keeps proxies from closing an idle stream); with `page`,
 /// also the status page's parts as a `page` event, at once and then whenever they changed
 /// (looked at every second). Ends with the appliance.
@@ -519,12 +521,35 @@ fn events(parts: &Parts, page: bool) -> Response<Body> {
     use tokio::sync::broadcast::error::RecvError;
     const KEEP_ALIVE: Duration = Duration::from_secs(15);
     let live = parts.journal.subscribe();
-    let history: std::collections::VecDeque<String> = parts
-        .journal
-        .recent()
+    // What came before this start (kept on disk) first, marked, then a `restarted` event, then
+    // this run's.
+    let earlier = parts.journal.earlier();
+    let mut history: std::collections::VecDeque<String> = earlier
         .iter()
-        .map(|e| format!("data: {}\n\n", event_json(e)))
+        .map(|p| {
+            let e =
+                serde_json::json!({"at": p.at, "node": p.node, "text": p.text, "earlier": true});
+            format!("data: {e}\n\n")
+        })
         .collect();
+    if !earlier.is_empty() {
+        let started = parts
+            .fixed
+            .started
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        history.push_back(format!(
+            "event: restarted\ndata: {}\n\n",
+            serde_json::json!({ "at": started })
+        ));
+    }
+    history.extend(
+        parts
+            .journal
+            .recent()
+            .iter()
+            .map(|e| format!("data: {}\n\n", event_json(e))),
+    );
     let following = Following::new(&parts.metrics.api_event_streams);
     let stream = Stream {
         parts: parts.clone(),

@@ -312,14 +312,49 @@ impl Operator {
         )))
     }
 
-    pub fn drain(&self, node: &str) -> Result<Drained, OpError> {
+    /// Drains `node` and keeps it drained across a restart (`install_state::keep_drained`).
+    pub async fn drain(&self, node: &str) -> Result<Drained, OpError> {
         self.refuse_on_standby()?;
-        drain(&self.pools.load(), node, &self.journal)
+        let drained = drain(&self.pools.load(), node, &self.journal)?;
+        self.keep_drained(node, true).await;
+        Ok(drained)
     }
 
-    pub fn undrain(&self, node: &str) -> Result<Undrained, OpError> {
+    pub async fn undrain(&self, node: &str) -> Result<Undrained, OpError> {
         self.refuse_on_standby()?;
-        undrain(&self.pools.load(), node, &self.journal)
+        let undrained = undrain(&self.pools.load(), node, &self.journal)?;
+        self.keep_drained(node, false).await;
+        Ok(undrained)
+    }
+
+    /// Records a drain (or undrain) for the next start; one that can't be written is a status
+    /// fault (the drain itself holds, until a restart).
+    async fn keep_drained(&self, node: &str, drained: bool) {
+        let plan = self.plan.load();
+        let scope = plan.host_cluster.as_ref().map(|id| format!("cluster {id}"));
+        let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
+        let kept = tokio::task::spawn_blocking(move || {
+            crate::install_state::keep_drained(&state_dir, &name, drained)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let what = "kept drains";
+        match kept {
+            Ok(()) => self.fixed.faults.clear(what, scope.as_deref()),
+            Err(e) => {
+                let why = format!(
+                    "the {} of {node} can't be kept for the next start: {e}",
+                    if drained { "drain" } else { "undrain" }
+                );
+                tracing::error!("{why}");
+                self.fixed.faults.record(
+                    what,
+                    scope.as_deref(),
+                    crate::faults::FaultState::Unwritable,
+                    Some(&why),
+                );
+            }
+        }
     }
 
     pub async fn reinstall(&self, node: &str) -> Result<Reinstalled, OpError> {

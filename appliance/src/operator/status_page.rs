@@ -86,7 +86,8 @@ svg text.milestone{fill:#6a1b9a;stroke:none}svg .now{stroke:#b00020;stroke-dasha
 .p-kernel-initrd{fill:#0288d1;background:#0288d1}.p-ignition{fill:#ffb74d;background:#ffb74d}\
 .p-installed{fill:#aed581;background:#aed581}.p-joined{fill:#66bb6a;background:#66bb6a}\
 .p-ready{fill:#2e7d32;background:#2e7d32}.legend span{display:inline-block;width:.9em;height:.9em;margin:0 .3em 0 1em;vertical-align:middle}\
-ol#events{font-family:ui-monospace,monospace;font-size:12px;max-height:24em;overflow:auto}";
+ol#events{font-family:ui-monospace,monospace;font-size:12px;max-height:24em;overflow:auto}\
+ol#events .earlier{color:#777}ol#events .restarted{color:#6a1b9a;font-weight:bold}";
 
 /// Follows the stream: each journal event is listed (and a node's phase lands in its row at
 /// once); each `page` event replaces the parts it carries. Actions: a button names its
@@ -99,10 +100,33 @@ const list = document.getElementById('events');
 const api = document.body.dataset.api;
 const stream = new EventSource(api + '/events?page');
 let seen = 0, updates = 0, pending = null;
+// The connection, shown: live, or lost since when. Back after a loss, the page loads again
+// (the appliance may have restarted: a new action token, and what happened meanwhile).
+const conn = document.getElementById('connection');
+let lost = null;
+const show = (state, text) => {
+  conn.textContent = text; conn.className = state === 'live' ? 'up' : 'down';
+  document.body.dataset.connection = state;
+};
+const back = () => fetch(api + '/status', { credentials: 'same-origin' })
+  .then((r) => { if (r.ok) location.reload(); else setTimeout(back, 3000); })
+  .catch(() => setTimeout(back, 3000));
+stream.onopen = () => {
+  if (lost) { location.reload(); return; }
+  show('live', 'live: following the appliance');
+};
+stream.onerror = () => {
+  if (!lost) lost = new Date();
+  show('lost', 'disconnected since ' + lost.toISOString().slice(11, 19) +
+    ': the appliance does not answer; what is shown may be out of date (retrying)');
+  // A stream that gave up is not retried by the browser: ask until the appliance answers.
+  if (stream.readyState === EventSource.CLOSED) { stream.close(); setTimeout(back, 3000); }
+};
 stream.onmessage = (m) => {
   const e = JSON.parse(m.data);
   const item = document.createElement('li');
   item.textContent = new Date(e.at * 1000).toISOString().slice(11, 19) + ' ' + e.text;
+  if (e.earlier) item.className = 'earlier';
   list.prepend(item);
   while (list.children.length > 100) list.lastChild.remove();
   if (e.node && e.phase) {
@@ -111,6 +135,14 @@ stream.onmessage = (m) => {
   }
   document.body.dataset.events = ++seen;
 };
+// Where this run of the appliance began: the events below it came before (kept on disk).
+stream.addEventListener('restarted', (m) => {
+  const item = document.createElement('li');
+  item.className = 'restarted';
+  item.textContent = new Date(JSON.parse(m.data).at * 1000).toISOString().slice(11, 19) +
+    ' the appliance started; the events below are from before';
+  list.prepend(item);
+});
 stream.addEventListener('page', (m) => {
   const parts = JSON.parse(m.data);
   for (const id in parts) {
@@ -195,7 +227,7 @@ pub fn render(s: &Status, now: SystemTime, action_token: Option<&str>, of: PageO
     };
     let _ = write!(
         h,
-        "<div id=\"summary\">{}</div>\
+        "<p id=\"connection\" class=\"waiting\">connecting</p><div id=\"summary\">{}</div>\
          <div id=\"confirm\" hidden><span id=\"confirm-text\"></span> \
          <button id=\"confirm-yes\">yes</button> <button id=\"confirm-no\">cancel</button></div>\
          <p id=\"result\"></p>\

@@ -247,6 +247,10 @@ impl Instance {
                 ),
             ));
         }
+        // The history first: the drains redone below are kept in it too.
+        let history = keep_history(&ctx, self.token.clone());
+        tasks.push(Task::once("history", self.token.clone(), history));
+        restore_drains(&ctx, &pools.load());
         self.operator = Some(Operator::new(
             &ctx,
             pools,
@@ -335,5 +339,47 @@ impl Instance {
             });
         }
         Ok(tasks)
+    }
+}
+
+/// The cluster journal's history from before this start, read back, and a task that keeps
+/// each new event in the same file (`journal::kept`).
+fn keep_history(ctx: &service::Context, token: CancellationToken) -> Running {
+    let path = crate::journal::kept::path(&ctx.plan.load().state_dir);
+    let lines = match crate::journal::kept::read(&path) {
+        Ok((earlier, lines)) => {
+            ctx.journal.set_earlier(earlier);
+            lines
+        }
+        Err(e) => {
+            tracing::warn!("can't read the events kept in {}: {e}", path.display());
+            0
+        }
+    };
+    let live = ctx.journal.subscribe();
+    Box::pin(async move {
+        crate::journal::kept::follow(live, path, lines, token).await;
+        Ok(())
+    })
+}
+
+/// Drains again the nodes the operator drained before this start (`install_state::drained`):
+/// a restart never silently puts back into rotation a node someone took out of it.
+fn restore_drains(ctx: &service::Context, pools: &crate::lb::pool::Pools) {
+    let plan = ctx.plan.load();
+    match crate::install_state::drained(&plan.state_dir) {
+        Ok(nodes) => {
+            for node in nodes {
+                if crate::lb::drain::drain(pools, &node, &ctx.journal) > 0 {
+                    tracing::info!(
+                        "{node} drained again, as it was before this start (`okd-appliance lb undrain {node}` puts it back)"
+                    );
+                }
+            }
+        }
+        Err(e) => tracing::error!(
+            "can't read the drains kept in {}: none is redone: {e}",
+            plan.state_dir.display()
+        ),
     }
 }
