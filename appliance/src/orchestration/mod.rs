@@ -549,7 +549,10 @@ impl Orchestrator {
             .strip_prefix("api-int.")
             .unwrap_or_default()
             .to_owned();
-        let installs = csr::install_attempts(&self.phases.snapshot());
+        let progress = self.phases.snapshot();
+        let installs = csr::install_attempts(&progress);
+        let approved_clients: HashMap<String, u64> =
+            progress.approved_clients.into_iter().collect();
         let requests = cluster.certificate_requests().await?;
         let listed: Vec<csr::Listed<'_>> = requests
             .iter()
@@ -584,7 +587,7 @@ impl Orchestrator {
             domain: &domain,
             registered: &registered,
             installs: &installs,
-            approved_clients: &memory.approved_clients,
+            approved_clients: &approved_clients,
             now: phases::unix_seconds(std::time::SystemTime::now()),
         };
         let verdicts = csr::judge(&listed, &facts);
@@ -609,9 +612,12 @@ impl Orchestrator {
                     if approval.kind == csr::Kind::Client
                         && let Some(&attempt) = installs.get(&approval.node)
                     {
-                        memory
-                            .approved_clients
-                            .insert(approval.node.clone(), attempt);
+                        let node = approval.node.clone();
+                        self.phases
+                            .update(|p| {
+                                p.approved_clients.insert(node, attempt);
+                            })
+                            .await;
                     }
                     self.journal.publish(
                         Some(approval.node),
@@ -737,6 +743,4 @@ const MAX_DECISIONS_PER_POLL: usize = 32;
 struct CsrMemory {
     /// Pending requests not approved, with the reason last journaled.
     refused: HashMap<String, String>,
-    /// The client certificates approved: node -> its install attempt ([`csr::Facts`]).
-    approved_clients: HashMap<String, u64>,
 }

@@ -172,6 +172,12 @@ pub struct Progress {
     pub cluster: Vec<Step<ClusterPhase>>,
     #[serde(default)]
     pub nodes: BTreeMap<String, Vec<Step<NodePhase>>>,
+    /// The client certificates `up` approved: node -> the install attempt it was approved in
+    /// (`csr::install_attempts`). Kept here, durably, because the API garbage-collects an
+    /// approved request after an hour: an appliance restarted after that must still know a
+    /// node already has its one client certificate of this attempt.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub approved_clients: BTreeMap<String, u64>,
 }
 
 /// A phase change to announce.
@@ -706,6 +712,13 @@ mod tests {
         let phases = Phases::load(dir.path(), &nodes, journal.clone()).unwrap();
         phases.advance_cluster(ClusterPhase::Bootstrapping).await;
         phases.update(|p| p.up_requested = true).await;
+        // The client certificate approved for worker-0's attempt 7 (issue 40: kept past the
+        // API's one-hour garbage collection of approved requests, and past a restart).
+        phases
+            .update(|p| {
+                p.approved_clients.insert("worker-0".into(), 7);
+            })
+            .await;
         phases
             .observe(&Event {
                 at: SystemTime::now(),
@@ -724,6 +737,7 @@ mod tests {
         let again = Phases::load(dir.path(), &nodes, Journal::new()).unwrap();
         let p = again.snapshot();
         assert!(p.up_requested);
+        assert_eq!(p.approved_clients.get("worker-0"), Some(&7));
         assert_eq!(p.cluster_phase(), Some(ClusterPhase::Bootstrapping));
         assert_eq!(p.node_phase("master-0"), NodePhase::Script);
         assert_eq!(p.node_phase("worker-0"), NodePhase::Installed);
