@@ -160,28 +160,30 @@ fn check_pull_secret(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// One OpenSSH public key a line (`type base64 [comment]`), as `authorized_keys` holds them;
-/// a private key is refused, so it can't end up in a file that is copied around.
+/// One OpenSSH public key a line (`type base64 [comment]`), each parsed as openshift-install
+/// parses it: `ValidateInstallConfig` splits `sshKey` at newlines and gives every non-empty
+/// line to `validate.SSHPublicKey`, x/crypto/ssh's `ParseAuthorizedKey` (openshift/installer
+/// `pkg/types/validation/installconfig.go` at 006d4573, lines 85-96; `pkg/validate/validate.go`,
+/// `SSHPublicKey`), so a comment line or a blob that is no key (`ssh-ed25519 AAAA`) is refused
+/// as the installer refuses it ("ssh: no key found"). A private key is refused too, so it can't
+/// end up in a file that is copied around.
 fn check_ssh_key(text: &str) -> Result<(), String> {
     if text.contains("PRIVATE KEY") {
         return Err("this is a private key: name the public one (the .pub file)".into());
     }
     let mut keys = 0;
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() {
             continue;
         }
-        let mut fields = line.split_whitespace();
-        let kind = fields.next().unwrap_or("");
-        let known = kind.starts_with("ssh-")
-            || kind.starts_with("ecdsa-sha2-")
-            || kind.starts_with("sk-ssh-")
-            || kind.starts_with("sk-ecdsa-");
-        let blob = fields.next().unwrap_or("");
-        if !known || data_encoding::BASE64.decode(blob.as_bytes()).is_err() {
+        if line.starts_with('#') {
             return Err(format!(
-                "line {} is not an SSH public key (`ssh-ed25519 AAAA... comment`)",
-                keys + 1
+                "line {n} is a comment: openshift-install takes every line of sshKey as a key (\"ssh: no key found\"); remove it"
+            ));
+        }
+        if let Err(e) = ssh_key::PublicKey::from_openssh(line) {
+            return Err(format!(
+                "line {n} is not an SSH public key openshift-install can parse ({e}; it says \"ssh: no key found\"): expected `ssh-ed25519 AAAA... comment`, as ssh-keygen writes the .pub file"
             ));
         }
         keys += 1;

@@ -10,7 +10,7 @@ use okd_appliance::install_config::Inputs;
 /// A pull secret as openshift-install wants one (OKD installs accept a fake one).
 pub const PULL_SECRET: &str = r#"{"auths":{"example.com":{"auth":"b2tkOmFwcGxpYW5jZQ=="}}}"#;
 
-pub const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2Uga2V5IGZvciBva2QtYXBwbGlhbmNlIHRlc3Q= okd-appliance-tests";
+pub const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2Uga2V5IGZvciBva2QtYXBwbGlhbmNlIHRlc3Qh okd-appliance-tests";
 
 pub const CA: &str = "-----BEGIN CERTIFICATE-----
 MIIBvDCCAWOgAwIBAgIUWTqDKi5rQy6nFrEpH53IuZ82Wi8wCgYIKoZIzj0EAwIw

@@ -4,7 +4,7 @@ use super::*;
 
 impl Validator<'_> {
     pub(super) fn cluster(&mut self, raw: &RawCluster, legacy_etcd: bool) -> Option<Cluster> {
-        let name = self.host_label(&raw.name, "cluster name");
+        let name = self.cluster_name(&raw.name);
         let base = raw
             .base_domain
             .value
@@ -42,6 +42,48 @@ impl Validator<'_> {
             return None;
         }
         Some(Cluster { name, base_domain })
+    }
+
+    /// `metadata.name` as openshift-install takes it on platform none (openshift/installer
+    /// `pkg/types/validation/installconfig.go` at 006d4573, line 108: `validate.ClusterName`;
+    /// `pkg/validate/validate.go`, `ClusterName`: at most 63 - 9 = 54 characters, then a
+    /// lowercase RFC 1123 subdomain, so `rv.dot` is a name; `OnPremClusterName`, which refuses
+    /// the dot, is baremetal's, vSphere's and OpenStack's, not none's).
+    fn cluster_name(&mut self, raw: &Text) -> Option<String> {
+        const MAX: usize = 63 - 9;
+        let s = &raw.value;
+        if s.len() > MAX {
+            self.p
+                .error(
+                    "config::name",
+                    raw.referenced,
+                    format!(
+                        "cluster name `{s}` is {} characters: openshift-install takes at most {MAX}",
+                        s.len()
+                    ),
+                    "too long",
+                )
+                .hint("the installer appends up to 9 characters to it in names limited to 63");
+            return None;
+        }
+        if !s.is_empty() && s.split('.').all(is_host_label) {
+            return Some(s.clone());
+        }
+        let problem = self.p.error(
+            "config::name",
+            raw.referenced,
+            format!("cluster name `{s}` is not a lowercase RFC 1123 subdomain"),
+            "not a subdomain",
+        );
+        let lower = s.to_ascii_lowercase();
+        if !lower.is_empty() && lower.split('.').all(is_host_label) {
+            problem.hint(format!(
+                "openshift-install takes lowercase names only: `{lower}`"
+            ));
+        } else {
+            problem.hint("use labels of lowercase letters, digits and hyphens, separated by dots, each starting and ending with a letter or digit (openshift-install's rule)");
+        }
+        None
     }
 
     pub(super) fn host_label(&mut self, raw: &Text, what: &str) -> Option<String> {

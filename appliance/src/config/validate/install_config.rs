@@ -184,8 +184,8 @@ impl Validator<'_> {
                 let mut parsed = true;
                 for t in &list.value {
                     match self.cidr(t, "service network") {
-                        Some(net) => out.push(net),
-                        None => parsed = false,
+                        Some(net) if self.service_network_size(net, t.referenced) => out.push(net),
+                        _ => parsed = false,
                     }
                 }
                 ok &= parsed;
@@ -258,6 +258,31 @@ impl Validator<'_> {
             }
         }
         ok.then_some((cluster, service))
+    }
+
+    /// A service network no wider than openshift-install takes: IPv4 /12, IPv6 /108
+    /// (openshift/installer `pkg/types/validation/installconfig.go` at 006d4573,
+    /// `validateServiceNetwork`, lines 563-588; `pkg/validate/validate.go`,
+    /// `ServiceSubnetCIDR`: `maskLen < 12` and `maskLen < 108` refused).
+    fn service_network_size(&mut self, net: IpNet, at: Location) -> bool {
+        let (min, family, advice) = match net {
+            IpNet::V4(_) => (12, "IPv4", "/16 is recommended, e.g. 172.30.0.0/16"),
+            IpNet::V6(_) => (108, "IPv6", "/112 is recommended, e.g. fd02::/112"),
+        };
+        if net.prefix_len() >= min {
+            return true;
+        }
+        self.p
+            .error(
+                "config::install-config",
+                at,
+                format!(
+                    "service network {net} is wider than openshift-install takes: an {family} service network must be /{min} or longer"
+                ),
+                "too wide",
+            )
+            .hint(advice);
+        false
     }
 
     /// Reports `a` overlapping `other`: at `a`'s own place, else at `other`'s, else (two
@@ -352,6 +377,26 @@ impl Validator<'_> {
                         "too small",
                     )
                     .hint("use a /48 such as fd01::/48");
+                return None;
+            }
+            // The installer's own default is for its default network only: an entry without
+            // hostPrefix is 0 to it and refused (`pkg/types/defaults/installconfig.go`,
+            // `SetInstallConfigDefaults`; `validateClusterNetwork`: "must not be larger size
+            // than CIDR"). The 23 written here must fit the network it is for.
+            if cidr.prefix_len() > default {
+                self.p
+                    .error(
+                        "config::install-config",
+                        raw.cidr.referenced,
+                        format!(
+                            "pod network {cidr} is smaller than the /{default} block each node takes by default"
+                        ),
+                        "too small for /23",
+                    )
+                    .hint(format!(
+                        "give host_prefix (from /{} to /32: each node gets a block of that size), or use a larger network such as 10.128.0.0/14",
+                        cidr.prefix_len()
+                    ));
                 return None;
             }
             return Some(ClusterNetwork {
