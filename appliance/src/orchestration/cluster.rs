@@ -65,6 +65,9 @@ pub struct NodeState {
 pub struct OperatorState {
     pub name: String,
     pub conditions: Conditions,
+    /// When each condition last changed its status (its `lastTransitionTime`, seconds since
+    /// the epoch), for those that say.
+    pub changed: HashMap<String, u64>,
 }
 
 pub struct Cluster {
@@ -318,6 +321,7 @@ impl Cluster {
             .map(|o| OperatorState {
                 name: o.metadata.name.clone().unwrap_or_default(),
                 conditions: conditions(&o.data),
+                changed: transitions(&o.data),
             })
             .collect())
     }
@@ -344,6 +348,21 @@ fn conditions(data: &serde_json::Value) -> Conditions {
                 c.get("type")?.as_str()?.to_owned(),
                 c.get("status")?.as_str()?.to_owned(),
             ))
+        })
+        .collect()
+}
+
+/// Each condition's `lastTransitionTime` (RFC 3339, as metav1.Time writes it), in seconds since
+/// the epoch; a condition without one (or with one that does not parse) is left out.
+fn transitions(data: &serde_json::Value) -> HashMap<String, u64> {
+    data.pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let at = humantime::parse_rfc3339(c.get("lastTransitionTime")?.as_str()?).ok()?;
+            let secs = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+            Some((c.get("type")?.as_str()?.to_owned(), secs))
         })
         .collect()
 }

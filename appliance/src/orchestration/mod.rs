@@ -398,6 +398,7 @@ impl Orchestrator {
                 drain_timeout: self.pools.load().drain_timeout(),
                 settle: plan.orchestration.settle,
                 now: Instant::now(),
+                wall: phases::unix_seconds(std::time::SystemTime::now()),
             };
             let phase = state.phase();
             match decide::next(&mut run.memory, &state, &seen) {

@@ -49,6 +49,9 @@ pub struct State<'a> {
     /// How long the operators stay settled before the cluster counts as installed.
     pub settle: Duration,
     pub now: Instant,
+    /// Now on the wall clock, seconds since the epoch: what the operators' condition times
+    /// are compared with.
+    pub wall: u64,
 }
 
 impl State<'_> {
@@ -261,7 +264,12 @@ pub fn next(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decision
     }
     match &seen.cluster {
         None => return Decision::Observe(Query::Cluster),
-        Some(Err(Trouble::Api(e))) => return Decision::Wait(Waiting::Api(e.clone())),
+        Some(Err(Trouble::Api(e))) => {
+            // What the operators did while the API could not be asked is unknown: the settle
+            // period starts over once it answers (their condition times say the rest).
+            memory.settled_since = None;
+            return Decision::Wait(Waiting::Api(e.clone()));
+        }
         Some(Err(Trouble::Client(e))) => return Decision::Wait(Waiting::Client(e.clone())),
         Some(Ok(())) => {}
     }
@@ -347,17 +355,25 @@ fn installing(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decisi
         memory.settled_since = None;
         return Decision::Wait(Waiting::Version);
     }
-    let busy = match &seen.operators {
+    let (busy, last_change) = match &seen.operators {
         None => return Decision::Observe(Query::Operators),
-        Some(Ok(ops)) => unsettled(ops),
-        Some(Err(e)) => Some(e.clone()),
+        Some(Ok(ops)) => (unsettled(ops), last_change(ops)),
+        Some(Err(e)) => (Some(e.clone()), None),
     };
     if let Some(busy) = busy {
         memory.settled_since = None;
         return Decision::Wait(Waiting::Operators(busy));
     }
+    // Settled for as long as both say: this run's own look (every poll since settled, with no
+    // API error between) and the operators' condition times, as upstream's
+    // `waitForStableOperators` counts from `lastTransitionTime` (a flap between two polls, or
+    // one while the API was down, is seen there).
     let since = *memory.settled_since.get_or_insert(state.now);
-    let settled = state.now.duration_since(since);
+    let seen_settled = state.now.duration_since(since);
+    let settled = match last_change {
+        Some(at) => seen_settled.min(Duration::from_secs(state.wall.saturating_sub(at))),
+        None => seen_settled,
+    };
     if settled < state.settle {
         return Decision::Wait(Waiting::Settling {
             settled,
@@ -369,6 +385,18 @@ fn installing(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decisi
     } else {
         Decision::Advance(Advance::to(ClusterPhase::Installed))
     }
+}
+
+/// The newest `lastTransitionTime` of the conditions settling looks at (Available,
+/// Progressing, Degraded) over every operator, when any says one.
+pub fn last_change(ops: &[OperatorState]) -> Option<u64> {
+    ops.iter()
+        .flat_map(|o| {
+            ["Available", "Progressing", "Degraded"]
+                .iter()
+                .filter_map(|c| o.changed.get(*c).copied())
+        })
+        .max()
 }
 
 /// ClusterVersion's own verdict: Available, neither Failing nor Progressing

@@ -78,6 +78,7 @@ fn operator(name: &str, available: &str, progressing: &str, degraded: &str) -> O
             ("Progressing", progressing),
             ("Degraded", degraded),
         ]),
+        changed: HashMap::new(),
     }
 }
 
@@ -118,6 +119,7 @@ impl Run {
             drain_timeout: DRAIN,
             settle: SETTLE,
             now: self.now,
+            wall: self.at,
         };
         next(&mut self.memory, &state, seen)
     }
@@ -645,4 +647,83 @@ impl Decision {
             other => panic!("not a wait: {other:?}"),
         }
     }
+}
+
+/// Issue 40: settled is counted from each condition's `lastTransitionTime`, as upstream's
+/// `waitForStableOperators` counts, and an API error restarts this run's own window. A flap
+/// between two polls, or a change while the API was down, is not "installed" right after.
+#[test]
+fn settling_counts_from_the_conditions_last_change_and_an_api_error_restarts_it() {
+    let mut run = Run::new();
+    run.progress
+        .advance_cluster(ClusterPhase::WorkersJoining, 1);
+    run.memory.machines_started = true;
+    run.memory.workers_started = Some(1);
+    run.ready(&["m0", "m1", "m2", "w0"]);
+    let settled_op = |changed: u64| {
+        let mut op = operator("kube-apiserver", "True", "False", "False");
+        op.changed = ["Available", "Progressing", "Degraded"]
+            .iter()
+            .map(|c| ((*c).to_owned(), changed))
+            .collect();
+        op
+    };
+    let mut answers = Answers {
+        version: Some(done_version()),
+        operators: Ok(vec![settled_op(1)]),
+        ..Answers::default()
+    };
+    run.end(&answers);
+    run.later(SETTLE);
+    assert_eq!(
+        run.end(&answers),
+        Decision::Advance(Advance::to(ClusterPhase::Installed))
+    );
+
+    // Settled at every poll, but Progressing went True and back 2 s before this one: the
+    // period runs from that change.
+    let mut run = Run::new();
+    run.progress
+        .advance_cluster(ClusterPhase::WorkersJoining, 1);
+    run.memory.machines_started = true;
+    run.memory.workers_started = Some(1);
+    run.ready(&["m0", "m1", "m2", "w0"]);
+    answers.operators = Ok(vec![settled_op(1)]);
+    run.end(&answers);
+    run.later(SETTLE);
+    answers.operators = Ok(vec![settled_op(run.at - 2)]);
+    assert_eq!(
+        run.end(&answers),
+        Decision::Wait(Waiting::Settling {
+            settled: Duration::from_secs(2),
+            of: SETTLE
+        })
+    );
+    run.later(SETTLE - Duration::from_secs(2));
+    assert_eq!(
+        run.end(&answers),
+        Decision::Advance(Advance::to(ClusterPhase::Installed))
+    );
+
+    // The API down for a while: the run's own window starts over when it is back.
+    let mut run = Run::new();
+    run.progress
+        .advance_cluster(ClusterPhase::WorkersJoining, 1);
+    run.memory.machines_started = true;
+    run.memory.workers_started = Some(1);
+    run.ready(&["m0", "m1", "m2", "w0"]);
+    answers.operators = Ok(vec![settled_op(1)]);
+    run.end(&answers);
+    run.later(SETTLE - Duration::from_secs(1));
+    let down = Answers {
+        cluster: Err(Trouble::Api("connection refused".into())),
+        ..answers.clone()
+    };
+    assert!(matches!(run.end(&down), Decision::Wait(Waiting::Api(_))));
+    assert_eq!(run.memory.settled_since, None);
+    run.later(Duration::from_secs(2));
+    assert!(matches!(
+        run.end(&answers),
+        Decision::Wait(Waiting::Settling { .. })
+    ));
 }
