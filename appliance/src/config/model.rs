@@ -103,6 +103,9 @@ pub struct Orchestration {
     pub bootstrap_after_complete: AfterBootstrap,
     pub poll: Duration,
     pub settle: Duration,
+    /// How long a run of `up` waits in the bootstrap phase, and then for installed.
+    pub bootstrap_timeout: Duration,
+    pub install_timeout: Duration,
 }
 
 impl Config {

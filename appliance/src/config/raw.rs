@@ -150,6 +150,12 @@ pub struct RawOrchestration {
     /// How long every ClusterOperator must stay settled before the install counts as complete.
     #[serde(default)]
     pub settle: Option<Text>,
+    /// How long `up` waits for bootstrap complete before it reports the install failed.
+    #[serde(default)]
+    pub bootstrap_timeout: Option<Text>,
+    /// How long `up` waits, once bootstrap is over, for the cluster to be installed.
+    #[serde(default)]
+    pub install_timeout: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -436,6 +436,8 @@ mod tests {
             single_node: false,
             poll: Duration::from_secs(10),
             settle: Duration::from_secs(60),
+            bootstrap_timeout: Duration::from_secs(3000),
+            install_timeout: Duration::from_secs(4200),
             nodes: Vec::new(),
         };
         // The cluster-admin credential is a secret: a file others can read is refused.

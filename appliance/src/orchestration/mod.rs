@@ -399,6 +399,8 @@ impl Orchestrator {
                 settle: plan.orchestration.settle,
                 now: Instant::now(),
                 wall: phases::unix_seconds(std::time::SystemTime::now()),
+                bootstrap_timeout: plan.orchestration.bootstrap_timeout,
+                install_timeout: plan.orchestration.install_timeout,
             };
             let phase = state.phase();
             match decide::next(&mut run.memory, &state, &seen) {
@@ -431,6 +433,8 @@ impl Orchestrator {
                     return Ok((step.to == ClusterPhase::Installed).then_some(Finish::Installed));
                 }
                 Decision::Installed => return Ok(Some(Finish::Installed)),
+                // The run ends; `cluster status` and the journal say why (the spawner).
+                Decision::Fail(why) => return Err(why),
             }
         }
         tracing::error!(

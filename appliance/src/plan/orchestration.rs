@@ -25,6 +25,9 @@ pub struct OrchestrationPlan {
     pub single_node: bool,
     pub poll: Duration,
     pub settle: Duration,
+    /// How long a run of `up` waits in the bootstrap phase, and then for installed.
+    pub bootstrap_timeout: Duration,
+    pub install_timeout: Duration,
     /// Every node, in config order: whose certificate requests may be approved, with which
     /// names and addresses.
     pub nodes: Vec<KnownNode>,
@@ -73,6 +76,8 @@ pub fn derive(config: &Config) -> OrchestrationPlan {
         single_node: config.single_node().is_some(),
         poll: o.poll,
         settle: o.settle,
+        bootstrap_timeout: o.bootstrap_timeout,
+        install_timeout: o.install_timeout,
         nodes: config
             .nodes
             .iter()

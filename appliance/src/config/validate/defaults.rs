@@ -21,5 +21,16 @@ pub(super) const DEFAULT_ORCHESTRATION_POLL: Duration = Duration::from_secs(5);
 /// without one progressing is what the issue of record asks.
 pub(super) const DEFAULT_OPERATORS_SETTLE: Duration = Duration::from_secs(30);
 
+/// openshift-install's own limits, waited in turn (openshift/installer): for bootstrap
+/// complete, 20 minutes for the Kubernetes API and 30 for bootstrapping
+/// (`wait-for bootstrap-complete`: "Waiting up to 20m0s ... for the Kubernetes API",
+/// "Waiting up to 30m0s ... for bootstrapping to complete"); for install complete, 40 minutes
+/// for the cluster to initialize and 30 for the operators to be stable
+/// (cmd/openshift-install/command/waitfor.go at 06d42916: `waitForInitializedCluster`
+/// `timeout := 40 * time.Minute`, `waitForStableOperators` `stabilityCheckDuration := 30 *
+/// time.Minute`).
+pub(super) const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs((20 + 30) * 60);
+pub(super) const DEFAULT_INSTALL_TIMEOUT: Duration = Duration::from_secs((40 + 30) * 60);
+
 /// keepalived's own default virtual router ID in its sample configs.
 pub const DEFAULT_VRRP_ROUTER_ID: u8 = 51;

@@ -70,12 +70,28 @@ impl Validator<'_> {
             None => Some(DEFAULT_OPERATORS_SETTLE),
             Some(s) => self.duration(s, "orchestration.settle", Duration::ZERO, secs(3600)),
         };
+        let mut timeout = |t: &Option<Text>, key: &str, default: Duration| match t {
+            None => Some(default),
+            Some(t) => self.duration(t, key, secs(60), secs(7 * 24 * 3600)),
+        };
+        let bootstrap_timeout = timeout(
+            &raw.bootstrap_timeout,
+            "orchestration.bootstrap_timeout",
+            DEFAULT_BOOTSTRAP_TIMEOUT,
+        );
+        let install_timeout = timeout(
+            &raw.install_timeout,
+            "orchestration.install_timeout",
+            DEFAULT_INSTALL_TIMEOUT,
+        );
         Some(Orchestration {
             kubeconfig: kubeconfig?,
             api_url: api_url?,
             bootstrap_after_complete: bootstrap_after_complete?,
             poll: poll?,
             settle: settle?,
+            bootstrap_timeout: bootstrap_timeout?,
+            install_timeout: install_timeout?,
         })
     }
 }

@@ -52,6 +52,10 @@ pub struct State<'a> {
     /// Now on the wall clock, seconds since the epoch: what the operators' condition times
     /// are compared with.
     pub wall: u64,
+    /// How long a run waits in the bootstrap phase, and then for installed, before it reports
+    /// the install failed (openshift-install's limits by default).
+    pub bootstrap_timeout: Duration,
+    pub install_timeout: Duration,
 }
 
 impl State<'_> {
@@ -71,6 +75,9 @@ pub struct Memory {
     pub workers_started: Option<usize>,
     pub drain_started: Option<Instant>,
     pub settled_since: Option<Instant>,
+    /// The phase this run has been waiting in, and since when (this run's: `up` again waits
+    /// anew, so a failed wait is resumable).
+    pub phase_since: Option<(ClusterPhase, Instant)>,
 }
 
 /// What this poll has seen of the cluster; each is fetched when a decision asks for it.
@@ -123,6 +130,8 @@ pub enum Decision {
     Wait(Waiting),
     /// The cluster is installed: the run ends.
     Installed,
+    /// Waited past the phase's limit: the run ends as failed, saying what held it.
+    Fail(String),
 }
 
 /// A phase change and what goes with it, in the order the runner does it: `retire` (the run
@@ -226,11 +235,57 @@ pub fn reason_in(
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// The next thing to do. Updates `memory` for what the decision starts (machines, the drain
-/// clock, the settle clock); everything else is in the answer.
+/// clock, the settle clock, the phase's clock); everything else is in the answer. A wait past
+/// the phase's limit is [`Decision::Fail`], as openshift-install gives up and says why.
 pub fn next(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decision {
     if !state.active {
         return Decision::Wait(Waiting::Active);
     }
+    let phase = state.phase();
+    let since = match memory.phase_since {
+        Some((p, at)) if p == phase => at,
+        _ => {
+            memory.phase_since = Some((phase, state.now));
+            state.now
+        }
+    };
+    match step(memory, state, seen) {
+        Decision::Wait(what) => match over_limit(state, phase, state.now.duration_since(since)) {
+            Some(limit) => Decision::Fail(format!(
+                "{limit}; still waiting for {what}: `okd-appliance cluster up` again waits anew"
+            )),
+            None => Decision::Wait(what),
+        },
+        other => other,
+    }
+}
+
+/// What a wait of `waited` in `phase` is past, if it is past its limit. A single node
+/// bootstraps in place, so its one wait has both limits.
+fn over_limit(state: &State<'_>, phase: ClusterPhase, waited: Duration) -> Option<String> {
+    let human = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    let (limit, what, key) = match phase {
+        ClusterPhase::Bootstrapping => (
+            state.bootstrap_timeout,
+            "bootstrap did not complete",
+            "orchestration.bootstrap_timeout",
+        ),
+        ClusterPhase::WorkersJoining if state.single_node => (
+            state.bootstrap_timeout + state.install_timeout,
+            "the single node did not install",
+            "orchestration.bootstrap_timeout + install_timeout",
+        ),
+        ClusterPhase::WorkersJoining => (
+            state.install_timeout,
+            "the cluster did not install",
+            "orchestration.install_timeout",
+        ),
+        _ => return None,
+    };
+    (waited >= limit).then(|| format!("{what} within {} ({key})", human(limit)))
+}
+
+fn step(memory: &mut Memory, state: &State<'_>, seen: &Observed) -> Decision {
     let phase = state.phase();
     if !memory.machines_started {
         memory.machines_started = true;

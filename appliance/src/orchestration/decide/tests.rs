@@ -7,6 +7,8 @@ use super::*;
 
 const DRAIN: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_secs(60);
+const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(50 * 60);
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(70 * 60);
 
 fn names(n: &[&str]) -> Vec<String> {
     n.iter().map(|s| (*s).to_owned()).collect()
@@ -120,6 +122,8 @@ impl Run {
             settle: SETTLE,
             now: self.now,
             wall: self.at,
+            bootstrap_timeout: BOOTSTRAP_TIMEOUT,
+            install_timeout: INSTALL_TIMEOUT,
         };
         next(&mut self.memory, &state, seen)
     }
@@ -150,7 +154,7 @@ impl Run {
                     self.progress.advance_cluster(a.to, self.at);
                     return out;
                 }
-                Decision::Wait(_) | Decision::Installed => return out,
+                Decision::Wait(_) | Decision::Installed | Decision::Fail(_) => return out,
             }
         }
         panic!("no decision ended the poll: {out:?}");
@@ -726,4 +730,60 @@ fn settling_counts_from_the_conditions_last_change_and_an_api_error_restarts_it(
         run.end(&answers),
         Decision::Wait(Waiting::Settling { .. })
     ));
+}
+
+/// Issue 40: a wait past openshift-install's limit ends the run as failed, saying what held it
+/// (the operators and their conditions); a new run (`cluster up` again) waits anew.
+#[test]
+fn a_wait_past_its_limit_fails_the_run_with_what_held_it() {
+    let mut run = Run::new();
+    let mut answers = Answers::default();
+    assert_eq!(
+        run.end(&answers),
+        Decision::Wait(Waiting::BootstrapComplete)
+    );
+    run.later(BOOTSTRAP_TIMEOUT - Duration::from_secs(1));
+    assert_eq!(
+        run.end(&answers),
+        Decision::Wait(Waiting::BootstrapComplete)
+    );
+    run.later(Duration::from_secs(1));
+    assert_eq!(
+        run.end(&answers),
+        Decision::Fail(
+            "bootstrap did not complete within 50m (orchestration.bootstrap_timeout); still waiting for bootstrap complete (kube-system/bootstrap): `okd-appliance cluster up` again waits anew"
+                .into()
+        )
+    );
+    // `cluster up` again: a new run's memory, a new wait.
+    run.memory = Memory {
+        machines_started: true,
+        ..Memory::default()
+    };
+    assert_eq!(
+        run.end(&answers),
+        Decision::Wait(Waiting::BootstrapComplete)
+    );
+
+    // Installing: a Degraded operator past the install limit is named with its condition.
+    let mut run = Run::new();
+    run.progress
+        .advance_cluster(ClusterPhase::WorkersJoining, 1);
+    run.memory.machines_started = true;
+    run.memory.workers_started = Some(1);
+    run.ready(&["m0", "m1", "m2", "w0"]);
+    answers.version = Some(done_version());
+    answers.operators = Ok(vec![operator("ingress", "True", "False", "True")]);
+    assert!(matches!(
+        run.end(&answers),
+        Decision::Wait(Waiting::Operators(_))
+    ));
+    run.later(INSTALL_TIMEOUT);
+    let Decision::Fail(why) = run.end(&answers) else {
+        panic!("not failed")
+    };
+    assert!(
+        why.starts_with("the cluster did not install within 1h 10m (orchestration.install_timeout); still waiting for cluster operators to settle: ingress (Degraded)"),
+        "{why}"
+    );
 }
