@@ -100,6 +100,17 @@ impl Run {
         }
     }
 
+    /// Every node Ready and the workers started: waiting for installed.
+    fn installing() -> Run {
+        let mut run = Run::new();
+        run.progress
+            .advance_cluster(ClusterPhase::WorkersJoining, 1);
+        run.memory.machines_started = true;
+        run.memory.workers_started = Some(1);
+        run.ready(&["m0", "m1", "m2", "w0"]);
+        run
+    }
+
     fn phase(&self) -> ClusterPhase {
         self.progress.cluster_phase().expect("set")
     }
@@ -371,12 +382,7 @@ fn the_workers_start_once_the_bootstrap_is_gone_then_the_nodes_must_be_ready() {
 
 #[test]
 fn installed_needs_the_cluster_version_done_and_every_operator_settled_for_the_period() {
-    let mut run = Run::new();
-    run.progress
-        .advance_cluster(ClusterPhase::WorkersJoining, 1);
-    run.memory.machines_started = true;
-    run.memory.workers_started = Some(1);
-    run.ready(&["m0", "m1", "m2", "w0"]);
+    let mut run = Run::installing();
     let mut answers = Answers::default();
     assert_eq!(run.end(&answers), Decision::Wait(Waiting::Version));
     answers.version = None;
@@ -658,12 +664,7 @@ impl Decision {
 /// between two polls, or a change while the API was down, is not "installed" right after.
 #[test]
 fn settling_counts_from_the_conditions_last_change_and_an_api_error_restarts_it() {
-    let mut run = Run::new();
-    run.progress
-        .advance_cluster(ClusterPhase::WorkersJoining, 1);
-    run.memory.machines_started = true;
-    run.memory.workers_started = Some(1);
-    run.ready(&["m0", "m1", "m2", "w0"]);
+    let mut run = Run::installing();
     let settled_op = |changed: u64| {
         let mut op = operator("kube-apiserver", "True", "False", "False");
         op.changed = ["Available", "Progressing", "Degraded"]
@@ -686,12 +687,7 @@ fn settling_counts_from_the_conditions_last_change_and_an_api_error_restarts_it(
 
     // Settled at every poll, but Progressing went True and back 2 s before this one: the
     // period runs from that change.
-    let mut run = Run::new();
-    run.progress
-        .advance_cluster(ClusterPhase::WorkersJoining, 1);
-    run.memory.machines_started = true;
-    run.memory.workers_started = Some(1);
-    run.ready(&["m0", "m1", "m2", "w0"]);
+    let mut run = Run::installing();
     answers.operators = Ok(vec![settled_op(1)]);
     run.end(&answers);
     run.later(SETTLE);
@@ -710,12 +706,7 @@ fn settling_counts_from_the_conditions_last_change_and_an_api_error_restarts_it(
     );
 
     // The API down for a while: the run's own window starts over when it is back.
-    let mut run = Run::new();
-    run.progress
-        .advance_cluster(ClusterPhase::WorkersJoining, 1);
-    run.memory.machines_started = true;
-    run.memory.workers_started = Some(1);
-    run.ready(&["m0", "m1", "m2", "w0"]);
+    let mut run = Run::installing();
     answers.operators = Ok(vec![settled_op(1)]);
     run.end(&answers);
     run.later(SETTLE - Duration::from_secs(1));
@@ -766,12 +757,7 @@ fn a_wait_past_its_limit_fails_the_run_with_what_held_it() {
     );
 
     // Installing: a Degraded operator past the install limit is named with its condition.
-    let mut run = Run::new();
-    run.progress
-        .advance_cluster(ClusterPhase::WorkersJoining, 1);
-    run.memory.machines_started = true;
-    run.memory.workers_started = Some(1);
-    run.ready(&["m0", "m1", "m2", "w0"]);
+    let mut run = Run::installing();
     answers.version = Some(done_version());
     answers.operators = Ok(vec![operator("ingress", "True", "False", "True")]);
     assert!(matches!(
