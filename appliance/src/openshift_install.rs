@@ -29,6 +29,10 @@ use serde::Deserialize;
 
 /// Where bootstrap.ign keeps the DNS config that names the cluster domain.
 pub const DNS_MANIFEST: &str = "/opt/openshift/manifests/cluster-dns-02-config.yml";
+/// Where bootstrap.ign keeps the cluster's root CA, which signs the machine config server's
+/// certificate (openshift/installer `pkg/asset/ignition/bootstrap/common.go` writes every TLS
+/// asset under /opt/openshift/tls; `pkg/asset/tls/root.go`: `RootCA`, `tls/root-ca.crt`).
+pub const ROOT_CA: &str = "/opt/openshift/tls/root-ca.crt";
 /// The state file openshift-install keeps beside its output.
 pub const STATE_FILE: &str = ".openshift_install_state.json";
 /// The admin kubeconfig, relative to the install directory.
@@ -42,6 +46,10 @@ pub struct Certificate {
     pub subject: String,
     pub not_before: SystemTime,
     pub not_after: SystemTime,
+    /// Its basic constraints say it is a CA (`cA: TRUE`).
+    pub is_ca: bool,
+    /// The SHA-256 of its DER, in hex: the same certificate is the same fingerprint.
+    pub sha256: String,
 }
 
 impl Certificate {
@@ -87,10 +95,14 @@ pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Certificate>, String> {
                 SystemTime::UNIX_EPOCH - Duration::from_secs(t.unsigned_abs())
             }
         };
+        let is_ca = matches!(cert.basic_constraints(), Ok(Some(bc)) if bc.value.ca);
+        let digest = ring::digest::digest(&ring::digest::SHA256, &block.contents);
         out.push(Certificate {
             subject: cert.subject().to_string(),
             not_before: time(cert.validity().not_before.timestamp()),
             not_after: time(cert.validity().not_after.timestamp()),
+            is_ca,
+            sha256: data_encoding::HEXLOWER.encode(digest.as_ref()),
         });
     }
     if out.is_empty() {
@@ -229,25 +241,9 @@ struct DnsSpec {
 /// The cluster domain bootstrap.ign was made for, from its DNS config ([`DNS_MANIFEST`]);
 /// `Ok(None)` when it has no such file (an Ignition config openshift-install did not write).
 pub fn bootstrap_cluster_domain(bytes: &[u8]) -> Result<Option<String>, String> {
-    let doc = ignition(bytes)?;
-    let Some(file) = doc
-        .storage
-        .into_iter()
-        .flat_map(|s| s.files)
-        .find(|f| f.path == DNS_MANIFEST)
-    else {
+    let Some(text) = storage_file(bytes, DNS_MANIFEST)? else {
         return Ok(None);
     };
-    let contents = file
-        .contents
-        .ok_or_else(|| format!("its {DNS_MANIFEST} has no contents"))?;
-    if let Some(c) = contents.compression.as_deref().filter(|c| !c.is_empty()) {
-        return Err(format!("its {DNS_MANIFEST} is compressed ({c})"));
-    }
-    let source = contents
-        .source
-        .ok_or_else(|| format!("its {DNS_MANIFEST} has no contents"))?;
-    let text = decode_data_url(&source).map_err(|e| format!("its {DNS_MANIFEST}: {e}"))?;
     let text = String::from_utf8(text).map_err(|_| format!("its {DNS_MANIFEST} is not text"))?;
     let manifest: DnsManifest = serde_saphyr::from_str(&text)
         .map_err(|e| format!("its {DNS_MANIFEST} is not YAML: {e}"))?;
@@ -256,6 +252,42 @@ pub fn bootstrap_cluster_domain(bytes: &[u8]) -> Result<Option<String>, String> 
         .and_then(|s| s.base_domain)
         .map(|d| Some(d.trim_end_matches('.').to_ascii_lowercase()))
         .ok_or_else(|| format!("its {DNS_MANIFEST} has no spec.baseDomain"))
+}
+
+/// The root CA bootstrap.ign carries ([`ROOT_CA`]), as PEM; `Ok(None)` when it has none.
+pub fn bootstrap_root_ca(bytes: &[u8]) -> Result<Option<Vec<Certificate>>, String> {
+    match storage_file(bytes, ROOT_CA)? {
+        None => Ok(None),
+        Some(pem) => pem_certificates(&pem)
+            .map(Some)
+            .map_err(|e| format!("its {ROOT_CA}: {e}")),
+    }
+}
+
+/// The contents of the file at `path` in an Ignition config's storage, from its inline data
+/// URL; `Ok(None)` when the config has no such file.
+fn storage_file(bytes: &[u8], path: &str) -> Result<Option<Vec<u8>>, String> {
+    let doc = ignition(bytes)?;
+    let Some(file) = doc
+        .storage
+        .into_iter()
+        .flat_map(|s| s.files)
+        .find(|f| f.path == path)
+    else {
+        return Ok(None);
+    };
+    let contents = file
+        .contents
+        .ok_or_else(|| format!("its {path} has no contents"))?;
+    if let Some(c) = contents.compression.as_deref().filter(|c| !c.is_empty()) {
+        return Err(format!("its {path} is compressed ({c})"));
+    }
+    let source = contents
+        .source
+        .ok_or_else(|| format!("its {path} has no contents"))?;
+    decode_data_url(&source)
+        .map(Some)
+        .map_err(|e| format!("its {path}: {e}"))
 }
 
 #[derive(Deserialize)]

@@ -67,6 +67,20 @@ fn root_ca(valid_from: i32, valid_until: i32) -> String {
     params.self_signed(&key).unwrap().pem()
 }
 
+/// A server certificate (not a CA), as the machine config server's own.
+fn leaf_cert() -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(vec!["api-int.okd.lab.example.com".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "api-int.okd.lab.example.com");
+    params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    params.self_signed(&key).unwrap().pem()
+}
+
 /// `dataurl.EncodeBytes` of a text: how openshift-install embeds every file.
 fn data_url(bytes: &[u8]) -> String {
     format!(
@@ -310,6 +324,46 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
             ],
         ),
         (
+            "a pointer ignition of another openshift-install run (another root CA)",
+            good.clone(),
+            None,
+            |name, c| {
+                if name == "master.ign" {
+                    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
+                    v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"] =
+                        json!(data_url(root_ca(2025, 2035).as_bytes()));
+                    v.to_string()
+                } else {
+                    c
+                }
+            },
+            &[
+                "master.ign trusts CN=root-ca, OU=openshift (SHA-256 ",
+                "but bootstrap.ign's root CA (/opt/openshift/tls/root-ca.crt) is CN=root-ca",
+                "the files come from two openshift-install runs",
+            ],
+        ),
+        (
+            "a leaf certificate given as the CA",
+            good.clone(),
+            None,
+            |name, c| {
+                if name == "master.ign" {
+                    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
+                    v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"] =
+                        json!(data_url(leaf_cert().as_bytes()));
+                    v.to_string()
+                } else {
+                    c
+                }
+            },
+            &[
+                "master.ign trusts CN=api-int.okd.lab.example.com",
+                "which is not a CA certificate",
+                "a leaf certificate may have been put in place of the cluster's root CA",
+            ],
+        ),
+        (
             "an expired second CA beside a good one",
             good.clone(),
             None,
@@ -470,6 +524,8 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
         let both = [
             "an expired CA",
             "a CA not valid yet (the host's clock behind)",
+            // Not a CA, and not bootstrap.ign's root CA either.
+            "a leaf certificate given as the CA",
         ];
         let expected_count = if both.contains(&what) { 2 } else { 1 };
         assert_eq!(count, expected_count, "{what}:\n{out}");

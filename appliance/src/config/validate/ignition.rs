@@ -5,7 +5,10 @@
 //! config's value it contradicts.
 //!
 //! - master.ign / worker.ign: the merge source is this cluster's machine config server for
-//!   that role, and its CA is a certificate valid now;
+//!   that role, and its CA is a CA certificate valid now, the very root CA bootstrap.ign
+//!   carries (`/opt/openshift/tls/root-ca.crt`, which signs the machine config server's
+//!   certificate): a pointer ignition of another openshift-install run of the same cluster,
+//!   or a leaf certificate given as the CA, fails the nodes' TLS to it;
 //! - bootstrap.ign: the cluster domain of its DNS config (its age is `install.rs`' rule);
 //! - `auth/kubeconfig`: the API server is `https://api.<cluster domain>:6443`;
 //! - `.openshift_install_state.json`: the install config's name, base domain, machine
@@ -61,8 +64,17 @@ impl Validator<'_> {
             spans: &spans,
             config,
             kubeconfig_required: severity == Severity::Error && driven(raw, config),
+            root_ca: None,
         };
         let single = config.single_node().is_some();
+        // The pointer ignitions' CA is compared with the root CA of the bootstrap config (read
+        // again below for its domain; a config that can't be read is reported there).
+        let bootstrap = RoleConfig::Bootstrap.file();
+        if config.nodes_with_role(Role::Bootstrap).next().is_some()
+            && let Ok(bytes) = files.read(&dir.join(bootstrap), MAX_INSTALL_FILE)
+        {
+            c.root_ca = oi::bootstrap_root_ca(&bytes).ok().flatten();
+        }
         for role in Role::ALL {
             if config.nodes_with_role(role).next().is_none() {
                 continue;
@@ -148,6 +160,8 @@ struct Compare<'a> {
     config: &'a Config,
     /// `install_kubeconfig` reports an unreadable kubeconfig `cluster up` reads, as an error.
     kubeconfig_required: bool,
+    /// The root CA bootstrap.ign carries, when it is there and says one.
+    root_ca: Option<Vec<oi::Certificate>>,
 }
 
 impl Compare<'_> {
@@ -249,10 +263,12 @@ impl Compare<'_> {
             .hint(hint);
             return;
         }
+        let mut all = Vec::new();
         for source in &ca_sources {
             match oi::decode_data_url(source).and_then(|pem| oi::pem_certificates(&pem)) {
                 Err(e) => self.unreadable(file, &format!("its CA bundle: {e}")),
                 Ok(certs) => {
+                    all.extend(certs.iter().cloned());
                     let now = self.files.now();
                     for why in certs.iter().filter_map(|c| c.invalid_at(now)) {
                         let hint = self.create_hint();
@@ -267,6 +283,46 @@ impl Compare<'_> {
                 }
             }
         }
+        if !all.is_empty() {
+            self.trusted(file, &all);
+        }
+    }
+
+    /// `file`'s CA certificates for the machine config server: each a CA, and the root CA of
+    /// bootstrap.ign when that is known. Says which file trusts which CA.
+    fn trusted(&mut self, file: &str, certs: &[oi::Certificate]) {
+        let short = |c: &oi::Certificate| format!("{} (SHA-256 {}...)", c.subject, &c.sha256[..16]);
+        for cert in certs.iter().filter(|c| !c.is_ca) {
+            let hint = self.create_hint();
+            self.report(
+                format!(
+                    "{file} trusts {} for the machine config server, which is not a CA certificate: Ignition would refuse the server's certificate",
+                    short(cert)
+                ),
+                &format!("{file} here"),
+            )
+            .hint(format!("a leaf certificate may have been put in place of the cluster's root CA; {hint}"));
+        }
+        let Some(root) = &self.root_ca else { return };
+        if certs
+            .iter()
+            .any(|c| root.iter().any(|r| r.sha256 == c.sha256))
+        {
+            return;
+        }
+        let theirs: Vec<String> = certs.iter().map(short).collect();
+        let ours: Vec<String> = root.iter().map(short).collect();
+        let hint = self.create_hint();
+        self.report(
+            format!(
+                "{file} trusts {} for the machine config server, but bootstrap.ign's root CA ({}) is {}: the files come from two openshift-install runs, and the nodes would fail TLS to the machine config server",
+                theirs.join(", "),
+                oi::ROOT_CA,
+                ours.join(", ")
+            ),
+            &format!("{file} here"),
+        )
+        .hint(format!("use the ignition files of one run; {hint}"));
     }
 
     fn bootstrap(&mut self, file: &str, bytes: &[u8]) {
