@@ -67,6 +67,17 @@ fn root_ca(valid_from: i32, valid_until: i32) -> String {
     params.self_signed(&key).unwrap().pem()
 }
 
+/// `c` with master.ign's CA replaced by `pem` (the other files unchanged).
+fn master_ca(name: &str, c: String, pem: &str) -> String {
+    if name != "master.ign" {
+        return c;
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
+    v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"] =
+        json!(data_url(pem.as_bytes()));
+    v.to_string()
+}
+
 /// A server certificate (not a CA), as the machine config server's own.
 fn leaf_cert() -> String {
     let key = rcgen::KeyPair::generate().unwrap();
@@ -327,16 +338,7 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
             "a pointer ignition of another openshift-install run (another root CA)",
             good.clone(),
             None,
-            |name, c| {
-                if name == "master.ign" {
-                    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
-                    v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"] =
-                        json!(data_url(root_ca(2025, 2035).as_bytes()));
-                    v.to_string()
-                } else {
-                    c
-                }
-            },
+            |name, c| master_ca(name, c, &root_ca(2025, 2035)),
             &[
                 "master.ign trusts CN=root-ca, OU=openshift (SHA-256 ",
                 "but bootstrap.ign's root CA (/opt/openshift/tls/root-ca.crt) is CN=root-ca",
@@ -347,16 +349,7 @@ fn each_mismatch_is_one_located_problem_with_a_hint() {
             "a leaf certificate given as the CA",
             good.clone(),
             None,
-            |name, c| {
-                if name == "master.ign" {
-                    let mut v: serde_json::Value = serde_json::from_str(&c).unwrap();
-                    v["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"] =
-                        json!(data_url(leaf_cert().as_bytes()));
-                    v.to_string()
-                } else {
-                    c
-                }
-            },
+            |name, c| master_ca(name, c, &leaf_cert()),
             &[
                 "master.ign trusts CN=api-int.okd.lab.example.com",
                 "which is not a CA certificate",
