@@ -26,6 +26,8 @@ use serde::Serialize;
 
 use crate::config::{Config, InstallConfig, Role, TrustBundlePolicy};
 
+pub mod single_node;
+
 /// The file name openshift-install reads from its install directory.
 pub const FILE_NAME: &str = "install-config.yaml";
 

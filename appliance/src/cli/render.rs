@@ -23,6 +23,8 @@ pub enum FormatArg {
     Networkd,
     Keepalived,
     InstallConfig,
+    /// A single node's MachineConfig that keeps its addresses on the installed disk.
+    SingleNodeNetwork,
 }
 
 impl FormatArg {
@@ -33,7 +35,10 @@ impl FormatArg {
             FormatArg::Bind => Some(Format::Bind),
             FormatArg::Dnsmasq => Some(Format::Dnsmasq),
             FormatArg::Haproxy => Some(Format::Haproxy),
-            FormatArg::Networkd | FormatArg::Keepalived | FormatArg::InstallConfig => None,
+            FormatArg::Networkd
+            | FormatArg::Keepalived
+            | FormatArg::InstallConfig
+            | FormatArg::SingleNodeNetwork => None,
         }
     }
 }
@@ -110,6 +115,17 @@ pub fn run(
         match rendered {
             Ok(text) => vec![render::Rendered {
                 file_name: okd_appliance::install_config::FILE_NAME.into(),
+                text,
+            }],
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else if let FormatArg::SingleNodeNetwork = format {
+        match okd_appliance::install_config::single_node::render(config) {
+            Ok(text) => vec![render::Rendered {
+                file_name: okd_appliance::install_config::single_node::FILE_NAME.into(),
                 text,
             }],
             Err(e) => {
