@@ -550,8 +550,10 @@ async fn apply(parts: &Parts, update: Update) {
         }
         Update::Drain { node, draining } => {
             let Some(pools) = &parts.pools else { return };
-            crate::lb::drain::replicated(&pools.load(), &node, draining, &parts.journal);
-            // Kept as the active host keeps it, for this host's next start.
+            // Kept for this host's next start, for a node of the pools only (a file name).
+            if crate::lb::drain::replicated(&pools.load(), &node, draining, &parts.journal) == 0 {
+                return;
+            }
             let dir = parts.plan.load().state_dir.clone();
             let keep = move || install_state::keep_drained(&dir, &node, draining);
             if let Ok(Err(e)) = tokio::task::spawn_blocking(keep).await {

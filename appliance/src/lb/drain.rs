@@ -76,12 +76,13 @@ pub fn undrain_quietly(pools: &Pools, node: &str) -> usize {
     named
 }
 
-/// A drain (`draining`) or undrain replicated from the pair's active host, unannounced.
-pub fn replicated(pools: &Pools, node: &str, draining: bool, journal: &Journal) {
+/// A drain (`draining`) or undrain replicated from the pair's active host, unannounced; returns
+/// how many backends are named `node` (none: no node of the served pools).
+pub fn replicated(pools: &Pools, node: &str, draining: bool, journal: &Journal) -> usize {
     if draining {
-        drain_quietly(pools, node, journal);
+        drain_quietly(pools, node, journal)
     } else {
-        undrain_quietly(pools, node);
+        undrain_quietly(pools, node)
     }
 }
 
