@@ -207,3 +207,36 @@ fn ssh_keys_as_the_installer_parses_them() {
         }
     }
 }
+
+#[test]
+fn one_master_with_workers_is_warned_of_for_what_the_appliance_does_not_what_the_installer_refuses()
+{
+    // `create single-node-ignition-config` takes compute replicas beside one control plane
+    // replica: `verifyBootstrapInPlace` (pkg/asset/ignition/bootstrap/bootstrapinplace.go)
+    // checks only `controlPlane.replicas == 1` and `bootstrapInPlace.installationDisk`. The
+    // refusal of compute replicas is the agent-based installer's (pkg/asset/agent/
+    // installconfig.go). What stops this config is the appliance's own rendering: one master
+    // beside workers is an ordinary install, and it has no bootstrap node.
+    let loaded = config::parse(
+        &config("okd", ""),
+        "okd.yml",
+        Path::new("/tmp"),
+        InstallCheck::Skip,
+    )
+    .unwrap_or_else(|e| panic!("{}", e.render(RenderStyle::Plain)));
+    let warning = loaded
+        .warnings
+        .iter()
+        .find(|p| p.code() == "config::single-master-with-workers")
+        .expect("one master beside a worker with no bootstrap node is warned of");
+    assert!(warning.message().contains("no bootstrap node"));
+    let text = loaded.warnings.render(RenderStyle::Plain);
+    assert!(
+        !text.contains("refuses compute replicas"),
+        "openshift-install's bootstrap-in-place does not refuse compute replicas:\n{text}"
+    );
+    assert!(
+        text.contains("add a `role: bootstrap` node"),
+        "the hint says what installs it:\n{text}"
+    );
+}

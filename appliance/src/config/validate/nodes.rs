@@ -166,9 +166,15 @@ impl Validator<'_> {
             1 if first_bootstrap.is_none()
                 && let Some(worker) = nodes.iter().find(|n| n.role == Role::Worker) =>
             {
-                // Neither install openshift-install knows: a single-node install
-                // (bootstrap-in-place) refuses compute replicas, and an ordinary one boots a
-                // bootstrap node. Fine for an installed cluster whose bootstrap was removed.
+                // The appliance installs one master alone as a single-node cluster and
+                // anything else as an ordinary install, which boots a bootstrap node. It is
+                // not openshift-install that refuses this: `create single-node-ignition-config`
+                // checks only `controlPlane.replicas == 1` and the installation disk
+                // (openshift/installer pkg/asset/ignition/bootstrap/bootstrapinplace.go,
+                // `verifyBootstrapInPlace`); the compute-replica refusal is the agent-based
+                // installer's (pkg/asset/agent/installconfig.go, "Total number of
+                // compute replicas must be 0 when controlPlane.replicas is 1"). Fine for an
+                // installed cluster whose bootstrap node was removed.
                 let worker_at = raw
                     .value
                     .iter()
@@ -182,7 +188,7 @@ impl Validator<'_> {
                         "a worker beside the only master",
                     )
                     .also(masters[0], "the only master")
-                    .hint("a single-node cluster is one master alone (openshift-install's bootstrap-in-place refuses compute replicas): add the workers once it is installed; an ordinary install needs a bootstrap node. An installed cluster whose bootstrap node was removed can ignore this");
+                    .hint("the appliance installs a single-node cluster only as one master alone (bootstrap-in-place), and anything larger as an ordinary install with a bootstrap node: add a `role: bootstrap` node, or list the master alone and add the workers (booting worker.ign) once it is installed. An installed cluster whose bootstrap node was removed can ignore this");
             }
             _ => {}
         }
