@@ -106,6 +106,21 @@ The cluster, in the middle of its install, as the test's flag files in DIR tell 
   operator is Available, not Progressing, not Degraded. Each change is an update (new
   resourceVersion, lastTransitionTime of the conditions whose status moved).
 
+The cluster moves by itself (every 100 ms, as its controllers do), whether or not anyone asks:
+a condition that changes while the API is down has its lastTransitionTime from then.
+
+Outages, as the test's flag files tell them:
+- <dir>/api-down: kube-apiserver stopped, as during its static-pod rollouts in an install.
+  Upstream's graceful termination (staging/src/k8s.io/apiserver/pkg/server/genericapiserver.go,
+  RunWithContext: after ShutdownDelayDuration the listener is closed, and net/http's
+  Server.Shutdown closes idle connections) leaves nothing listening, so a connection is refused:
+  here every new connection is reset as it is accepted (the nearest a listening socket comes to
+  refusing), and a kept-alive connection's next request is closed without an answer. /readyz is
+  unreachable with the rest, so a load balancer's health check takes the backend out.
+- <dir>/api-stalled: the API's host unreachable (a partition, a hung node): nothing answers,
+  new connections wait before their TLS handshake and requests before their answer, until the
+  flag goes (at most 120 s); a client sees only its own timeouts.
+
 The first approval meets a concurrent write: another client annotates the request after the
 orchestration read it, so its resourceVersion is stale and the answer is 409 Conflict (to be
 read again and retried, as every client of the real API must).
@@ -117,8 +132,8 @@ What the product must never do is logged to <dir>/violations: any write but a PU
 usage: kube_double.py DIR BIND_IP PORT DOMAIN MASTER WORKER=IP[,WORKER=IP...] [BOOTSTRAP]
 """
 
-import base64, copy, datetime, http.server, ipaddress, json, os, random, re, ssl, sys
-import threading, time, uuid
+import base64, copy, datetime, http.server, ipaddress, json, os, random, re, socket, ssl
+import struct, sys, threading, time, uuid
 from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
@@ -1075,8 +1090,33 @@ def verb(method, n, q):
     return {"PUT": "update", "POST": "create", "PATCH": "patch", "DELETE": "delete"}[method]
 
 
+def stalled():
+    """Waits while <dir>/api-stalled exists (bounded, so a test that forgot it still ends)."""
+    deadline = time.monotonic() + 120
+    while flag("api-stalled") and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def reset(sock):
+    """Closes with a TCP reset (SO_LINGER 0): what a client of a stopped server meets."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def parse_request(self):
+        # Called once a request line arrived (a kept-alive connection waits for it): what an
+        # outage does to the request is decided here; False closes the connection unanswered.
+        stalled()
+        if flag("api-down"):
+            self.close_connection = True
+            return False
+        return super().parse_request()
 
     def answer(self, code, obj, content_type="application/json"):
         data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
@@ -1245,6 +1285,24 @@ def by_name(sslobj, server_name, _ctx):
 
 
 internal.sni_callback = by_name
-server = http.server.ThreadingHTTPServer((BIND, PORT), Handler)
-server.socket = internal.wrap_socket(server.socket, server_side=True)
-server.serve_forever()
+
+
+class Server(http.server.ThreadingHTTPServer):
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        stalled()
+        if flag("api-down"):
+            reset(sock)
+            raise OSError("kube-apiserver is down (api-down)")
+        return internal.wrap_socket(sock, server_side=True), addr
+
+
+def ticking():
+    while True:
+        with lock:
+            cluster_moves()
+        time.sleep(0.1)
+
+
+threading.Thread(target=ticking, daemon=True).start()
+Server((BIND, PORT), Handler).serve_forever()

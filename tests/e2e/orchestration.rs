@@ -150,6 +150,52 @@ pub(crate) fn spawn_double(master: &harness::Node, auth: &Path) -> Process {
     double
 }
 
+/// Changes `orchestration.settle` in the config and reloads it.
+fn set_settle(config: &Path, state: &Path, from: &str, to: &str) {
+    let yaml = std::fs::read_to_string(config).unwrap();
+    let changed = yaml.replace(&format!("settle: {from}"), &format!("settle: {to}"));
+    assert_ne!(yaml, changed, "settle: {from} in\n{yaml}");
+    std::fs::write(config, changed).unwrap();
+    let out = std::process::Command::new(appliance_bin().unwrap())
+        .args(["reload", "--state-dir"])
+        .arg(state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// `t` as the appliance's log stamps its lines (UTC, microseconds: tracing-subscriber's
+/// default timer), so the two compare as strings.
+fn utc(t: std::time::SystemTime) -> String {
+    let since = t.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let out = std::process::Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            &format!("@{}.{:06}", since.as_secs(), since.subsec_micros()),
+            "+%Y-%m-%dT%H:%M:%S.%6NZ",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The inverse of [`utc`].
+fn parse_utc(stamp: &str) -> std::time::SystemTime {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", stamp, "+%s.%6N"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let secs: f64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::time::UNIX_EPOCH + Duration::from_secs_f64(secs)
+}
+
 /// `cluster status` says it waits for something containing `what` within `timeout`.
 pub(crate) fn waits_for(state: &Path, what: &str, timeout: Duration) -> bool {
     wait_until(timeout, || {
@@ -331,7 +377,64 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
         logs()
     );
     never_settles(&state, degraded);
+
+    // The API stalls (its host unreachable): said within moments, not at the request's 20 s
+    // timeout with the last reason shown meanwhile.
+    std::fs::write(auth.join("api-stalled"), b"").unwrap();
+    assert!(
+        waits_for(
+            &state,
+            "the cluster API: no answer for",
+            Duration::from_secs(6)
+        ),
+        "{}",
+        logs()
+    );
+    // kube-apiserver stops (a static-pod rollout): the held request ends unanswered, and the
+    // API's error is said; it comes back, and the run waits where it was.
+    std::fs::write(auth.join("api-down"), b"").unwrap();
+    std::fs::remove_file(auth.join("api-stalled")).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let s = status(&state);
+            let w = s["waiting_for"].as_str().unwrap_or_default();
+            w.starts_with("the cluster API: ") && !w.contains("no answer for")
+        }),
+        "{}",
+        logs()
+    );
+    std::fs::remove_file(auth.join("api-down")).unwrap();
+    assert!(
+        waits_for(&state, degraded, Duration::from_secs(10)),
+        "{}",
+        logs()
+    );
+
+    // The operators settle, and the API goes down within the settle period (4 s now, so the
+    // outage fits in it): what they did while it could not be asked is unknown, so the period
+    // starts over once it answers again, as if it had never begun.
+    set_settle(&config, &state, "1s", "4s");
     std::fs::write(auth.join("operators-settled"), b"").unwrap();
+    assert!(
+        waits_for(
+            &state,
+            "cluster operators settled for",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        logs()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(auth.join("api-down"), b"").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&state)["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("the cluster API: "))),
+        "{}",
+        logs()
+    );
+    let returned = utc(std::time::SystemTime::now());
+    std::fs::remove_file(auth.join("api-down")).unwrap();
     let waited = cli(
         &state,
         &["wait", "--for", "install-complete", "--timeout", "60s"],
@@ -346,6 +449,19 @@ fn cluster_up_takes_a_cluster_from_bootstrap_to_installed_and_resumes_after_a_cr
 
     let s = status(&state);
     assert_eq!(s["cluster"], "installed", "{s}");
+    let installed = appliance
+        .stderr()
+        .lines()
+        .find(|l| l.contains("cluster phase installed"))
+        .and_then(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no installed line in\n{}", appliance.stderr()));
+    let settle_after_return = utc(parse_utc(&returned) + Duration::from_secs(4));
+    assert!(
+        installed >= settle_after_return,
+        "installed at {installed}, before the settle period (4 s) after the API returned at {returned}"
+    );
+    set_settle(&config, &state, "4s", "1s");
     assert_eq!(s["running"], false, "{s}");
     assert_eq!(s["up_requested"], false, "{s}");
     let cluster: Vec<&str> = s["cluster_steps"]

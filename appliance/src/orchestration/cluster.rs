@@ -23,7 +23,7 @@ use kube::{Api, Client};
 use crate::plan::orchestration::OrchestrationPlan;
 
 /// Bounds every request: an API that stops answering is retried at the next poll.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]

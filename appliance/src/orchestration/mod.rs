@@ -404,7 +404,10 @@ impl Orchestrator {
             };
             let phase = state.phase();
             match decide::next(&mut run.memory, &state, &seen) {
-                Decision::Observe(query) => self.fetch(plan, run, query, &mut seen).await,
+                Decision::Observe(query) => {
+                    self.answered(phase, self.fetch(plan, run, query, &mut seen))
+                        .await;
+                }
                 Decision::Start { nodes, drain } => {
                     self.power_on(plan, &nodes).await?;
                     if let Some(b) = drain {
@@ -441,6 +444,27 @@ impl Orchestrator {
             "the install decided {MAX_DECISIONS_PER_POLL} times in one poll; trying again at the next"
         );
         Ok(None)
+    }
+
+    /// Awaits one observation. One the API has not answered within [`SLOW_ANSWER`] is said
+    /// while it is awaited (`cluster status`: "no answer for ..."), and what was said before
+    /// comes back once it answers: a stalled API is otherwise seen only at the request's
+    /// timeout, the last reason shown meanwhile as if nothing were wrong.
+    async fn answered(&self, phase: ClusterPhase, fetch: impl Future<Output = ()>) {
+        let asked = Instant::now();
+        let mut fetch = std::pin::pin!(fetch);
+        if tokio::time::timeout(SLOW_ANSWER, &mut fetch).await.is_ok() {
+            return;
+        }
+        let before = self
+            .lock()
+            .waiting
+            .replace((phase, Waiting::Unanswered(asked)));
+        fetch.await;
+        let mut run = self.lock();
+        if run.waiting == Some((phase, Waiting::Unanswered(asked))) {
+            run.waiting = before;
+        }
     }
 
     /// Fetches one observation [`decide::next`] asked for.
@@ -742,6 +766,10 @@ struct Drive {
 
 /// At most this many decisions in one poll ([`Orchestrator::poll`]).
 const MAX_DECISIONS_PER_POLL: usize = 32;
+
+/// An API request unanswered this long is said in `cluster status` while it waits: a
+/// kube-apiserver answers the orchestration's reads in milliseconds.
+const SLOW_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the certificate approval remembers between polls.
 #[derive(Debug, Default)]

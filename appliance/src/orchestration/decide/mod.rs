@@ -165,6 +165,9 @@ pub enum Waiting {
     Active,
     Machines(Vec<String>),
     Api(String),
+    /// A request to the API asked at this instant has had no answer yet (a stalled API is
+    /// otherwise seen only at the request's timeout).
+    Unanswered(Instant),
     Client(String),
     BootstrapComplete,
     /// etcd still counts its bootstrap member; what `etcds/cluster` showed.
@@ -195,6 +198,12 @@ impl fmt::Display for Waiting {
             Waiting::Active => f.write_str("this host to become the active one of its pair"),
             Waiting::Machines(nodes) => write!(f, "{} to create and start", nodes.join(", ")),
             Waiting::Api(e) => write!(f, "the cluster API: {e}"),
+            Waiting::Unanswered(asked) => write!(
+                f,
+                "the cluster API: no answer for {} (a request waits up to {})",
+                humantime::format_duration(Duration::from_secs(asked.elapsed().as_secs())),
+                humantime::format_duration(super::cluster::REQUEST_TIMEOUT)
+            ),
             Waiting::Client(e) => f.write_str(e),
             Waiting::BootstrapComplete => f.write_str("bootstrap complete (kube-system/bootstrap)"),
             Waiting::EtcdMember(seen) => write!(
