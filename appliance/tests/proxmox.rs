@@ -68,7 +68,11 @@ fn plan(d: &PveDouble, trust: &Trust<'_>) -> ControlPlan {
     let text = config_text(d, trust);
     let loaded = config::parse(&text, "okd.yml", d.dir.path(), config::InstallCheck::Skip)
         .unwrap_or_else(|e| panic!("{}", e.render(config::RenderStyle::Plain)));
-    Plan::derive(&loaded.config, 1).control
+    let mut control = Plan::derive(&loaded.config, 1).control;
+    // The creates' records in the test's own directory, shared by every provider of a test
+    // as by the runs of one host.
+    control.state_dir = d.dir.path().join("state");
+    control
 }
 
 /// The volume of a node's ISO in the double's ISO storage, as the plan names it (the name
@@ -87,6 +91,16 @@ struct Setup {
     plan: ControlPlan,
     provider: Arc<ProxmoxProvider>,
     journal: Journal,
+}
+
+/// How many create requests the double got.
+fn creates(t: &Setup) -> usize {
+    t.double.with(|s| {
+        s.requests
+            .iter()
+            .filter(|r| *r == "POST /api2/json/nodes/pve1/qemu")
+            .count()
+    })
 }
 
 fn quick() -> Pace {
@@ -119,7 +133,7 @@ fn provider(plan: &ControlPlan) -> ProxmoxProvider {
     let ProviderConfig::Proxmox(px) = &plan.provider else {
         panic!("not proxmox")
     };
-    ProxmoxProvider::new(px, plan.timeouts).unwrap()
+    ProxmoxProvider::new(px, plan.timeouts, &plan.state_dir).unwrap()
 }
 
 impl Setup {
@@ -624,14 +638,6 @@ async fn a_create_still_running_is_found_and_never_made_twice() {
     t.double.with(|s| {
         s.faults.hang_tasks.insert("qmcreate".into());
     });
-    let creates = |t: &Setup| {
-        t.double.with(|s| {
-            s.requests
-                .iter()
-                .filter(|r| *r == "POST /api2/json/nodes/pve1/qemu")
-                .count()
-        })
-    };
     // The worker has no configured VM ID: any create still running may be its own, so it
     // goes first here; the master's configured ID is the only one its reruns wait for.
     for (node, vmid) in [("worker-0", 100), ("master-0", 9002)] {
@@ -1273,4 +1279,95 @@ async fn an_iso_made_with_other_kernel_arguments_is_replaced() {
         "{destroyed}"
     );
     assert!(t.double.with(|s| s.isos.is_empty()));
+}
+
+/// Grants on the pool `okd` alone (pve-manager's pools, pve-access-control's pool roles) and
+/// `pool: okd` in the config; `pool add` runs unless `pool_exists` is false.
+fn pool_only(t: &mut Setup, pool_exists: bool) {
+    let mut script = String::from(
+        "pveum user add okd@pve\n\
+         pveum user token add okd@pve appliance\n",
+    );
+    if pool_exists {
+        script.push_str("pveum pool add okd\n");
+    }
+    for (path, role) in [
+        ("/pool/okd", "PVEVMAdmin"),
+        ("/storage/local-lvm", "PVEDatastoreUser"),
+        // Destroy looks for the VM's ISOs.
+        ("/storage/local", "PVEDatastoreUser"),
+        ("/sdn/zones/localnetwork/vmbr1", "PVESDNUser"),
+    ] {
+        script.push_str(&format!(
+            "pveum acl modify {path} --users okd@pve --tokens 'okd@pve!appliance' --roles {role}\n"
+        ));
+    }
+    t.double.set_up_access(&script).unwrap();
+    let ProviderConfig::Proxmox(px) = &mut t.plan.provider else {
+        panic!("not proxmox")
+    };
+    px.pool = Some("okd".into());
+    t.provider = Arc::new(provider(&t.plan).with_pace(quick()));
+}
+
+#[tokio::test]
+async fn a_create_a_pool_only_grant_cant_see_yet_is_followed_to_its_end_not_made_twice() {
+    // qemu-server adds a VM to its pool at the end of the create task, so a token granted on
+    // the pool alone doesn't see the create's placeholder; one that outlives the task timeout
+    // is followed by the next run from the create's record.
+    let mut t = setup();
+    t.plan.timeouts.task = Duration::from_secs(1);
+    pool_only(&mut t, true);
+    t.double.with(|s| {
+        s.faults.hang_tasks.insert("qmcreate".into());
+    });
+    let err = t.one("master-0", Action::Ensure).await.unwrap_err();
+    assert_eq!(err.kind(), FailureKind::Timeout, "{err}");
+    let msg = err.to_string();
+    assert!(!msg.contains("no VM was left behind"), "{msg}");
+    assert!(
+        msg.contains("vm 9002 may still be being created out of this token's sight"),
+        "{msg}"
+    );
+    // The token can't see it; Proxmox holds it.
+    assert!(t.double.with(|s| s.vms.contains_key(&9002)));
+    let again = t.one("master-0", Action::Ensure).await.unwrap_err();
+    assert_eq!(again.kind(), FailureKind::Timeout, "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains("is still being created by an earlier run"),
+        "{again}"
+    );
+    assert_eq!(creates(&t), 1);
+    // Once it ends, the rerun follows it, finds the VM (now in the pool) and makes none.
+    t.double.release("qmcreate");
+    let done = t.one("master-0", Action::Ensure).await.unwrap();
+    assert!(matches!(done, Outcome::Unchanged(_)), "{done:?}");
+    assert_eq!(creates(&t), 1);
+    assert_eq!(
+        t.double
+            .with(|s| (s.vms.len(), s.access.pool_of(9002).map(str::to_owned))),
+        (1, Some("okd".to_owned()))
+    );
+    // The pool's grant covers the rest of the VM's life.
+    t.one("master-0", Action::PowerOn).await.unwrap();
+    t.one("master-0", Action::PowerOff).await.unwrap();
+    t.one("master-0", Action::Destroy).await.unwrap();
+    assert_eq!(
+        t.double.with(|s| s.access.pool_of(9002).map(str::to_owned)),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_pool_that_does_not_exist_is_named_with_the_command_that_makes_it() {
+    let mut t = setup();
+    pool_only(&mut t, false);
+    let err = t.one("master-0", Action::Ensure).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("pool 'okd' does not exist"), "{msg}");
+    assert!(msg.contains("`pveum pool add okd`"), "{msg}");
+    assert!(msg.contains("no VM was left behind"), "{msg}");
+    assert!(t.double.with(|s| s.vms.is_empty()));
 }

@@ -259,9 +259,11 @@ impl AnyProvider {
         use crate::plan::machines::Provider as Settings;
         Ok(Some(match &plan.provider {
             Settings::None => return Ok(None),
-            Settings::Proxmox(px) => {
-                AnyProvider::Proxmox(proxmox::ProxmoxProvider::new(px, plan.timeouts)?)
-            }
+            Settings::Proxmox(px) => AnyProvider::Proxmox(proxmox::ProxmoxProvider::new(
+                px,
+                plan.timeouts,
+                &plan.state_dir,
+            )?),
             Settings::Libvirt(lv) => {
                 AnyProvider::Libvirt(libvirt::LibvirtProvider::new(lv, plan.timeouts))
             }

@@ -20,6 +20,8 @@ pub use crate::config::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlPlan {
     pub provider: Provider,
+    /// Where a provider keeps what must outlive one run (Proxmox: the creates it started).
+    pub state_dir: std::path::PathBuf,
     pub timeouts: ControlTimeouts,
     pub machines: Vec<MachineSpec>,
 }
@@ -162,6 +164,7 @@ pub fn derive(config: &Config, boot: &[crate::plan::BootParams]) -> ControlPlan 
         .collect();
     ControlPlan {
         provider: config.control.provider.clone(),
+        state_dir: config.state_dir.clone(),
         timeouts: config.control.timeouts,
         machines,
     }

@@ -13,6 +13,11 @@
 //!   any-of), `exec_api2_perm_check` (`and` raises the first failing sub-check's message, `or`
 //!   raises a bare `Permission check failed`).
 //! - proxmox/pve-common `src/PVE/Exception.pm` `raise_perm_exc`: the message, HTTP 403.
+//! - `src/PVE/RPCEnvironment.pm` `compute_api_permission`'s pool roles (at 5ccd07d): the roles a
+//!   user or token has on `/pool/NAME` count on `/vms/ID` of each VM in the pool, beside the
+//!   regular ones, never propagated and never over a `NoAccess` (a pool's `NoAccess` wins);
+//!   `AccessControl.pm` `verify_poolname`: `^[A-Za-z0-9.-_]+(/[A-Za-z0-9.-_]+){0,2}$`, at
+//!   most three levels (nesting came with libpve-access-control 8.0.7, PVE 8.1: e7224f6).
 //! - `src/PVE/API2/ACL.pm` `update_acl`, `src/PVE/API2/Role.pm`, `src/PVE/API2/User.pm`
 //!   (`privsep` defaults to 1), `src/PVE/CLI/pveum.pm`: the `pveum` commands the README and the
 //!   provider's hints give, which tests apply to the double.
@@ -33,6 +38,8 @@ pub struct Access {
     pub tokens: BTreeMap<String, bool>,
     /// (path, user or token ID, role) -> propagate.
     pub acl: BTreeMap<(String, String, String), bool>,
+    /// Resource pools and their VMs (user.cfg's `pool:` lines).
+    pub pools: BTreeMap<String, BTreeSet<u32>>,
 }
 
 impl Access {
@@ -164,6 +171,7 @@ impl Access {
             users: BTreeSet::new(),
             tokens: BTreeMap::new(),
             acl: BTreeMap::new(),
+            pools: BTreeMap::new(),
         }
     }
 
@@ -226,6 +234,26 @@ impl Access {
                     privs.insert(p);
                 }
                 self.roles.insert((*role).to_owned(), privs);
+            }
+            // pve-manager `PVE/API2/Pool.pm` `create_pool` (`pveum pool add`, at 14a22df): the
+            // name's format, an existing pool refused, a nested pool's parent must exist
+            // (4448f8d3, 8.1); each message wrapped by `lock_user_config`'s "create pool
+            // failed". Not modelled: 9.0's "pool name must start with a letter" (7eadbed6).
+            ["pool", "add", pool] => {
+                if !is_pool_id(pool) {
+                    return Err(format!("pool name '{pool}' contains invalid characters"));
+                }
+                if let Some((parent, _)) = pool.rsplit_once('/')
+                    && !self.pools.contains_key(parent)
+                {
+                    return Err(format!(
+                        "create pool failed: parent '{parent}' of pool '{pool}' does not exist"
+                    ));
+                }
+                if self.pools.contains_key(*pool) {
+                    return Err(format!("create pool failed: pool '{pool}' already exists"));
+                }
+                self.pools.insert((*pool).to_owned(), BTreeSet::new());
             }
             ["acl", "modify", path] => {
                 let roles = split_list(&opt("roles").ok_or("roles: property is missing")?);
@@ -294,8 +322,35 @@ impl Access {
         roles
     }
 
+    /// The roles on `path` with those its pool gives (`compute_api_permission`): a VM in a
+    /// pool has the pool's roles too, unless `NoAccess` is set on either.
+    fn roles_with_pool(&self, who: &str, path: &str) -> BTreeSet<String> {
+        let mut roles = self.roles_on(who, path);
+        let vmid: Option<u32> = path.strip_prefix("/vms/").and_then(|id| id.parse().ok());
+        let Some(pool) = vmid.and_then(|id| self.pool_of(id)) else {
+            return roles;
+        };
+        if roles.contains("NoAccess") {
+            return roles;
+        }
+        let pooled = self.roles_on(who, &format!("/pool/{pool}"));
+        if pooled.contains("NoAccess") {
+            return BTreeSet::from(["NoAccess".to_owned()]);
+        }
+        roles.extend(pooled);
+        roles
+    }
+
+    /// The pool a VM is in.
+    pub fn pool_of(&self, vmid: u32) -> Option<&str> {
+        self.pools
+            .iter()
+            .find(|(_, vms)| vms.contains(&vmid))
+            .map(|(name, _)| name.as_str())
+    }
+
     fn privileges_of(&self, who: &str, path: &str) -> BTreeSet<String> {
-        self.roles_on(who, path)
+        self.roles_with_pool(who, path)
             .iter()
             .filter_map(|r| self.roles.get(r))
             .flatten()
@@ -457,10 +512,17 @@ fn check_userid(user: &str) -> Result<(), String> {
     }
 }
 
+/// `AccessControl.pm` `verify_poolname`.
+pub fn is_pool_id(pool: &str) -> bool {
+    regex::Regex::new(r"^[A-Za-z0-9.\-_]+(?:/[A-Za-z0-9.\-_]+){0,2}$")
+        .expect("pattern")
+        .is_match(pool)
+}
+
 /// `PVE::AccessControl::check_path`, for the paths the appliance's set-up uses.
 fn valid_acl_path(path: &str) -> bool {
     let re = regex::Regex::new(
-        r"^/(|vms|vms/\d+|storage|storage/[^/]+|nodes|nodes/[^/]+|pool/[^/]+|sdn|sdn/zones|sdn/zones/[^/]+|sdn/zones/[^/]+/[^/]+|sdn/zones/[^/]+/[^/]+/\d+)$",
+        r"^/(|vms|vms/\d+|storage|storage/[^/]+|nodes|nodes/[^/]+|pool/[^/]+(?:/[^/]+){0,2}|sdn|sdn/zones|sdn/zones/[^/]+|sdn/zones/[^/]+/[^/]+|sdn/zones/[^/]+/[^/]+/\d+)$",
     )
     .expect("pattern");
     re.is_match(path)

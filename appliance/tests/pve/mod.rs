@@ -107,6 +107,9 @@ enum Effect {
     Created {
         vmid: u32,
         config: BTreeMap<String, String>,
+        /// ... and at its very end adds the VM to its pool (`add_vm_to_pool`, after
+        /// `write_config`): until then a grant on the pool alone does not reach the VM.
+        pool: Option<String>,
     },
     /// ... or, when it fails, unlinks the config (`unlink($conffile)`): nothing is left.
     CreateFailed {
@@ -815,9 +818,14 @@ impl State {
     fn apply(&mut self, effect: Effect) {
         match effect {
             Effect::None => {}
-            Effect::Created { vmid, config } => {
+            Effect::Created { vmid, config, pool } => {
                 if let Some(vm) = self.vms.get_mut(&vmid) {
                     vm.config = config;
+                    // pve-access-control `AccessControl.pm` `add_vm_to_pool`: only into a
+                    // pool that still exists.
+                    if let Some(members) = pool.and_then(|p| self.access.pools.get_mut(&p)) {
+                        members.insert(vmid);
+                    }
                 }
             }
             Effect::CreateFailed { vmid } => {
@@ -986,7 +994,14 @@ impl State {
 
     /// qemu-server `API2/Qemu.pm` `$check_vm_modify_config_perm`: each option's privilege on
     /// `/vms/{vmid}` (drives are checked elsewhere; `boot` is a disk option).
-    fn check_modify_config(&self, vmid: u32, keys: &[&String]) -> Result<(), String> {
+    /// Through `check_vm_perm`: with a pool (a create's), the privilege on `/pool/{pool}`
+    /// suffices, else `/vms/{vmid}`'s is needed (pve-access-control `RPCEnvironment.pm`).
+    fn check_modify_config(
+        &self,
+        vmid: u32,
+        pool: Option<&str>,
+        keys: &[&String],
+    ) -> Result<(), String> {
         let c = self.checker();
         let path = format!("/vms/{vmid}");
         for key in keys {
@@ -1007,6 +1022,11 @@ impl State {
                 k if k.starts_with("net") => "VM.Config.Network",
                 other => return Err(format!("only root can set '{other}' config")),
             };
+            if let Some(pool) = pool
+                && c.check(&format!("/pool/{pool}"), &[privilege]).is_ok()
+            {
+                continue;
+            }
             c.check(&path, &[privilege])?;
         }
         Ok(())
@@ -1046,9 +1066,18 @@ impl State {
     }
 
     fn create(&mut self, node: &str, vmid: u32, p: &BTreeMap<String, String>) -> Reply {
-        // qemu-server `API2/Qemu.pm` `create_vm`, in its order.
+        // qemu-server `API2/Qemu.pm` `create_vm`, in its order (at e6352be).
         let c = self.checker();
         let pool = p.get("pool");
+        // `$rpcenv->check_pool_exist($pool)`: `raise_perm_exc("pool '$pool' does not exist")`.
+        if let Some(pool) = pool
+            && !self.access.pools.contains_key(pool)
+        {
+            return error(
+                403,
+                &format!("Permission check failed (pool '{pool}' does not exist)"),
+            );
+        }
         let allowed = c.check(&format!("/vms/{vmid}"), &["VM.Allocate"]).is_ok()
             || pool.is_some_and(|pool| c.check(&format!("/pool/{pool}"), &["VM.Allocate"]).is_ok());
         if !allowed {
@@ -1061,7 +1090,7 @@ impl State {
             .collect();
         if let Err(e) = self
             .check_storage_access(p)
-            .and_then(|()| self.check_modify_config(vmid, &keys))
+            .and_then(|()| self.check_modify_config(vmid, pool.map(String::as_str), &keys))
             .and_then(|()| self.check_bridge_access(p))
         {
             return if e.starts_with("Permission check failed") {
@@ -1178,7 +1207,11 @@ impl State {
             "qmcreate",
             &id,
             "OK",
-            Effect::Created { vmid, config },
+            Effect::Created {
+                vmid,
+                config,
+                pool: pool.cloned(),
+            },
         )))
     }
 
@@ -1186,7 +1219,7 @@ impl State {
     fn update(&mut self, node: &str, vmid: u32, p: &BTreeMap<String, String>) -> Reply {
         let keys: Vec<&String> = p.keys().filter(|k| *k != "node" && *k != "vmid").collect();
         if let Err(e) = self
-            .check_modify_config(vmid, &keys)
+            .check_modify_config(vmid, None, &keys)
             .and_then(|()| self.check_storage_access(p))
             .and_then(|()| self.check_bridge_access(p))
         {
@@ -1357,6 +1390,20 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
             ),
         },
         ("GET", "/cluster/nextid") => {
+            // pve-manager `PVE/API2/Cluster.pm` `nextid` (any user): with `vmid`, that ID if
+            // no guest of the cluster holds it, whoever may see that guest, else a parameter
+            // error; the placeholder of a running create holds its ID.
+            if let Some(id) = p.get("vmid") {
+                let id: u32 = id.parse().unwrap_or(0);
+                if s.vms.contains_key(&id) {
+                    return error_with(
+                        400,
+                        "Parameter verification failed.",
+                        Some(json!({"vmid": format!("VM {id} already exists")})),
+                    );
+                }
+                return ok(Value::String(id.to_string()));
+            }
             let id = (100..).find(|id| !s.vms.contains_key(id)).unwrap();
             if s.faults.nextid_races > 0 {
                 s.faults.nextid_races -= 1;
@@ -1446,6 +1493,10 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                 return error(500, &format!("VM {vmid} is running - destroy failed"));
             }
             s.vms.remove(&vmid);
+            // `PVE::AccessControl::remove_vm_access`: its ACLs and its pool membership go.
+            for members in s.access.pools.values_mut() {
+                members.remove(&vmid);
+            }
             let upid = s.task(&node, "qmdestroy", &vmid.to_string(), "OK", Effect::None);
             ok(Value::String(upid))
         }

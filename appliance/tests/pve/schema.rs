@@ -379,7 +379,8 @@ fn named_format(name: &str, v: &str) -> Result<(), String> {
         "pve-vmid" => re(r"[1-9][0-9]{2,8}"),
         "pve-storage-id" => re(r"[a-z][a-z0-9\-_.]*[a-z0-9]"),
         "pve-bridge-id" => re(r"[-_.\w\d]+") && v.len() <= 15,
-        "pve-poolid" => re(r"[A-Za-z0-9_\-]+"),
+        // pve-access-control `AccessControl.pm` `verify_poolname`.
+        "pve-poolid" => super::access::is_pool_id(v),
         "dns-name" => re(
             r"(?:(?:[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?)\.)*(?:[A-Za-z0-9]([A-Za-z0-9\-]*[A-Za-z0-9])?)",
         ),

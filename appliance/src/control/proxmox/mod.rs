@@ -16,13 +16,17 @@
 //! client took the ID: a fresh one is asked for), MAC drift (an error, never "fixed"), a task
 //! that never ends (bounded wait, through transient poll failures), a create still running
 //! (its `lock: create` placeholder is waited for, never created twice), HA-managed VMs (power
-//! through ha-manager, awaited), paused VMs. A failed create says whether its VM is gone,
-//! still being created or left behind.
+//! through ha-manager, awaited), paused VMs, a create a token granted on a pool alone can't
+//! see until it ends (recorded before it is asked for and followed to its end by the next run:
+//! `started.rs`). A failed create says whether its VM is gone (only with proof: its task
+//! failed, Proxmox refused the request, or its VM ID is free), still being created or left
+//! behind.
 
 mod answers;
 mod api;
 mod power;
 pub mod spell;
+mod started;
 mod vms;
 
 use std::time::Duration;
@@ -66,6 +70,8 @@ pub struct ProxmoxProvider {
     /// `GET /version`, asked once per provider (one per action batch, whose actions all wait
     /// for the one answer): the version, or why it can't be used or was not learned.
     checked: tokio::sync::OnceCell<Result<String, ControlError>>,
+    /// Creates started and not known to have ended.
+    records: started::Records,
 }
 
 /// A VM of the cluster, at the node that holds it.
@@ -118,8 +124,13 @@ impl Listed {
 }
 
 impl ProxmoxProvider {
-    /// Reads the token's secret and sets up TLS; sends nothing yet.
-    pub fn new(px: &Proxmox, timeouts: ControlTimeouts) -> Result<Self, ControlError> {
+    /// Reads the token's secret and sets up TLS; sends nothing yet. Creates are recorded under
+    /// `state_dir` until their end is known.
+    pub fn new(
+        px: &Proxmox,
+        timeouts: ControlTimeouts,
+        state_dir: &std::path::Path,
+    ) -> Result<Self, ControlError> {
         Ok(ProxmoxProvider {
             api: Api::new(px, timeouts.request)?,
             px: px.clone(),
@@ -127,6 +138,7 @@ impl ProxmoxProvider {
             pace: Pace::default(),
             serial: tokio::sync::Mutex::new(()),
             checked: tokio::sync::OnceCell::new(),
+            records: started::Records::new(state_dir.join("proxmox-creates")),
         })
     }
 

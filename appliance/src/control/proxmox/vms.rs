@@ -5,6 +5,7 @@
 
 use super::answers::{self, Resource, VmConfig, VmStatus};
 use super::api::{self, PveError};
+use super::started::Started;
 use super::{Listed, ProxmoxProvider, Vm, spell};
 use crate::control::{ControlError, Outcome, Power};
 use crate::plan::machines::{InstallMedium, MachineSpec};
@@ -264,6 +265,7 @@ impl ProxmoxProvider {
 
     pub(super) async fn ensure(&self, m: &MachineSpec) -> Result<Outcome, ControlError> {
         let _one_at_a_time = self.serial.lock().await;
+        self.follow_started(m).await?;
         if let Some(vm) = self.find_settled(m).await? {
             let cfg = self.config(&vm).await?;
             let drift = self.differences(m, &vm, &cfg)?;
@@ -311,13 +313,22 @@ impl ProxmoxProvider {
                 None => self.next_id().await?,
             };
             let params = spell::create_params(m, &self.px, vmid);
+            let mut started = Started {
+                vmid,
+                node: self.px.node.clone(),
+                upid: None,
+            };
+            self.records.put(&m.vm_name, &started)?;
             let result = match self.api.post(&path, &params).await {
                 Ok(upid) => match answers::upid(&upid) {
-                    Some(upid) => self
-                        .api
-                        .wait(upid, self.timeouts.task, self.pace.poll)
-                        .await
-                        .map(drop),
+                    Some(upid) => {
+                        started.upid = Some(upid.to_owned());
+                        self.records.put(&m.vm_name, &started)?;
+                        self.api
+                            .wait(upid, self.timeouts.task, self.pace.poll)
+                            .await
+                            .map(drop)
+                    }
                     None => Err(PveError::Refused {
                         status: 200,
                         message: "the create request returned no task".into(),
@@ -328,9 +339,20 @@ impl ProxmoxProvider {
                 Err(e) => Err(self.api.needs(e, &self.allocate_path(vmid), "VM.Allocate")),
             };
             let err = match result {
-                Ok(()) => return Ok(vmid),
+                Ok(()) => {
+                    self.records.done(&m.vm_name);
+                    return Ok(vmid);
+                }
                 Err(e) => e,
             };
+            // Its end is known when its task failed (the worker unlinks the config: qemu-server
+            // `create_vm`) or Proxmox refused the request; not after a timeout or a lost answer.
+            if matches!(
+                err,
+                PveError::TaskFailed { .. } | PveError::Refused { .. } | PveError::Denied { .. }
+            ) {
+                self.records.done(&m.vm_name);
+            }
             // A lock held by another task, or a free ID another client took between
             // `nextid` and the create, is worth another attempt; anything else is not.
             let retryable = err.is_lock_timeout() || (m.vmid.is_none() && err.is_already_exists());
@@ -351,6 +373,79 @@ impl ProxmoxProvider {
             tokio::time::sleep(wait).await;
             wait *= 2;
             attempt += 1;
+        }
+    }
+
+    /// A create an earlier run started and whose end is not known: followed to its end before
+    /// anything else, so a VM a pool-only grant can't see yet is never made twice.
+    async fn follow_started(&self, m: &MachineSpec) -> Result<(), ControlError> {
+        let Some(rec) = self.records.get(&m.vm_name)? else {
+            return Ok(());
+        };
+        if let Some(upid) = &rec.upid {
+            match self
+                .api
+                .wait(upid, self.timeouts.task, self.pace.poll)
+                .await
+            {
+                // Created, or failed and unlinked: what Proxmox holds now says the rest.
+                Ok(_) | Err(PveError::TaskFailed { .. }) => {
+                    self.records.done(&m.vm_name);
+                    return Ok(());
+                }
+                Err(PveError::TaskTimeout(why)) => {
+                    return Err(ControlError::Timeout(format!(
+                        "{} (vm {} on {}) is still being created by an earlier run: {why}; nothing was created, and `okd-appliance nodes create {}` again goes on following it",
+                        m.vm_name, rec.vmid, rec.node, m.node
+                    )));
+                }
+                // Proxmox no longer knows the task (the node's task index was cleared): the
+                // VM ID says.
+                Err(PveError::Refused { .. }) => {}
+                Err(e) => {
+                    return Err(e.into_control(&format!("following the create of {}", m.vm_name)));
+                }
+            }
+        }
+        if self.id_is_free(rec.vmid).await? {
+            self.records.done(&m.vm_name);
+            return Ok(());
+        }
+        let vms = self.list().await?;
+        if let Some(vm) = self.pick(m, &vms)? {
+            if vm.vmid == rec.vmid {
+                self.records.done(&m.vm_name);
+            }
+            return Ok(());
+        }
+        if vms.iter().any(|vm| vm.vmid == rec.vmid && vm.placeholder()) {
+            // Visible and still running: waited for as any create in flight.
+            return Ok(());
+        }
+        Err(ControlError::Failed(format!(
+            "VM ID {} on {}, which an earlier run asked Proxmox to create as {}, is taken but this token can't see it: the create may still be running (a grant on a pool reaches a VM only once its create ended) or the VM is another's; nothing was created. Check vm {} in Proxmox; if it is not {}, remove {}",
+            rec.vmid,
+            rec.node,
+            m.vm_name,
+            rec.vmid,
+            m.vm_name,
+            self.records
+                .dir()
+                .join(format!("{}.json", m.vm_name))
+                .display()
+        )))
+    }
+
+    /// Whether no guest of the cluster holds `vmid`, whoever may see it (`nextid?vmid=`).
+    async fn id_is_free(&self, vmid: u32) -> Result<bool, ControlError> {
+        match self
+            .api
+            .get("/cluster/nextid", &[("vmid", vmid.to_string())])
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(PveError::Refused { status: 400, .. }) => Ok(false),
+            Err(e) => Err(e.into_control(&format!("asking whether VM ID {vmid} is free"))),
         }
     }
 
@@ -383,7 +478,20 @@ impl ProxmoxProvider {
                         Self::id(&vm),
                         m.node
                     ),
-                    Ok(None) => "; no VM was left behind".to_owned(),
+                    // Only with proof: the task failed (its worker unlinked the config), Proxmox
+                    // refused the request, or no guest holds the ID.
+                    Ok(None) => match &err {
+                        PveError::TaskFailed { .. }
+                        | PveError::Refused { .. }
+                        | PveError::Denied { .. } => "; no VM was left behind".to_owned(),
+                        _ => match self.id_is_free(vmid).await {
+                            Ok(true) => format!("; no VM was left behind (VM ID {vmid} is free)"),
+                            _ => format!(
+                                "; vm {vmid} may still be being created out of this token's sight (a grant on a pool reaches a VM only once its create ended): the create is recorded, and `okd-appliance nodes create {}` again follows it to its end",
+                                m.node
+                            ),
+                        },
+                    },
                     Err(e) => format!("; {e}"),
                 },
             },
@@ -393,6 +501,17 @@ impl ProxmoxProvider {
             ),
         };
         let mut left = left;
+        if let Some(pool) = &self.px.pool
+            && err
+                .message()
+                .is_some_and(|msg| msg.contains(&format!("pool '{pool}' does not exist")))
+        {
+            // `check_pool_exist` (pve-access-control `RPCEnvironment.pm`): the pool is made by
+            // hand, once, on any node of the cluster.
+            left.push_str(&format!(
+                "; create the pool on a Proxmox node first: `pveum pool add {pool}`"
+            ));
+        }
         if let InstallMedium::Iso { file_name, .. } = &m.install {
             // Downloaded before the create; kept for the next attempt.
             left.push_str(&format!(

@@ -70,7 +70,7 @@ impl ControlValidator<'_, '_> {
                     s,
                     "resource pool",
                     is_pve_pool_id,
-                    "a Proxmox pool ID, e.g. okd",
+                    "a Proxmox pool ID: letters, digits, `.`, `-`, `_`, up to three levels as `team/okd`",
                 )
                 .map(Some),
         };
@@ -186,12 +186,19 @@ fn is_pve_storage_id(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
-/// Proxmox's `pve-poolid` format.
+/// Proxmox's `pve-poolid` format (pve-access-control `src/PVE/AccessControl.pm`
+/// `verify_poolname` at 5ccd07d): `[A-Za-z0-9.-_]+` per level, up to three levels joined by
+/// `/` (nesting since libpve-access-control 8.0.7, PVE 8.1: e7224f6; a nested ID names no
+/// pool on older releases, and Proxmox says so at the create). No length limit.
 fn is_pve_pool_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_'))
+    let levels: Vec<&str> = s.split('/').collect();
+    levels.len() <= 3
+        && levels.iter().all(|level| {
+            !level.is_empty()
+                && level
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'))
+        })
 }
 
 /// `USER@REALM!TOKENID` as Proxmox spells API token IDs.
@@ -218,6 +225,24 @@ fn is_token_id(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_ids_as_proxmox_takes_them() {
+        for (id, ok) in [
+            ("okd", true),
+            ("okd.prod", true),
+            ("team/okd", true),
+            ("a/b/c", true),
+            ("a/b/c/d", false),
+            ("a//b", false),
+            ("/okd", false),
+            ("okd/", false),
+            ("ok d", false),
+            ("", false),
+        ] {
+            assert_eq!(is_pve_pool_id(id), ok, "{id}");
+        }
+    }
 
     #[test]
     fn token_ids_follow_proxmox_spelling() {
