@@ -861,10 +861,21 @@ async fn the_privilege_hints_work_for_a_privilege_separated_token() {
     for line in &applied {
         assert!(
             line.contains("--users okd@pve") && line.contains("--tokens 'okd@pve!appliance'")
-                || line.starts_with("pveum role add"),
+                || line.starts_with("pveum role add")
+                || line.starts_with("pveum role modify"),
             "{line}"
         );
     }
+    // On a second run the role exists: its `add` is refused, its `modify` still sets it.
+    assert!(
+        t.double
+            .pveum("pveum role add OKDSysAccessNetwork --privs Sys.AccessNetwork")
+            .unwrap_err()
+            .contains("already exists")
+    );
+    t.double
+        .pveum("pveum role modify OKDSysAccessNetwork --privs Sys.AccessNetwork")
+        .unwrap();
 }
 
 /// The `pveum` lines of the README's Proxmox section, in order.

@@ -222,9 +222,16 @@ impl Access {
                     *privsep = bool_opt(Some(v.as_str()), true)?;
                 }
             }
-            ["role", "add", role] => {
-                if self.roles.contains_key(*role) {
-                    return Err(format!("role '{role}' already exists"));
+            // `src/PVE/API2/Role.pm` `create_role` (its error wrapped by `lock_user_config`'s
+            // "create role failed") and `update_role` (the role must exist; without `append`
+            // its privileges are replaced).
+            ["role", "add" | "modify", role] => {
+                let adding = pos[1] == "add";
+                if adding && self.roles.contains_key(*role) {
+                    return Err(format!("create role failed: role '{role}' already exists"));
+                }
+                if !adding && !self.roles.contains_key(*role) {
+                    return Err(format!("role '{role}' does not exist"));
                 }
                 let mut privs = BTreeSet::new();
                 for p in split_list(&opt("privs").unwrap_or_default()) {

@@ -205,7 +205,7 @@ pub fn grant(token_id: &str, path: &str, privilege: &str) -> String {
         None => {
             let role = format!("OKD{}", first.replace('.', ""));
             let mut text = format!(
-                "only the built-in Administrator role holds {first} (PVEAdmin does not); rather than Administrator, make a role with just it and grant that to the token and to its user (a privilege-separated token has only what both have): `pveum role add {role} --privs {first}` and `{}`",
+                "only the built-in Administrator role holds {first} (PVEAdmin does not); rather than Administrator, make a role with just it and grant that to the token and to its user (a privilege-separated token has only what both have): `pveum role add {role} --privs {first}` (if the role exists already: `pveum role modify {role} --privs {first}`, which sets exactly that) and `{}`",
                 acl(&role)
             );
             if first == "Sys.AccessNetwork" {
@@ -396,6 +396,12 @@ mod tests {
         let net = grant("okd@pve!appliance", "/nodes/pve1", "Sys.AccessNetwork");
         assert!(
             net.contains("`pveum role add OKDSysAccessNetwork --privs Sys.AccessNetwork`"),
+            "{net}"
+        );
+        // pve-access-control `src/PVE/API2/Role.pm`: `create_role` refuses an existing role;
+        // `update_role` without `--append` replaces its privileges, so a second run works.
+        assert!(
+            net.contains("`pveum role modify OKDSysAccessNetwork --privs Sys.AccessNetwork`"),
             "{net}"
         );
         assert!(net.contains("PVEAdmin does not"), "{net}");
