@@ -1382,3 +1382,36 @@ async fn a_pool_that_does_not_exist_is_named_with_the_command_that_makes_it() {
     assert!(msg.contains("no VM was left behind"), "{msg}");
     assert!(t.double.with(|s| s.vms.is_empty()));
 }
+
+#[tokio::test]
+async fn an_ha_resource_in_state_ignored_is_powered_directly() {
+    // pve-ha-manager's `vm_is_ha_managed` says no for `ignored`: qemu-server's stop acts at
+    // once (no ha-manager request), and `overrule-shutdown` applies to it as to any VM.
+    let t = setup();
+    t.double.add_vm(
+        9002,
+        "master-0.okd.lab.example.com",
+        "52:54:00:00:00:02",
+        true,
+    );
+    t.double.with(|s| {
+        let vm = s.vms.get_mut(&9002).unwrap();
+        vm.ha = true;
+        vm.ha_ignored = true;
+        // The shutdown times out, so the stop follows.
+        vm.ignores_acpi = true;
+    });
+    t.one("master-0", Action::PowerOff).await.unwrap();
+    assert!(t.double.with(|s| !s.vms[&9002].running));
+    let stop = t.double.with(|s| {
+        s.requests
+            .iter()
+            .zip(&s.params)
+            .find(|(r, _)| r.ends_with("/qemu/9002/status/stop"))
+            .map(|(_, p)| p.clone())
+    });
+    assert_eq!(
+        stop.and_then(|p| p.get("overrule-shutdown").cloned()),
+        Some("1".to_owned())
+    );
+}

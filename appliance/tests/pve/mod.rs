@@ -76,6 +76,10 @@ pub struct Vm {
     pub ignores_acpi: bool,
     /// Managed by HA (`hastate` in `/cluster/resources`).
     pub ha: bool,
+    /// ... but with the HA state `ignored`: listed with that `hastate`, and not HA-managed
+    /// (pve-ha-manager `src/PVE/HA/Config.pm` `vm_is_ha_managed`: "ignored service behave as
+    /// if they were not managed by HA"), so power calls act directly.
+    pub ha_ignored: bool,
 }
 
 impl Vm {
@@ -437,6 +441,7 @@ impl PveDouble {
                     paused: false,
                     ignores_acpi: false,
                     ha: false,
+                    ha_ignored: false,
                 },
             );
         });
@@ -925,7 +930,8 @@ impl State {
                         fields.insert("status".into(), "unknown".into());
                     }
                     if vm.ha {
-                        entry["hastate"] = Value::String(if vm.running { "started" } else { "stopped" }.into());
+                        let state = if vm.ha_ignored { "ignored" } else if vm.running { "started" } else { "stopped" };
+                        entry["hastate"] = Value::String(state.into());
                     }
                     entry
                 })
@@ -1139,6 +1145,7 @@ impl State {
                 paused: false,
                 ignores_acpi: false,
                 ha: false,
+                ha_ignored: false,
             },
         );
         let id = vmid.to_string();
@@ -1285,7 +1292,7 @@ impl State {
         if let Some(lock) = vm.lock() {
             return error(500, &format!("VM is locked ({lock})"));
         }
-        if vm.ha && matches!(action, "start" | "stop" | "shutdown") {
+        if vm.ha && !vm.ha_ignored && matches!(action, "start" | "stop" | "shutdown") {
             // `vm_start` / `vm_stop` / `vm_shutdown` of an HA-managed VM only ask
             // ha-manager (`hastart`, `hastop`); `overrule-shutdown` is refused for them.
             if action == "stop" && p.get("overrule-shutdown").map(String::as_str) == Some("1") {
@@ -1418,6 +1425,7 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                         paused: false,
                         ignores_acpi: false,
                         ha: false,
+                        ha_ignored: false,
                     },
                 );
             }
@@ -1468,7 +1476,7 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                         (true, false) => "running",
                         _ => "stopped",
                     },
-                    "ha": { "managed": u8::from(vm.ha) },
+                    "ha": { "managed": u8::from(vm.ha && !vm.ha_ignored) },
                 });
                 if let Some(lock) = vm.lock() {
                     status["lock"] = Value::String(lock.to_owned());

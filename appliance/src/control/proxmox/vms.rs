@@ -35,7 +35,12 @@ impl ProxmoxProvider {
                         other => Power::Other(other.unwrap_or("unknown").to_owned()),
                     },
                     lock: vm.lock,
-                    ha: vm.hastate.is_some(),
+                    // pve-ha-manager `src/PVE/HA/Config.pm` `vm_is_ha_managed`: a resource
+                    // in state `ignored` is not HA-managed; power calls act directly.
+                    ha: vm
+                        .hastate
+                        .as_deref()
+                        .is_some_and(|state| state != "ignored"),
                 })
             })
             .collect();
