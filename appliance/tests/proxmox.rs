@@ -1415,3 +1415,38 @@ async fn an_ha_resource_in_state_ignored_is_powered_directly() {
         Some("1".to_owned())
     );
 }
+
+#[tokio::test]
+async fn a_create_lock_no_task_holds_is_waited_for_and_said_how_to_clear() {
+    // A create cut off by a crash (the worker killed between `create_and_lock_config` and
+    // `write_config`) leaves a placeholder with `lock: create` that no task will ever end.
+    let mut t = setup();
+    t.plan.timeouts.task = Duration::from_millis(300);
+    t.provider = Arc::new(provider(&t.plan).with_pace(quick()));
+    t.double.with(|s| {
+        s.vms.insert(
+            9002,
+            pve::Vm {
+                node: pve::NODE.into(),
+                config: std::collections::BTreeMap::from([("lock".into(), "create".into())]),
+                pending: std::collections::BTreeMap::new(),
+                running: false,
+                paused: false,
+                ignores_acpi: false,
+                ha: false,
+                ha_ignored: false,
+            },
+        );
+    });
+    let err = t.one("master-0", Action::Ensure).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("vm 9002 on pve1 is still being created"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("`qm unlock 9002` then `qm destroy 9002`"),
+        "{msg}"
+    );
+    assert_eq!(creates(&t), 0);
+}

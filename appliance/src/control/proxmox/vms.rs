@@ -140,10 +140,11 @@ impl ProxmoxProvider {
             }
             if tokio::time::Instant::now() + self.pace.poll > deadline {
                 return Err(ControlError::Timeout(format!(
-                    "{} is still being created (lock: create) after {}; it may be {}, from an earlier run or another client: nothing was created; run again when its task ends",
+                    "{} is still being created (lock: create) after {}; it may be {}, from an earlier run or another client: nothing was created; run again when its task ends. If no task runs for it (a create cut off by a crash leaves its lock behind), clear it as root on the Proxmox node that holds it: `qm unlock {id}` then `qm destroy {id}` (qemu-server's `qm unlock` removes any lock; the destroy removes the placeholder)",
                     Self::ids(&busy),
                     humantime::format_duration(self.timeouts.task),
-                    m.vm_name
+                    m.vm_name,
+                    id = busy[0].vmid
                 )));
             }
             tokio::time::sleep(self.pace.poll).await;
