@@ -62,17 +62,18 @@ impl Records {
             .map_err(|e| unreadable(&path, &e.to_string()))
     }
 
-    /// Keeps `started` for `vm_name`, durably, before the step it records goes on.
-    pub fn put(&self, vm_name: &str, started: &Started) -> Result<(), ControlError> {
+    /// Keeps `started` for `vm_name`, durably, before the step it records goes on; the error
+    /// says which file could not be written.
+    pub fn put(&self, vm_name: &str, started: &Started) -> Result<(), String> {
         let path = self.path(vm_name);
         let bytes = serde_json::to_vec(started).expect("a record serializes");
         std::fs::create_dir_all(&self.dir)
             .and_then(|()| crate::durable::write(&path, &bytes))
             .map_err(|e| {
-                ControlError::Failed(format!(
-                    "can't keep the record of {vm_name}'s create in {}: {e}; nothing was created (okd-appliance records a create before it asks for one, so a rerun never makes a second VM)",
+                format!(
+                    "can't keep the record of {vm_name}'s create in {}: {e}",
                     path.display()
-                ))
+                )
             })
     }
 

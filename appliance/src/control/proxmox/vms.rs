@@ -324,12 +324,21 @@ impl ProxmoxProvider {
                 node: self.px.node.clone(),
                 upid: None,
             };
-            self.records.put(&m.vm_name, &started)?;
+            self.records.put(&m.vm_name, &started).map_err(|why| {
+                ControlError::Failed(format!(
+                    "{why}; nothing was created (okd-appliance records a create before it asks for one, so a rerun never makes a second VM)"
+                ))
+            })?;
             let result = match self.api.post(&path, &params).await {
                 Ok(upid) => match answers::upid(&upid) {
                     Some(upid) => {
                         started.upid = Some(upid.to_owned());
-                        self.records.put(&m.vm_name, &started)?;
+                        // The create is under way now: a record that can't take its task is
+                        // no reason to stop waiting for it (the one written before still says
+                        // which ID a rerun must ask about).
+                        if let Err(e) = self.records.put(&m.vm_name, &started) {
+                            tracing::warn!("{} was started as task {upid}: {e}", m.vm_name);
+                        }
                         self.api
                             .wait(upid, self.timeouts.task, self.pace.poll)
                             .await
