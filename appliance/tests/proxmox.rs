@@ -1003,7 +1003,7 @@ async fn proxmox_before_8_2_is_refused_and_the_version_is_asked_once_per_batch()
         let requests = t.double.with(|s| s.requests.clone());
         assert_eq!(requests, ["GET /api2/json/version"], "{release}");
     }
-    for release in ["8.2", "9.0", "9.1"] {
+    for release in ["8.2", "8.4", "9.0", "9.1"] {
         let t = setup();
         t.double.set_release(release);
         if let Err((step, e)) = lifecycle(&t).await {
@@ -1321,6 +1321,56 @@ fn pool_only(t: &mut Setup, pool_exists: bool) {
     t.provider = Arc::new(provider(&t.plan).with_pace(quick()));
 }
 
+/// A create of `node` a pool-only token can't see outlives the task timeout: the error
+/// doesn't claim nothing was left, a rerun while it runs waits on it, and the rerun after it
+/// ended finds the VM and makes none. Returns the VM's ID.
+async fn a_hidden_create_is_followed(t: &Setup, node: &str) -> u32 {
+    t.double.with(|s| {
+        s.faults.hang_tasks.insert("qmcreate".into());
+    });
+    let err = t.one(node, Action::Ensure).await.unwrap_err();
+    assert_eq!(err.kind(), FailureKind::Timeout, "{err}");
+    let msg = err.to_string();
+    assert!(!msg.contains("no VM was left behind"), "{msg}");
+    // The token can't see it; Proxmox holds it.
+    let vmid = t
+        .double
+        .with(|s| *s.vms.keys().next().expect("the placeholder"));
+    assert!(
+        msg.contains(&format!(
+            "vm {vmid} may still be being created out of this token's sight"
+        )),
+        "{msg}"
+    );
+    let again = t.one(node, Action::Ensure).await.unwrap_err();
+    assert_eq!(again.kind(), FailureKind::Timeout, "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains("is still being created by an earlier run"),
+        "{again}"
+    );
+    assert_eq!(creates(t), 1);
+    // Once it ends, the rerun follows it, finds the VM (now in the pool) and makes none.
+    t.double.release("qmcreate");
+    let done = t.one(node, Action::Ensure).await.unwrap();
+    assert!(matches!(done, Outcome::Unchanged(_)), "{done:?}");
+    assert_eq!(creates(t), 1);
+    assert_eq!(
+        t.double.with(|s| (
+            s.vms.keys().copied().collect::<Vec<_>>(),
+            s.vms[&vmid].name().to_owned(),
+            s.access.pool_of(vmid).map(str::to_owned)
+        )),
+        (
+            vec![vmid],
+            format!("{node}.okd.lab.example.com"),
+            Some("okd".to_owned())
+        )
+    );
+    vmid
+}
+
 #[tokio::test]
 async fn a_create_a_pool_only_grant_cant_see_yet_is_followed_to_its_end_not_made_twice() {
     // qemu-server adds a VM to its pool at the end of the create task, so a token granted on
@@ -1329,38 +1379,7 @@ async fn a_create_a_pool_only_grant_cant_see_yet_is_followed_to_its_end_not_made
     let mut t = setup();
     t.plan.timeouts.task = Duration::from_secs(1);
     pool_only(&mut t, true);
-    t.double.with(|s| {
-        s.faults.hang_tasks.insert("qmcreate".into());
-    });
-    let err = t.one("master-0", Action::Ensure).await.unwrap_err();
-    assert_eq!(err.kind(), FailureKind::Timeout, "{err}");
-    let msg = err.to_string();
-    assert!(!msg.contains("no VM was left behind"), "{msg}");
-    assert!(
-        msg.contains("vm 9002 may still be being created out of this token's sight"),
-        "{msg}"
-    );
-    // The token can't see it; Proxmox holds it.
-    assert!(t.double.with(|s| s.vms.contains_key(&9002)));
-    let again = t.one("master-0", Action::Ensure).await.unwrap_err();
-    assert_eq!(again.kind(), FailureKind::Timeout, "{again}");
-    assert!(
-        again
-            .to_string()
-            .contains("is still being created by an earlier run"),
-        "{again}"
-    );
-    assert_eq!(creates(&t), 1);
-    // Once it ends, the rerun follows it, finds the VM (now in the pool) and makes none.
-    t.double.release("qmcreate");
-    let done = t.one("master-0", Action::Ensure).await.unwrap();
-    assert!(matches!(done, Outcome::Unchanged(_)), "{done:?}");
-    assert_eq!(creates(&t), 1);
-    assert_eq!(
-        t.double
-            .with(|s| (s.vms.len(), s.access.pool_of(9002).map(str::to_owned))),
-        (1, Some("okd".to_owned()))
-    );
+    assert_eq!(a_hidden_create_is_followed(&t, "master-0").await, 9002);
     // The pool's grant covers the rest of the VM's life.
     t.one("master-0", Action::PowerOn).await.unwrap();
     t.one("master-0", Action::PowerOff).await.unwrap();
@@ -1369,6 +1388,20 @@ async fn a_create_a_pool_only_grant_cant_see_yet_is_followed_to_its_end_not_made
         t.double.with(|s| s.access.pool_of(9002).map(str::to_owned)),
         None
     );
+}
+
+#[tokio::test]
+async fn a_hidden_create_of_a_node_without_a_vmid_is_followed_by_its_recorded_id() {
+    // As above, for a node whose VM ID comes from `nextid`: the record keeps the ID the first
+    // run was given, so the rerun follows that create instead of taking another free ID (the
+    // hidden placeholder holds one out of this token's sight).
+    let mut t = setup();
+    t.plan.timeouts.task = Duration::from_secs(1);
+    pool_only(&mut t, true);
+    // Already downloaded: a pool-only token may not download.
+    let iso = iso_volume(&t.plan, "worker-0");
+    t.double.with(|s| s.isos.insert(iso));
+    a_hidden_create_is_followed(&t, "worker-0").await;
 }
 
 #[tokio::test]
@@ -1449,4 +1482,113 @@ async fn a_create_lock_no_task_holds_is_waited_for_and_said_how_to_clear() {
         "{msg}"
     );
     assert_eq!(creates(&t), 0);
+}
+
+/// Grants for a create on `/vms` and the storages, and SDN.Use on `sdn` alone; the config's
+/// NIC on `bridge` with `vlan`.
+fn network_grants(t: &mut Setup, sdn: &str, bridge: &str, vlan: Option<u16>) {
+    let mut script = String::from(
+        "pveum user add okd@pve\n\
+         pveum user token add okd@pve appliance\n",
+    );
+    for (path, role) in [
+        ("/vms", "PVEVMAdmin"),
+        ("/storage/local-lvm", "PVEDatastoreUser"),
+        ("/storage/local", "PVEDatastoreUser"),
+        (sdn, "PVESDNUser"),
+    ] {
+        script.push_str(&format!(
+            "pveum acl modify {path} --users okd@pve --tokens 'okd@pve!appliance' --roles {role}\n"
+        ));
+    }
+    t.double.set_up_access(&script).unwrap();
+    let ProviderConfig::Proxmox(px) = &mut t.plan.provider else {
+        panic!("not proxmox")
+    };
+    px.bridge = bridge.into();
+    px.vlan = vlan;
+    t.provider = Arc::new(provider(&t.plan).with_pace(quick()));
+}
+
+#[tokio::test]
+async fn a_nic_is_checked_on_its_vnets_zone_and_its_vlan() {
+    // pve-guest-common `check_vnet_access`: SDN.Use on `/sdn/zones/ZONE/BRIDGE`, ZONE the
+    // VNet's zone when the bridge is an SDN VNet (else `localnetwork`), and with a VLAN tag
+    // on `.../TAG`, which an ACL on the bridge propagates to (pveum's `--propagate` is 1).
+    // (bridge, vlan, the grant that is not enough, where it is needed, net0 once granted)
+    for (bridge, vlan, wrong, needed, net0) in [
+        (
+            "okdnet",
+            None,
+            "/sdn/zones/localnetwork/okdnet",
+            "/sdn/zones/okdzone/okdnet",
+            "virtio=52:54:00:00:00:02,bridge=okdnet",
+        ),
+        (
+            "vmbr1",
+            Some(20),
+            "/sdn/zones/localnetwork/vmbr2",
+            "/sdn/zones/localnetwork/vmbr1/20",
+            "virtio=52:54:00:00:00:02,bridge=vmbr1,tag=20",
+        ),
+    ] {
+        let mut t = setup();
+        t.double
+            .with(|s| s.vnets.insert("okdnet".into(), "okdzone".into()));
+        network_grants(&mut t, wrong, bridge, vlan);
+        let err = t.one("master-0", Action::Ensure).await.unwrap_err();
+        let ControlError::Privilege {
+            privilege, path, ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((privilege.as_str(), path.as_str()), ("SDN.Use", needed));
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("pveum acl modify {needed} ")),
+            "{msg}"
+        );
+        assert!(t.double.with(|s| s.vms.is_empty()));
+
+        let mut t = setup();
+        t.double
+            .with(|s| s.vnets.insert("okdnet".into(), "okdzone".into()));
+        // The bridge's ACL covers its VLANs.
+        let granted = needed.trim_end_matches("/20");
+        network_grants(&mut t, granted, bridge, vlan);
+        t.one("master-0", Action::Ensure).await.unwrap();
+        assert_eq!(t.double.with(|s| s.vms[&9002].config["net0"].clone()), net0);
+    }
+}
+
+#[tokio::test]
+async fn an_https_iso_url_the_node_cant_verify_says_where_the_ca_goes() {
+    // pve-storage `download_url` hands the URL to wget, which checks it against the Proxmox
+    // node's own CA store; the appliance can't pass a CA, so the error says where it goes.
+    let mut t = setup();
+    for m in &mut t.plan.machines {
+        if let okd_appliance::plan::machines::InstallMedium::Iso { url, .. } = &mut m.install {
+            *url = url.replacen("http://", "https://", 1);
+        }
+    }
+    t.double.with(|s| s.faults.untrusted_https = true);
+    let err = t.one("worker-0", Action::Ensure).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("download failed: exit code 5"), "{msg}");
+    assert!(
+        msg.contains("could not verify the certificate of install.base_url")
+            && msg.contains("update-ca-certificates"),
+        "{msg}"
+    );
+    assert_eq!(err.kind(), FailureKind::Action);
+    // The failed download left no volume behind, and no VM was made.
+    assert!(t.double.with(|s| s.isos.is_empty() && s.vms.is_empty()));
+    // With the CA in the node's store, the same run goes through.
+    t.double.with(|s| s.faults.untrusted_https = false);
+    t.one("worker-0", Action::Ensure).await.unwrap();
+    assert!(
+        t.double
+            .with(|s| s.downloads.iter().all(|(u, _)| u.starts_with("https://")))
+    );
 }

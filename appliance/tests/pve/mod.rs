@@ -133,6 +133,11 @@ enum Effect {
     Unlock {
         vmid: u32,
     },
+    /// pve-common `Tools.pm` `download_file_from_url`: wget writes a temporary file, renamed
+    /// to the volume when the download (and its checks) succeeded.
+    Downloaded {
+        volume: String,
+    },
 }
 
 /// Steps between an HA request's task and the state change it asked for.
@@ -195,6 +200,9 @@ pub struct Faults {
     /// Requests whose path ends so are done at once but answered this much later (a busy
     /// node).
     pub slow: BTreeMap<String, Duration>,
+    /// The node's system CA store doesn't hold the CA of the appliance's https `base_url`:
+    /// wget in `download-url` fails its TLS check.
+    pub untrusted_https: bool,
     /// `/cluster/resources` has no status data for the VMs yet (pvestatd's next round):
     /// no `name`, status `unknown` (pve-manager `PVE/API2Tools.pm` `extract_vm_stats`).
     pub no_status_data: bool,
@@ -222,6 +230,9 @@ pub struct State {
     pub nodes: BTreeSet<String>,
     /// Nodes that are down: pveproxy can't relay to them (595).
     pub offline: BTreeSet<String>,
+    /// SDN VNets (`/etc/pve/sdn/vnets.cfg`): VNet name -> its zone. A bridge that isn't one is
+    /// in the zone `localnetwork` (pve-guest-common `check_vnet_access`).
+    pub vnets: BTreeMap<String, String>,
     tasks: BTreeMap<String, Task>,
     /// Effects due in so many steps.
     later: Vec<(u32, Effect)>,
@@ -250,6 +261,7 @@ impl Default for State {
             version: version_of("8.2"),
             nodes: BTreeSet::from([NODE.to_owned(), NODE2.to_owned()]),
             offline: BTreeSet::new(),
+            vnets: BTreeMap::new(),
             tasks: BTreeMap::new(),
             later: Vec::new(),
             next_pid: 0x1000,
@@ -836,6 +848,9 @@ impl State {
             Effect::CreateFailed { vmid } => {
                 self.vms.remove(&vmid);
             }
+            Effect::Downloaded { volume } => {
+                self.isos.insert(volume);
+            }
             Effect::Ha { vmid, running } => {
                 self.later.push((HA_LAG, Effect::Power { vmid, running }));
             }
@@ -1039,7 +1054,10 @@ impl State {
     }
 
     /// qemu-server `QemuServer.pm` `check_bridge_access` -> pve-guest-common
-    /// `PVE/GuestHelpers.pm` `check_vnet_access`: SDN.Use on the bridge, or on its VLAN.
+    /// `PVE/GuestHelpers.pm` `check_vnet_access` (4a8f6cb): SDN.Use on
+    /// `/sdn/zones/ZONE/BRIDGE`, or on `.../TAG` with a VLAN tag (which an ACL on the bridge
+    /// propagates to). ZONE is the VNet's zone when the bridge is an SDN VNet, else
+    /// `localnetwork`.
     fn check_bridge_access(&self, p: &BTreeMap<String, String>) -> Result<(), String> {
         for (_, net) in p.iter().filter(|(k, _)| k.starts_with("net")) {
             let field = |name: &str| {
@@ -1049,9 +1067,13 @@ impl State {
             let Some(bridge) = field("bridge") else {
                 continue;
             };
+            let zone = self
+                .vnets
+                .get(bridge)
+                .map_or("localnetwork", String::as_str);
             let path = match field("tag") {
-                Some(tag) => format!("/sdn/zones/localnetwork/{bridge}/{tag}"),
-                None => format!("/sdn/zones/localnetwork/{bridge}"),
+                Some(tag) => format!("/sdn/zones/{zone}/{bridge}/{tag}"),
+                None => format!("/sdn/zones/{zone}/{bridge}"),
             };
             self.checker().check(&path, &["SDN.Use"])?;
         }
@@ -1105,15 +1127,11 @@ impl State {
                 error(500, &e)
             };
         }
-        // `$check_drive_param`: an ISO needs `media=cdrom`; a new disk's size is GiB.
+        // `$check_drive_param`, before the fork: an ISO needs `media=cdrom`.
         for key in keys.iter().filter(|k| is_drive(k)) {
             let value = &p[key.as_str()];
-            let volume = drive_volume(value);
-            if volume.contains(":iso/") && !drive_is_cdrom(value) {
+            if drive_volume(value).contains(":iso/") && !drive_is_cdrom(value) {
                 return param_error(key, "explicit 'media=cdrom' is required for iso images");
-            }
-            if !drive_is_cdrom(value) && new_disk(volume).is_none() {
-                return param_error(key, &format!("volume '{volume}' does not exist"));
             }
         }
         // pve-cluster `Cluster.pm` `cfs_lock`, around writing the config.
@@ -1160,15 +1178,27 @@ impl State {
                 Effect::CreateFailed { vmid },
             )));
         }
-        if let Some(iso) = p.get("ide2").map(|v| drive_volume(v))
-            && iso != "none"
-            && !self.isos.contains(iso)
-        {
+        // From here on it is the `qmcreate` worker: an error is the task's exit status,
+        // `"$emsg $err"` (`unable to create VM N - ...`), and the placeholder is unlinked.
+        // `create_disks`: an existing volume (not `STORAGE:SIZE`) must be there
+        // (`volume_size_info`: "volume $volid does not exist").
+        let missing = keys.iter().filter(|k| is_drive(k)).find_map(|key| {
+            let volume = drive_volume(&p[key.as_str()]);
+            let there = volume == "none"
+                || new_disk(volume).is_some()
+                || self.isos.contains(volume)
+                || self
+                    .vms
+                    .values()
+                    .any(|vm| vm.config.values().any(|v| drive_volume(v) == volume));
+            (!there).then(|| volume.to_owned())
+        });
+        if let Some(volume) = missing {
             return ok(Value::String(self.task(
                 node,
                 "qmcreate",
                 &id,
-                &format!("unable to create VM {vmid} - volume '{iso}' does not exist"),
+                &format!("unable to create VM {vmid} - volume {volume} does not exist"),
                 Effect::CreateFailed { vmid },
             )));
         }
@@ -1534,8 +1564,30 @@ fn route(s: &mut State, template: &str, method: &str, p: &BTreeMap<String, Strin
                 );
             }
             s.downloads.push((p["url"].clone(), volume.clone()));
-            s.isos.insert(volume);
-            let upid = s.task(&node, "download", &p["filename"], "OK", Effect::None);
+            // The worker runs `wget URL` (`--no-check-certificate` only with
+            // `verify-certificates=0`) against the node's system CA store; run_command's
+            // `errmsg => "download failed"` reports wget's exit code, 5 for "SSL verification
+            // failure" (wget(1), EXIT STATUS).
+            let untrusted = p["url"].starts_with("https://")
+                && s.faults.untrusted_https
+                && p.get("verify-certificates").is_none_or(|v| v != "0");
+            let upid = if untrusted {
+                s.task(
+                    &node,
+                    "download",
+                    &p["filename"],
+                    "download failed: exit code 5",
+                    Effect::None,
+                )
+            } else {
+                s.task(
+                    &node,
+                    "download",
+                    &p["filename"],
+                    "OK",
+                    Effect::Downloaded { volume },
+                )
+            };
             ok(Value::String(upid))
         }
         ("DELETE", "/nodes/{node}/storage/{storage}/content/{volume}") => {

@@ -38,9 +38,17 @@ impl ProxmoxProvider {
         self.task("POST", &path, &params, self.timeouts.task)
             .await
             .map_err(|e| {
-                self.api
+                let hint = e.message().and_then(|m| spell::download_hint(url, m));
+                let e = self
+                    .api
                     .needs(e, &format!("/nodes/{}", self.px.node), "Sys.AccessNetwork")
-                    .into_control(&format!("downloading {url} into {volume}"))
+                    .into_control(&format!("downloading {url} into {volume}"));
+                match (e, hint) {
+                    (ControlError::Failed(msg), Some(hint)) => {
+                        ControlError::Failed(format!("{msg}: {hint}"))
+                    }
+                    (e, _) => e,
+                }
             })?;
         // The node's ISOs made with other kernel arguments (their names carry a digest of
         // them): never booted again, so removed; a failure leaves them, and says so.

@@ -256,6 +256,17 @@ pub fn unsupported(endpoint: &str, version: &str, release: (u32, u32)) -> Option
 /// timeout` (pve-cluster `src/PVE/Cluster.pm` `cfs_lock`), `VM is locked (backup)`
 /// (pve-guest-common `src/PVE/AbstractConfig.pm` `check_lock`: a backup, migration or
 /// snapshot holds the VM's config).
+/// What to do about a failed `download-url` of `url`, when its task's exit status says.
+/// pve-storage `download_url` runs wget (pve-common `Tools.pm` `download_file_from_url`,
+/// `errmsg => "download failed"`), which checks an https URL against the Proxmox node's
+/// system CA store and exits 5 on "SSL verification failure" (wget(1), EXIT STATUS).
+pub fn download_hint(url: &str, exitstatus: &str) -> Option<&'static str> {
+    (url.starts_with("https://") && exitstatus.trim_end().ends_with("download failed: exit code 5"))
+        .then_some(
+            "the Proxmox node's wget could not verify the certificate of install.base_url: add the CA that signed it to each Proxmox node's system store (`cp ca.pem /usr/local/share/ca-certificates/okd-appliance.crt && update-ca-certificates`), or serve base_url over http (the ISO carries no secret; the ignition it names is fetched by the node itself)",
+        )
+}
+
 pub fn is_lock_timeout(message: &str) -> bool {
     (message.contains("can't lock file") && message.contains("got timeout"))
         || (message.contains("cfs-lock") && message.contains("got lock request timeout"))
