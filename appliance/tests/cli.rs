@@ -759,3 +759,64 @@ fn operator_commands_name_a_host_files_cluster() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is cluster test's config, not okd's"));
 }
+
+/// An admin socket in `dir` that answers each of `replies` to one request, in order, and
+/// returns the request lines it was sent.
+fn admin_socket(
+    dir: &std::path::Path,
+    replies: &'static [&'static str],
+) -> std::thread::JoinHandle<Vec<String>> {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::os::unix::net::UnixListener::bind(dir.join("admin.sock")).unwrap();
+    std::thread::spawn(move || {
+        let mut asked = Vec::new();
+        for reply in replies {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&stream).read_line(&mut line).unwrap();
+            asked.push(line.trim_end().to_owned());
+            (&stream).write_all(reply.as_bytes()).unwrap();
+        }
+        asked
+    })
+}
+
+#[test]
+fn an_admin_reply_s_kind_is_the_exit_code_not_its_words() {
+    // A timeout whose reason starts "no ..." is exit 1, a node the appliance does not know
+    // exit 2, a refusal exit 1, whatever the words.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let socket = admin_socket(
+        dir.path(),
+        &[
+            "error(timeout): no answer within 5s\n",
+            "error(usage): no node is named nobody\n",
+            "error: no backends left to drain: the pool would be empty\n",
+            "ok: master-0 drained\n",
+        ],
+    );
+    let said = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = run(&["reload", "--state-dir", state]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(said(&out), "error: no answer within 5s\n");
+    let out = run(&["lb", "drain", "nobody", "--state-dir", state]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    let out = run(&["lb", "drain", "master-1", "--state-dir", state]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let out = run(&["lb", "drain", "master-0", "--state-dir", state]);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok: master-0 drained\n"
+    );
+    assert_eq!(
+        socket.join().unwrap(),
+        [
+            "reload",
+            "lb drain nobody",
+            "lb drain master-1",
+            "lb drain master-0"
+        ]
+    );
+}

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 
+use okd_appliance::operator::wire::{HaRequest, NodeOp, Reply, Request};
+
 use super::Target;
 
 #[derive(Debug, Subcommand)]
@@ -71,73 +73,79 @@ pub enum LbAction {
 /// `lb drain|undrain NODE`, `lb status`.
 pub fn lb(action: &LbAction) -> ExitCode {
     let (request, target) = match action {
-        LbAction::Drain { node, target } => (format!("lb drain {node}"), target),
-        LbAction::Undrain { node, target } => (format!("lb undrain {node}"), target),
-        LbAction::Status { target } => ("lb status".to_owned(), target),
+        LbAction::Drain { node, target } => (Request::node(NodeOp::Drain, node), target),
+        LbAction::Undrain { node, target } => (Request::node(NodeOp::Undrain, node), target),
+        LbAction::Status { target } => (Request::LbStatus, target),
     };
-    call(target, &request)
+    call(target, request)
 }
 
 /// `ha check`, `ha notify active|standby`, `ha status`.
 pub fn ha(action: &HaAction) -> ExitCode {
-    match action {
-        HaAction::Check { target } => call(target, "ha health"),
-        HaAction::Notify { state, target } => call(
-            target,
-            match state {
-                HaState::Active => "ha set active",
-                HaState::Standby => "ha set standby",
+    let (request, target) = match action {
+        HaAction::Check { target } => (HaRequest::Health, target),
+        HaAction::Notify { state, target } => (
+            HaRequest::Set {
+                active: matches!(state, HaState::Active),
             },
+            target,
         ),
-        HaAction::Status { target } => call(target, "ha status"),
-    }
+        HaAction::Status { target } => (HaRequest::Status, target),
+    };
+    call(target, Request::Ha(request))
 }
 
 /// `node reinstall NODE`.
 pub fn reinstall(node: &str, target: &Target) -> ExitCode {
-    call(target, &format!("node reinstall {node}"))
+    call(target, Request::node(NodeOp::Reinstall, node))
 }
 
 /// `reload`.
 pub fn reload(target: &Target) -> ExitCode {
-    call(target, "reload")
+    call(target, Request::Reload)
 }
 
-/// Whether the admin socket's `reply` refuses a request for naming no node or cluster it knows,
-/// or no cluster where it serves several: the asker's usage to fix (exit 2).
-pub fn usage_refused(reply: &str) -> bool {
-    reply.starts_with("error: no ") || reply.starts_with("error: this appliance serves several")
+/// An `ok` reply's line and body; an error reply is printed, and its kind is the exit code
+/// (2 for a node or cluster the appliance does not know, or no cluster named where several
+/// are served, as `nodes` says it; else 1).
+pub fn answered(reply: Reply) -> Result<(Option<String>, String), ExitCode> {
+    match reply {
+        Reply::Ok { line, body } => Ok((line, body)),
+        Reply::Error { kind, .. } => {
+            eprint!("{}", reply.text());
+            Err(ExitCode::from(kind.exit_code()))
+        }
+    }
+}
+
+/// Says the admin socket of `state_dir` can't be reached: exit 1.
+pub fn unreachable(state_dir: &std::path::Path, e: &std::io::Error) -> ExitCode {
+    let socket = okd_appliance::operator::admin::socket_path(state_dir);
+    eprintln!(
+        "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir? a changed state_dir takes a restart)",
+        socket.display()
+    );
+    ExitCode::from(1)
 }
 
 /// Sends one request to the running appliance's admin socket and prints its reply.
-fn call(target: &Target, request: &str) -> ExitCode {
+fn call(target: &Target, request: Request) -> ExitCode {
     let appliance = match target.appliance() {
         Ok(a) => a,
         Err(code) => return code,
     };
     let state_dir = appliance.state_dir.as_path();
     match okd_appliance::operator::admin::call(state_dir, &appliance.ask(request)) {
-        Ok(reply) if reply.starts_with("ok") => {
-            print!("{reply}");
-            ExitCode::SUCCESS
-        }
-        // A node or cluster the appliance does not know, or no cluster named where several
-        // are served: a usage error, 2, as `nodes` says it.
-        Ok(reply) if usage_refused(&reply) => {
-            eprint!("{reply}");
-            ExitCode::from(2)
-        }
         Ok(reply) => {
-            eprint!("{reply}");
-            ExitCode::from(1)
+            let text = reply.text();
+            match answered(reply) {
+                Ok(_) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
         }
-        Err(e) => {
-            let socket = okd_appliance::operator::admin::socket_path(state_dir);
-            eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir? a changed state_dir takes a restart)",
-                socket.display()
-            );
-            ExitCode::from(1)
-        }
+        Err(e) => unreachable(state_dir, &e),
     }
 }

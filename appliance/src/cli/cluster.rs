@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Subcommand;
 use okd_appliance::operator::admin;
+use okd_appliance::operator::wire::{ClusterRequest, Request};
 use okd_appliance::orchestration::RunStatus;
 use okd_appliance::orchestration::phases::{ClusterPhase, Step};
 
@@ -76,11 +77,11 @@ pub fn run(action: &ClusterAction) -> ExitCode {
     let dir = &appliance;
     let quick = Duration::from_secs(10);
     match action {
-        ClusterAction::Up { .. } => request(dir, "cluster up", quick),
+        ClusterAction::Up { .. } => request(dir, ClusterRequest::Up, quick),
         ClusterAction::Status { json, .. } => status(dir, *json),
         ClusterAction::Wait { phase, timeout, .. } => wait(dir, *phase, *timeout),
         ClusterAction::Scale { workers, .. } => {
-            request(dir, &format!("cluster scale {workers}"), quick)
+            request(dir, ClusterRequest::Scale(*workers), quick)
         }
         ClusterAction::Down { yes: false, .. } => {
             eprintln!(
@@ -89,7 +90,7 @@ pub fn run(action: &ClusterAction) -> ExitCode {
             ExitCode::from(2)
         }
         ClusterAction::Down { yes: true, .. } => {
-            request(dir, "cluster down", Duration::from_secs(600))
+            request(dir, ClusterRequest::Down, Duration::from_secs(600))
         }
     }
 }
@@ -102,7 +103,7 @@ pub enum WaitFor {
 }
 
 /// One request; prints the reply's text (without its `ok`) or the error.
-fn request(appliance: &Appliance, request: &str, limit: Duration) -> ExitCode {
+fn request(appliance: &Appliance, request: ClusterRequest, limit: Duration) -> ExitCode {
     match call(appliance, request, limit) {
         Ok(text) => {
             print!("{text}");
@@ -112,29 +113,24 @@ fn request(appliance: &Appliance, request: &str, limit: Duration) -> ExitCode {
     }
 }
 
-fn call(appliance: &Appliance, request: &str, limit: Duration) -> Result<String, ExitCode> {
+/// The text of the reply to `request`: its `ok` line's, or its body.
+fn call(
+    appliance: &Appliance,
+    request: ClusterRequest,
+    limit: Duration,
+) -> Result<String, ExitCode> {
     let state_dir = appliance.state_dir.as_path();
-    match admin::call_waiting(state_dir, &appliance.ask(request), limit) {
-        Ok(reply) => match reply.strip_prefix("ok") {
-            Some(rest) => Ok(rest.trim_start_matches(':').trim_start().to_owned()),
-            None => {
-                eprint!("{reply}");
-                let usage = super::admin::usage_refused(&reply);
-                Err(ExitCode::from(if usage { 2 } else { 1 }))
-            }
+    match admin::call_waiting(state_dir, &appliance.ask(Request::Cluster(request)), limit) {
+        Ok(reply) => match super::admin::answered(reply)? {
+            (Some(line), body) => Ok(format!("{line}\n{body}")),
+            (None, body) => Ok(body),
         },
-        Err(e) => {
-            eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
-                admin::socket_path(state_dir).display()
-            );
-            Err(ExitCode::from(1))
-        }
+        Err(e) => Err(super::admin::unreachable(state_dir, &e)),
     }
 }
 
 fn status_of(appliance: &Appliance) -> Result<(RunStatus, String), ExitCode> {
-    let json = call(appliance, "cluster status", Duration::from_secs(10))?;
+    let json = call(appliance, ClusterRequest::Status, Duration::from_secs(10))?;
     match serde_json::from_str(&json) {
         Ok(s) => Ok((s, json)),
         Err(e) => {

@@ -24,6 +24,7 @@ use std::time::SystemTime;
 
 use clap::{Args, Parser, Subcommand};
 use okd_appliance::config::{self, InstallCheck, RealFiles, RenderStyle};
+use okd_appliance::operator::wire::{Addressed, Request};
 
 use admin::{HaAction, LbAction};
 use artifacts::ArtifactsAction;
@@ -200,12 +201,9 @@ impl Appliance {
         format!("okd-appliance {command} {}{cluster}", self.named)
     }
 
-    /// `request` as the admin socket takes it: `@ID request` for a named cluster.
-    pub fn ask(&self, request: &str) -> String {
-        match &self.cluster {
-            Some(id) => format!("@{id} {request}"),
-            None => request.to_owned(),
-        }
+    /// `request` addressed to the named cluster, if one is.
+    pub fn ask(&self, request: Request) -> Addressed {
+        Addressed::new(self.cluster.as_deref(), request)
     }
 }
 

@@ -20,6 +20,7 @@ use okd_appliance::control::{
     self, Action, AnyProvider, ControlError, NodeReport, Outcome, Provider,
 };
 use okd_appliance::journal::{EventKind, Journal};
+use okd_appliance::operator::wire::{Addressed, Reply, Request};
 use okd_appliance::plan::Plan;
 use okd_appliance::plan::machines::{ControlPlan, ControlTimeouts, MachineSpec};
 
@@ -331,32 +332,25 @@ enum Telling {
 impl Appliance {
     /// Sends `machine NODE ACTION ok|failed TEXT`, the text on one line and cut to fit the
     /// socket's request limit.
-    async fn tell(&self, node: &str, action: &str, result: &Result<String, String>) -> Telling {
+    async fn tell(
+        &self,
+        node: &str,
+        action: &'static str,
+        result: &Result<String, String>,
+    ) -> Telling {
         const ROOM: usize = 900;
-        let (outcome, text) = match result {
-            Ok(t) => ("ok", t),
-            Err(t) => ("failed", t),
-        };
-        let mut text = text.replace(['\n', '\r'], " ");
-        if text.len() > ROOM {
-            let cut = (0..=ROOM)
-                .rev()
-                .find(|&i| text.is_char_boundary(i))
-                .unwrap_or(0);
-            text.truncate(cut);
-        }
-        let mut request = format!("machine {node} {action} {outcome} {text}");
-        if let Some(id) = &self.cluster {
-            request = format!("@{id} {request}");
-        }
+        let request = Addressed::new(
+            self.cluster.as_deref(),
+            Request::machine(node, action, result.clone(), ROOM),
+        );
         let state_dir = self.state_dir.clone();
         let sent = tokio::task::spawn_blocking(move || {
             okd_appliance::operator::admin::call(&state_dir, &request)
         })
         .await;
         match sent {
-            Ok(Ok(reply)) if reply.starts_with("ok") => Telling::Told,
-            Ok(Ok(reply)) => Telling::Failed(reply.trim().to_owned()),
+            Ok(Ok(Reply::Ok { .. })) => Telling::Told,
+            Ok(Ok(reply)) => Telling::Failed(reply.text().trim().to_owned()),
             Ok(Err(e))
                 if matches!(
                     e.kind(),

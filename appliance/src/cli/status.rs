@@ -11,6 +11,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, Color, Table};
 use okd_appliance::operator::admin;
 use okd_appliance::operator::status::Status;
+use okd_appliance::operator::wire::{Addressed, Reply, Request};
 
 use super::{Appliance, Target};
 
@@ -40,18 +41,10 @@ fn run(appliance: &Appliance, json: bool) -> ExitCode {
 /// answer `clusters`).
 fn clusters(appliance: &Appliance) -> Result<Vec<String>, ExitCode> {
     let state_dir = appliance.state_dir.as_path();
-    match admin::call(state_dir, "clusters") {
-        Ok(reply) => Ok(reply
-            .strip_prefix("ok\n")
-            .map(|ids| ids.lines().map(str::to_owned).collect())
-            .unwrap_or_default()),
-        Err(e) => {
-            eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
-                admin::socket_path(state_dir).display()
-            );
-            Err(ExitCode::from(1))
-        }
+    match admin::call(state_dir, &Addressed::new(None, Request::Clusters)) {
+        Ok(Reply::Ok { body, .. }) => Ok(body.lines().map(str::to_owned).collect()),
+        Ok(Reply::Error { .. }) => Ok(Vec::new()),
+        Err(e) => Err(super::admin::unreachable(state_dir, &e)),
     }
 }
 
@@ -60,18 +53,21 @@ fn every_cluster(appliance: &Appliance, ids: &[String], json: bool) -> ExitCode 
     let mut all = serde_json::Map::new();
     for id in ids {
         let one = appliance.for_cluster(id);
-        let reply = match admin::call(&one.state_dir, &one.ask("status")) {
+        let reply = match admin::call(&one.state_dir, &one.ask(Request::Status)) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: cluster {id}'s status: {e}");
                 return ExitCode::from(1);
             }
         };
-        let Some(body) = reply.strip_prefix("ok\n") else {
-            eprint!("cluster {id}: {reply}");
-            return ExitCode::from(1);
+        let body = match reply {
+            Reply::Ok { body, .. } => body,
+            Reply::Error { .. } => {
+                eprint!("cluster {id}: {}", reply.text());
+                return ExitCode::from(1);
+            }
         };
-        let status: serde_json::Value = match serde_json::from_str(body) {
+        let status: serde_json::Value = match serde_json::from_str(&body) {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("error: cluster {id}'s status does not read: {e}");
@@ -97,29 +93,18 @@ fn every_cluster(appliance: &Appliance, ids: &[String], json: bool) -> ExitCode 
 
 fn one(appliance: &Appliance, json: bool) -> ExitCode {
     let state_dir = appliance.state_dir.as_path();
-    let reply = match admin::call(state_dir, &appliance.ask("status")) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!(
-                "error: can't reach {}: {e} (is okd-appliance serve running with this state_dir?)",
-                admin::socket_path(state_dir).display()
-            );
-            return ExitCode::from(1);
-        }
-    };
-    let Some(body) = reply.strip_prefix("ok\n") else {
-        eprint!("{reply}");
-        return ExitCode::from(if super::admin::usage_refused(&reply) {
-            2
-        } else {
-            1
-        });
+    let body = match admin::call(state_dir, &appliance.ask(Request::Status)) {
+        Ok(reply) => match super::admin::answered(reply) {
+            Ok((_, body)) => body,
+            Err(code) => return code,
+        },
+        Err(e) => return super::admin::unreachable(state_dir, &e),
     };
     if json {
         print!("{body}");
         return ExitCode::SUCCESS;
     }
-    match serde_json::from_str::<Status>(body) {
+    match serde_json::from_str::<Status>(&body) {
         Ok(status) => {
             let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
             print!("{}", render(&status, SystemTime::now(), colour));

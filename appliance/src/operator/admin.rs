@@ -2,18 +2,11 @@
 //! then the connection closes. It is how `okd-appliance lb drain NODE` (and later the control
 //! module) reach a running appliance.
 //!
-//! Requests: `lb drain NODE`, `lb undrain NODE`, `lb status`, `node reinstall NODE`, `reload`,
-//! `journal`, `status` (JSON), `cluster up`, `cluster status` (JSON), `cluster scale WORKERS`,
-//! `cluster down`, `ha status`, `ha set active|standby`, `ha health`, `clusters` (the ids of the
-//! clusters served, one a line), and
-//! `machine NODE ACTION ok|failed TEXT` (what `okd-appliance nodes` did to a node's machine, for
-//! this appliance's journal and the node's install phase).
-//! A request may name its cluster first, `@ID REQUEST`; it must when the appliance serves
-//! several (a host file). Replies start with
-//! `ok` or `error: REASON`, followed by data lines.
+//! The requests and replies, and their grammar, are [`super::wire`]'s: a request may name its
+//! cluster first, `@ID REQUEST`, and must when the appliance serves several (a host file).
 //!
-//! Architecture invariant: a front and nothing else. A line is parsed into a [`Request`]
-//! once, the [`Operator`] does it, and the typed result is printed; the wing holds no state.
+//! Architecture invariant: a front and nothing else. A line is decoded into a [`Request`]
+//! once, the [`Operator`] does it, and the typed [`Reply`] is encoded; the wing holds no state.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,6 +18,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+use super::wire::{Addressed, ClusterRequest, ErrorKind, HaRequest, Reply, Request};
 use super::{Clusters, OpError, Operator};
 use crate::journal::Journal;
 use crate::lb::pool::Pools;
@@ -85,124 +79,23 @@ async fn serve(
     }
 }
 
-/// One request of the admin socket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    Drain(String),
-    Undrain(String),
-    LbStatus,
-    Reinstall(String),
-    Reload,
-    Journal,
-    Status,
-    Cluster(ClusterRequest),
-    Ha(HaRequest),
-    /// `okd-appliance nodes` acted on a node's machine: `action` is the control module's name
-    /// for it, `result` the line it printed.
-    Machine {
-        node: String,
-        action: &'static str,
-        result: Result<String, String>,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClusterRequest {
-    Up,
-    Status,
-    Scale(usize),
-    Down,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HaRequest {
-    Status,
-    Set { active: bool },
-    Health,
-}
-
-impl Request {
-    /// The request on `line`, or the error reply's reason (the requests there are).
-    pub fn parse(line: &str) -> Result<Request, String> {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        Ok(match words.as_slice() {
-            ["lb", "drain", node] => Request::Drain((*node).to_owned()),
-            ["lb", "undrain", node] => Request::Undrain((*node).to_owned()),
-            ["lb", "status"] => Request::LbStatus,
-            ["node", "reinstall", node] => Request::Reinstall((*node).to_owned()),
-            ["reload"] => Request::Reload,
-            ["journal"] => Request::Journal,
-            ["status"] => Request::Status,
-            ["cluster", rest @ ..] => Request::Cluster(match rest {
-                ["up"] => ClusterRequest::Up,
-                ["status"] => ClusterRequest::Status,
-                ["scale", n] => ClusterRequest::Scale(
-                    n.parse()
-                        .map_err(|_| format!("{n} is not a number of workers"))?,
-                ),
-                ["down"] => ClusterRequest::Down,
-                _ => {
-                    return Err("unknown request (cluster up | cluster status | cluster scale WORKERS | cluster down)".into());
-                }
-            }),
-            ["machine", node, action, outcome, text @ ..] => {
-                let Some(action) = super::machine_action(action) else {
-                    return Err(format!(
-                        "{action} is not a machine action (create | start | stop | reset | destroy)"
-                    ));
-                };
-                let text = text.join(" ");
-                Request::Machine {
-                    node: (*node).to_owned(),
-                    action,
-                    result: match *outcome {
-                        "ok" => Ok(text),
-                        "failed" => Err(text),
-                        other => return Err(format!("{other} is not ok or failed")),
-                    },
-                }
-            }
-            ["ha", rest @ ..] => Request::Ha(match rest {
-                ["status"] => HaRequest::Status,
-                ["set", "active"] => HaRequest::Set { active: true },
-                ["set", "standby"] => HaRequest::Set { active: false },
-                ["health"] => HaRequest::Health,
-                _ => {
-                    return Err(
-                        "unknown request (ha status | ha set active|standby | ha health)".into(),
-                    );
-                }
-            }),
-            _ => {
-                return Err(
-                    "unknown request (lb drain NODE | lb undrain NODE | lb status | \
-                            node reinstall NODE | reload | journal | status | clusters | \
-                            machine NODE ACTION ok|failed TEXT)"
-                        .into(),
-                );
-            }
-        })
-    }
-}
-
-/// `ok: LINE` or `error: REASON`, as every reply starts.
-fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> String {
-    match outcome {
-        Ok(done) => format!("ok: {done}\n"),
-        Err(e) => format!("error: {e}\n"),
-    }
+/// `ok: DONE` or the error, as an operation's outcome replies.
+fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> Reply {
+    Reply::of(outcome)
 }
 
 /// Does `request` with cluster `op` of `clusters` and prints its reply.
-pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> String {
+pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> Reply {
     match request {
-        Request::Drain(node) => reply(op.drain(&node).await),
-        Request::Undrain(node) => reply(op.undrain(&node).await),
-        Request::Reinstall(node) => reply(op.reinstall(&node).await),
+        Request::Node { op: what, node } => reply(op.node(what, &node).await),
         Request::LbStatus => status(&op.pools.load()),
         Request::Journal => journal_lines(&op.journal),
         Request::Reload => reply(op.reload().await),
         Request::Status => json(&op.status()),
+        // The socket answers it before an operator is picked.
+        Request::Clusters => {
+            Reply::body(clusters.ids().iter().map(|id| format!("{id}\n")).collect())
+        }
         Request::Cluster(c) => match op.orchestration() {
             Ok(o) => cluster(o, c).await,
             Err(e) => reply::<String>(Err(e)),
@@ -216,10 +109,10 @@ pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> St
     }
 }
 
-fn json<T: serde::Serialize>(value: &T) -> String {
+fn json<T: serde::Serialize>(value: &T) -> Reply {
     match serde_json::to_string(value) {
-        Ok(json) => format!("ok\n{json}\n"),
-        Err(e) => format!("error: {e}\n"),
+        Ok(json) => Reply::body(format!("{json}\n")),
+        Err(e) => Reply::error(ErrorKind::Failed, e),
     }
 }
 
@@ -230,52 +123,32 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     tokio::time::timeout(REQUEST_TIME, BufReader::new(read).take_line(&mut line)).await??;
-    let (cluster, line) = addressed(&line);
-    let reply = match Request::parse(line) {
-        // The host's own question: which clusters it serves, one id a line.
-        _ if cluster.is_none() && line.trim() == "clusters" => {
-            let mut out = String::from("ok\n");
-            for id in clusters.ids() {
-                out.push_str(&id);
-                out.push('\n');
-            }
-            out
-        }
-        Ok(request) => match clusters_operator(clusters, cluster, &request) {
-            Ok(op) => {
-                // `cluster down` waits for the provider to destroy every machine.
-                let limit = if op.orchestration().is_ok() {
-                    Duration::from_secs(600)
-                } else {
-                    REQUEST_TIME
-                };
-                match tokio::time::timeout(limit, respond(clusters, &op, request)).await {
-                    Ok(reply) => reply,
-                    Err(_) => format!(
-                        "error: no answer within {}\n",
-                        humantime::format_duration(limit)
-                    ),
+    let reply = match Addressed::parse(&line) {
+        Ok(Addressed { cluster, request }) => {
+            match clusters_operator(clusters, cluster.as_deref(), &request) {
+                Ok(op) => {
+                    // `cluster down` waits for the provider to destroy every machine.
+                    let limit = if op.orchestration().is_ok() {
+                        Duration::from_secs(600)
+                    } else {
+                        REQUEST_TIME
+                    };
+                    match tokio::time::timeout(limit, respond(clusters, &op, request)).await {
+                        Ok(reply) => reply,
+                        Err(_) => Reply::error(
+                            ErrorKind::Timeout,
+                            format!("no answer within {}", humantime::format_duration(limit)),
+                        ),
+                    }
                 }
+                Err(e) => reply::<String>(Err(e)),
             }
-            Err(e) => reply::<String>(Err(e)),
-        },
-        Err(usage) => format!("error: {usage}\n"),
+        }
+        Err((_, usage)) => Reply::error(ErrorKind::Usage, usage),
     };
+    let reply = reply.encode();
     write.write_all(reply.as_bytes()).await?;
     write.shutdown().await
-}
-
-/// A request line's cluster (`@ID REQUEST`, as `okd-appliance --cluster ID` sends it) and the
-/// request.
-fn addressed(line: &str) -> (Option<&str>, &str) {
-    let line = line.trim_start();
-    match line.strip_prefix('@') {
-        Some(rest) => {
-            let (id, request) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-            (Some(id), request)
-        }
-        None => (None, line),
-    }
 }
 
 /// Who answers `request`: the host's operator for what is the host's (reload, the pair), else
@@ -286,7 +159,7 @@ fn clusters_operator(
     request: &Request,
 ) -> Result<Operator, OpError> {
     match (request, cluster) {
-        (Request::Reload | Request::Ha(_), None) => Ok(clusters.host()),
+        (Request::Reload | Request::Ha(_) | Request::Clusters, None) => Ok(clusters.host()),
         _ => clusters.pick(cluster),
     }
 }
@@ -302,21 +175,21 @@ impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
     }
 }
 
-fn journal_lines(journal: &Journal) -> String {
-    let mut out = String::from("ok\n");
+fn journal_lines(journal: &Journal) -> Reply {
+    let mut out = String::new();
     for e in journal.recent() {
         let _ = writeln!(out, "{} {e}", httpdate::fmt_http_date(e.at));
     }
-    out
+    Reply::body(out)
 }
 
 /// [`super::reinstall`] as the socket replies.
-pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> String {
+pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Reply {
     reply(super::reinstall(node, plan, journal).await)
 }
 
 /// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.
-async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
+async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> Reply {
     let host = match op.ha_host() {
         Ok(host) => host,
         Err(e) => return reply::<String>(Err(e)),
@@ -348,9 +221,9 @@ async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
                     )
                 },
             );
+            let line = format!("{} (host {host})", role(activity.is_active()));
             let mut out = format!(
-                "ok: {} (host {host})\nreplication: {direction}, {link}, {} updates, {last}\n",
-                role(activity.is_active()),
+                "replication: {direction}, {link}, {} updates, {last}\n",
                 r.updates
             );
             if !r.waiting.is_empty() {
@@ -363,7 +236,10 @@ async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
             if let Some(e) = r.last_error.filter(|_| !r.connected) {
                 let _ = writeln!(out, "replication error: {e}");
             }
-            out
+            Reply::Ok {
+                line: Some(line),
+                body: out,
+            }
         }
         // The role is the host's: every cluster's journal records its change.
         HaRequest::Set { active } => reply(clusters.set_active(active).map(|()| role(active))),
@@ -379,7 +255,7 @@ async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> String {
 }
 
 /// `cluster ...`: the install orchestration.
-async fn cluster(o: &Orchestrator, request: ClusterRequest) -> String {
+async fn cluster(o: &Orchestrator, request: ClusterRequest) -> Reply {
     let outcome = match request {
         ClusterRequest::Status => return json(&o.status()),
         ClusterRequest::Up => o.up().await,
@@ -391,8 +267,8 @@ async fn cluster(o: &Orchestrator, request: ClusterRequest) -> String {
 
 /// Every backend: its state, connections open now (`active`, which a drain waits for), the time
 /// left before its drain timeout closes them, and its counters.
-fn status(pools: &Pools) -> String {
-    let mut out = String::from("ok\n");
+fn status(pools: &Pools) -> Reply {
+    let mut out = String::new();
     for (pool, b) in pools.backends() {
         let state = b.state(pool.served);
         let _ = write!(
@@ -411,16 +287,20 @@ fn status(pools: &Pools) -> String {
         }
         out.push('\n');
     }
-    out
+    Reply::body(out)
 }
 
 /// The client side, for the CLI: sends `request`, returns the reply.
-pub fn call(state_dir: &Path, request: &str) -> std::io::Result<String> {
+pub fn call(state_dir: &Path, request: &Addressed) -> std::io::Result<Reply> {
     call_waiting(state_dir, request, Duration::from_secs(10))
 }
 
 /// [`call`] for a request that takes long (`cluster down` waits for every machine).
-pub fn call_waiting(state_dir: &Path, request: &str, limit: Duration) -> std::io::Result<String> {
+pub fn call_waiting(
+    state_dir: &Path,
+    request: &Addressed,
+    limit: Duration,
+) -> std::io::Result<Reply> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::os::unix::net::UnixStream::connect(socket_path(state_dir))?;
     stream.set_read_timeout(Some(limit))?;
@@ -428,7 +308,7 @@ pub fn call_waiting(state_dir: &Path, request: &str, limit: Duration) -> std::io
     stream.shutdown(std::net::Shutdown::Write)?;
     let mut reply = String::new();
     stream.read_to_string(&mut reply)?;
-    Ok(reply)
+    Ok(Reply::decode(&reply))
 }
 
 #[cfg(test)]
@@ -436,19 +316,24 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::operator::wire::NodeOp;
 
     #[test]
     fn a_request_may_name_its_cluster_first() {
+        let drain = Request::node(NodeOp::Drain, "master-0");
         assert_eq!(
-            addressed("@test lb drain master-0\n"),
-            (Some("test"), "lb drain master-0\n")
+            Addressed::parse("@test lb drain master-0\n"),
+            Ok(Addressed::new(Some("test"), drain))
         );
-        assert_eq!(addressed("lb status"), (None, "lb status"));
-        assert_eq!(addressed("  @okd status"), (Some("okd"), "status"));
-        // An id alone is a request with no words: the parser's usage error.
-        let (id, rest) = addressed("@okd");
-        assert_eq!(id, Some("okd"));
-        assert!(Request::parse(rest).is_err());
+        assert_eq!(
+            Addressed::parse("  @okd status"),
+            Ok(Addressed::new(Some("okd"), Request::Status))
+        );
+        // An id alone is a request with no words: the parser's usage error, for that cluster.
+        let Err((id, _)) = Addressed::parse("@okd") else {
+            panic!("an id alone is a request")
+        };
+        assert_eq!(id.as_deref(), Some("okd"));
     }
     use crate::install_state;
     use arc_swap::ArcSwap;
@@ -457,16 +342,21 @@ mod tests {
     /// reply text, as [`respond`] answers it. Inside the tokio runtime: a drain starts its
     /// watchers there.
     fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
-        match Request::parse(request) {
-            Ok(Request::Drain(node)) => reply(super::super::drain(&pools.load(), &node, journal)),
-            Ok(Request::Undrain(node)) => {
-                reply(super::super::undrain(&pools.load(), &node, journal))
-            }
+        let reply = match Request::parse(request) {
+            Ok(Request::Node {
+                op: NodeOp::Drain,
+                node,
+            }) => reply(super::super::drain(&pools.load(), &node, journal)),
+            Ok(Request::Node {
+                op: NodeOp::Undrain,
+                node,
+            }) => reply(super::super::undrain(&pools.load(), &node, journal)),
             Ok(Request::LbStatus) => status(&pools.load()),
             Ok(Request::Journal) => journal_lines(journal),
             Ok(other) => panic!("not a load-balancer request: {other:?}"),
-            Err(usage) => format!("error: {usage}\n"),
-        }
+            Err(usage) => Reply::error(ErrorKind::Usage, usage),
+        };
+        reply.text()
     }
     use crate::plan::{Backend, Frontend, FrontendKind, HealthCheck, LbPlan, Probe};
     use crate::vocabulary::{Balance, Role};
@@ -591,7 +481,7 @@ mod tests {
         let journal = Journal::new();
         install_state::record_role_config_fetched(dir.path(), "master-0", "now").unwrap();
         assert_eq!(
-            reinstall("master-0", &plan, &journal).await,
+            reinstall("master-0", &plan, &journal).await.text(),
             "ok: master-0 will install again at its next network boot\n"
         );
         assert_eq!(
@@ -599,11 +489,11 @@ mod tests {
             install_state::InstallPhase::NotInstalled
         );
         assert_eq!(
-            reinstall("master-0", &plan, &journal).await,
+            reinstall("master-0", &plan, &journal).await.text(),
             "ok: master-0 was not marked installed; its next network boot installs it\n"
         );
         assert_eq!(
-            reinstall("nobody", &plan, &journal).await,
+            reinstall("nobody", &plan, &journal).await.text(),
             "error: no node is named nobody\n"
         );
         let asked: Vec<String> = journal.recent().iter().map(ToString::to_string).collect();
@@ -620,7 +510,7 @@ mod tests {
             ..plan
         };
         std::fs::write(&plan.state_dir, b"").unwrap();
-        let reply = reinstall("master-0", &plan, &journal).await;
+        let reply = reinstall("master-0", &plan, &journal).await.text();
         assert!(
             reply.starts_with("error: can't reset master-0: "),
             "{reply}"
@@ -681,7 +571,8 @@ mod tests {
         assert_eq!(
             reply(super::super::record_machine(
                 &plan, &journal, &node, action, result
-            )),
+            ))
+            .text(),
             "ok: master-0: start recorded\n"
         );
         assert_eq!(
@@ -691,7 +582,8 @@ mod tests {
                 "nobody",
                 "start",
                 Ok(String::new())
-            )),
+            ))
+            .text(),
             "error: no node is named nobody\n"
         );
         let recent: Vec<String> = journal.recent().iter().map(ToString::to_string).collect();

@@ -41,6 +41,7 @@ use super::Clusters;
 use super::Operator as Parts;
 #[cfg(test)]
 use super::status_page;
+use super::wire::NodeOp;
 use crate::service::Running;
 
 pub const SOCKET_NAME: &str = "api.sock";
@@ -407,22 +408,8 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
                 .insert(header::VARY, HeaderValue::from_static("accept"));
             r
         }
-        (
-            &Method::POST,
-            [
-                "api",
-                "v1",
-                "nodes",
-                node,
-                action @ ("drain" | "undrain" | "reinstall"),
-            ],
-        ) => {
-            let outcome = match *action {
-                "reinstall" => parts.reinstall(node).await.map(|r| r.to_string()),
-                "drain" => parts.drain(node).await.map(|d| d.to_string()),
-                _ => parts.undrain(node).await.map(|u| u.to_string()),
-            };
-            match outcome {
+        (&Method::POST, ["api", "v1", "nodes", node, op]) if let Some(op) = NodeOp::named(op) => {
+            match parts.node(op, node).await {
                 Ok(done) => text(StatusCode::OK, format!("{done}\n")),
                 Err(e) => op_error(&e),
             }

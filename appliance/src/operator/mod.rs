@@ -20,6 +20,7 @@ pub mod api;
 pub mod health;
 pub mod status;
 pub mod status_page;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -354,6 +355,15 @@ impl Operator {
                     Some(&why),
                 );
             }
+        }
+    }
+
+    /// `op` on `node`, as the admin socket and the API ask it: its one-line outcome.
+    pub async fn node(&self, op: wire::NodeOp, node: &str) -> Result<String, OpError> {
+        match op {
+            wire::NodeOp::Drain => self.drain(node).await.map(|d| d.to_string()),
+            wire::NodeOp::Undrain => self.undrain(node).await.map(|u| u.to_string()),
+            wire::NodeOp::Reinstall => self.reinstall(node).await.map(|r| r.to_string()),
         }
     }
 
