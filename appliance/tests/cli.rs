@@ -773,7 +773,9 @@ fn admin_socket(
         for reply in replies {
             let (stream, _) = listener.accept().unwrap();
             let mut line = String::new();
-            std::io::BufReader::new(&stream).read_line(&mut line).unwrap();
+            std::io::BufReader::new(&stream)
+                .read_line(&mut line)
+                .unwrap();
             asked.push(line.trim_end().to_owned());
             (&stream).write_all(reply.as_bytes()).unwrap();
         }

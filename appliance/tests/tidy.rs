@@ -318,7 +318,7 @@ fn main_stays_a_screen_of_dispatch() {
 
 /// The longest a file of `appliance/src` may be: past it, a file mixes things that want files of
 /// their own (issue #24).
-const MAX_LINES: usize = 900;
+const MAX_LINES: usize = 800;
 
 /// Files still longer than [`MAX_LINES`], each with why. The list only shrinks: a file that is
 /// split must leave it (the test fails while it is still named here), and no file joins it.

@@ -14,6 +14,7 @@
 
 pub mod fastpath;
 pub mod files;
+mod install_steps;
 pub mod iso;
 pub mod opencache;
 pub mod preflight;

@@ -12,7 +12,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -23,17 +23,18 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::install_steps::{blocking_state, ignition_refusal, is_node, script, unrecorded};
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
 use super::response::{ARTIFACT_TYPE, Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
 use super::{fastpath, files};
 use crate::idle::Watched;
-use crate::install_state::{self, BootScript, InstallPhase};
+use crate::install_state::{self, InstallPhase};
 use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
-use crate::vocabulary::{MacAddr, RoleConfig};
+use crate::vocabulary::RoleConfig;
 
 pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) const MAX_HEAD: usize = 16 * 1024;
@@ -254,10 +255,6 @@ fn fetch_failed(
 fn node_at(plan: &Plan, peer: SocketAddr) -> Option<&BootParams> {
     let ip = IpAddr::to_canonical(&peer.ip());
     plan.boot.iter().find(|b| is_node(b, ip))
-}
-
-fn is_node(boot: &BootParams, ip: IpAddr) -> bool {
-    ip == IpAddr::V4(boot.ipv4) || boot.ipv6.is_some_and(|v6| ip == IpAddr::V6(v6))
 }
 
 /// Whether a reader at `ip` of `boot`'s ISO is the machine that boots it: the node itself, or
@@ -611,194 +608,6 @@ fn from_the_start(req: &Request<Incoming>) -> bool {
             .strip_prefix("bytes=")
             .is_some_and(|spec| spec.trim_start().starts_with("0-")),
     }
-}
-
-/// Why `role`'s ignition can't be served to `node` now, as the response: 404 when the file is
-/// missing from the ignition directory (deleted after the install, or never created), 410 when
-/// it is a bootstrap.ign older than its certificates. Journaled and logged (without content).
-/// The other services never depend on the ignition files: a services host restarted days after
-/// the install only refuses these fetches.
-async fn ignition_refusal(
-    files: &plan::BootFiles,
-    role: RoleConfig,
-    node: &str,
-    peer: SocketAddr,
-    journal: &Journal,
-) -> Option<Response<Body>> {
-    let file = role.file();
-    let (status, why) = match tokio::fs::metadata(files.ignition_dir.join(file)).await {
-        Err(e) => (
-            StatusCode::NOT_FOUND,
-            format!(
-                "{file} is not in the ignition directory ({}): run `openshift-install create ignition-configs`",
-                match e.kind() {
-                    io::ErrorKind::NotFound => "it does not exist".to_owned(),
-                    _ => e.to_string(),
-                }
-            ),
-        ),
-        Ok(meta) => {
-            let age = meta
-                .modified()
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok());
-            match (role.lifetime(), age) {
-                (Some(lifetime), Some(age)) if age > lifetime => (
-                    StatusCode::GONE,
-                    format!(
-                        "{file} was written {} h ago and its certificates expire after {} h: create the ignition configs again",
-                        age.as_secs() / 3600,
-                        lifetime.as_secs() / 3600
-                    ),
-                ),
-                _ => return None,
-            }
-        }
-    };
-    tracing::warn!("http: {file} for {node} not served to {peer}: {why}");
-    journal.publish(
-        Some(node.to_owned()),
-        EventKind::IgnitionUnavailable {
-            from: peer,
-            file,
-            why: why.clone(),
-        },
-    );
-    Some(text(status, &format!("{why}\n")))
-}
-
-/// The node's script, to any address; only a request from the node's own address changes its
-/// install state (the journal's phase, the one "boot your disk" offer), so no one else can use
-/// up that offer and send the node into a reinstall.
-async fn script(
-    req: &Request<Incoming>,
-    name: &str,
-    peer: SocketAddr,
-    plan: &Plan,
-    (journal, faults): (&Journal, &crate::faults::Faults),
-) -> Response<Body> {
-    let mac = name.parse::<MacAddr>().ok();
-    let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
-    let from_node = node.is_some_and(|b| is_node(b, IpAddr::to_canonical(&peer.ip())));
-    if let (Some(node), false) = (node, from_node) {
-        tracing::info!(
-            "http: iPXE script of {} read by {peer}, not the node's address: its install state is unchanged",
-            node.node
-        );
-    }
-    let body: &str = match node {
-        None => {
-            tracing::info!(
-                "http: iPXE script for unknown MAC {} from {peer}",
-                name.escape_debug()
-            );
-            &plan.unknown_script
-        }
-        Some(node) => {
-            let phase = blocking_state(&plan.state_dir, &node.node, |dir, node, _| {
-                Ok(install_state::phase(dir, node))
-            })
-            .await
-            .unwrap_or(InstallPhase::NotInstalled);
-            let single_node = node.role_config == RoleConfig::SingleNode;
-            let (chosen, opens_power_on) =
-                install_state::script_for(phase, single_node, SystemTime::now());
-            // Only the node itself opens a power-on: no one else can use up its offer.
-            if opens_power_on && req.method() == Method::GET && from_node {
-                let offered = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-                    install_state::record_disk_boot_offered(dir, node, when)
-                })
-                .await;
-                // Unrecorded, the offer still goes out (the disk is the safe answer): it is
-                // made again at the next power-on, until the marker can be written.
-                let _ = unrecorded(offered, (plan, faults, journal), &node.node, peer);
-            }
-            let body: &str = match chosen {
-                BootScript::LocalBoot => &node.documents.local_boot_script,
-                BootScript::TryDisk => &node.documents.first_boot_script,
-                BootScript::Install => &node.documents.install_script,
-            };
-            // Announced once recorded (a pair's replication reads the markers then).
-            if from_node {
-                journal.publish(
-                    Some(node.node.clone()),
-                    EventKind::ScriptFetched { from: peer },
-                );
-            }
-            body
-        }
-    };
-    let mut r = text(StatusCode::OK, body);
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-/// Marker writes that failed, logged once per 10 s.
-static UNRECORDED: crate::isolate::LogGate = crate::isolate::LogGate::new();
-
-/// What a marker write `recorded` for `node` means for the request: its result, or, when it
-/// failed (a full or read-only state disk), a 503 the client retries, with the fault in
-/// `status` and on the node's events. An install step the appliance can't remember is not
-/// taken: a node whose ignition fetch went unrecorded would be installed again at every boot.
-/// The next write that succeeds clears the fault.
-fn unrecorded<T>(
-    recorded: io::Result<T>,
-    (plan, faults, journal): (&Plan, &crate::faults::Faults, &Journal),
-    node: &str,
-    peer: SocketAddr,
-) -> Result<T, Box<Response<Body>>> {
-    const SERVICE: &str = "install markers";
-    let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
-    match recorded {
-        Ok(value) => {
-            faults.clear(SERVICE, scope.as_deref());
-            Ok(value)
-        }
-        Err(e) => {
-            let error = format!("{}: {e}", plan.state_dir.display());
-            faults.record(
-                SERVICE,
-                scope.as_deref(),
-                crate::faults::FaultState::Unwritable,
-                Some(&error),
-            );
-            if let Some(n) = UNRECORDED.admit(std::time::Instant::now()) {
-                tracing::error!(
-                    "http: {node}'s fetch from {peer} can't be recorded ({error}): answered 503, the node retries (+{n} unlogged)"
-                );
-            }
-            journal.publish(
-                Some(node.to_owned()),
-                EventKind::FetchRefused {
-                    from: peer,
-                    what: "its install step".to_owned(),
-                    why: "the appliance can't record it: its state directory can't be written",
-                },
-            );
-            let mut r = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the appliance can't record this step of the install (its state directory can't be written): try again\n",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
-            Err(Box::new(r))
-        }
-    }
-}
-
-/// Runs an install-state file operation for `node` on the blocking pool (marker files are
-/// plain file-system calls), with the current time as an HTTP date.
-async fn blocking_state<T: Send + 'static>(
-    state_dir: &Path,
-    node: &str,
-    op: fn(&Path, &str, &str) -> io::Result<T>,
-) -> io::Result<T> {
-    let (dir, node) = (state_dir.to_owned(), node.to_owned());
-    let when = httpdate::fmt_http_date(SystemTime::now());
-    tokio::task::spawn_blocking(move || op(&dir, &node, &when))
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
 /// A generated document (never cached: it changes with the plan and may be per node).
