@@ -28,7 +28,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::{Location, Spanned};
 
 use super::diagnostic::{Problems, RenderStyle, Severity, Source};
-use super::raw::{RawConfig, RawRunAs, Text};
+use super::raw::{RawRunAs, RawShared, Text};
+use super::validate::host::Listed;
 use super::{Config, InstallCheck, LoadError, RunAs};
 use crate::records::is_host_label;
 
@@ -193,17 +194,6 @@ struct RawHost {
     /// A pair of appliances serving every cluster.
     #[serde(default)]
     ha: Option<Spanned<super::raw::RawHa>>,
-}
-
-/// `shared_frontend:` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawShared {
-    pub address: Text,
-    #[serde(default)]
-    pub address_v6: Option<Text>,
-    #[serde(default)]
-    pub default_cluster: Option<Text>,
 }
 
 /// One entry of `clusters:`: a path, or `{ file, id }`.
@@ -536,21 +526,4 @@ pub fn routed(mut config: Config, shared: &SharedFrontend) -> Config {
         frontends.clear();
     }
     config
-}
-
-/// A cluster file that loaded, with what the comparison needs: its source and the YAML's
-/// locations.
-#[derive(Debug)]
-pub(super) struct Listed {
-    pub id: String,
-    /// The entry's place in the host file (its id, or its file).
-    pub at: serde_saphyr::Location,
-    /// Its place in [`HostProblems`]'s cluster files.
-    pub(super) slot: usize,
-    pub src: Source,
-    pub path: PathBuf,
-    /// The path as shown: next to the host file's name.
-    pub name: String,
-    pub raw: RawConfig,
-    pub config: Config,
 }

@@ -509,3 +509,14 @@ pub struct RawMachine {
     #[serde(default)]
     pub bmc: Option<Spanned<RawBmc>>,
 }
+
+/// `shared_frontend:` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShared {
+    pub address: Text,
+    #[serde(default)]
+    pub address_v6: Option<Text>,
+    #[serde(default)]
+    pub default_cluster: Option<Text>,
+}

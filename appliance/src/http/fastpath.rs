@@ -26,9 +26,10 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::files;
+use super::install_steps::artifact_fetched;
 use super::opencache::{Found, OpenCache};
 use super::response::{ARTIFACT_TYPE, CACHEABLE};
-use super::server::{HEADER_TIMEOUT, MAX_HEAD};
+use super::{HEADER_TIMEOUT, MAX_HEAD};
 use crate::idle::Watched;
 use crate::journal::Journal;
 use crate::plan;
@@ -150,7 +151,7 @@ fn answer(
         return None;
     };
     if !plain.head {
-        super::server::artifact_fetched(&plan, cx.journal, cx.peer, target);
+        artifact_fetched(&plan, cx.journal, cx.peer, target);
     }
     // Counted before it is sent, as the ordinary way counts.
     let sent = if plain.head { 0 } else { body.len() as u64 };

@@ -1,7 +1,9 @@
 //! What a node's fetches do to its install: its iPXE script chosen by its install phase (and
 //! the one "boot your disk" offer recorded, only for the node's own address), why its
-//! ignition can't be served now, and what a marker write that failed means for the request.
-//! The boot server ([`super::server`]) calls these; they know nothing of its connections.
+//! ignition can't be served now, what a marker write that failed means for the request, and
+//! the journal events of a node's artifact fetches (begun, or failed with its fix).
+//! The boot server (`super::server`) and its fast path (`super::fastpath`) both call these,
+//! and they know nothing of either's connections, so neither imports the other's internals.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -17,6 +19,48 @@ use crate::install_state::{self, BootScript, InstallPhase};
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, RoleConfig};
+
+/// A node's download of an artifact began (a GET of the file from its first byte): recorded
+/// when `peer` is a node's address.
+pub(super) fn artifact_fetched(plan: &Plan, journal: &Journal, peer: SocketAddr, path: &str) {
+    if let Some(node) = node_at(plan, peer) {
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::ArtifactFetched {
+                from: peer,
+                file: path.rsplit('/').next().unwrap_or(path).to_owned(),
+            },
+        );
+    }
+}
+
+/// A file a node's boot asked for can't be served: recorded on that node (when `peer` is a
+/// node's address), so its status says why it waits, with `fix`.
+pub(super) fn fetch_failed(
+    (plan, journal): (&Plan, &Journal),
+    peer: SocketAddr,
+    file: &str,
+    status: StatusCode,
+    fix: String,
+) {
+    if let Some(node) = node_at(plan, peer) {
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::FetchFailed {
+                from: peer,
+                file: file.to_owned(),
+                status: status.as_u16(),
+                fix,
+            },
+        );
+    }
+}
+
+/// The node whose address `peer` is, if any.
+fn node_at(plan: &Plan, peer: SocketAddr) -> Option<&BootParams> {
+    let ip = IpAddr::to_canonical(&peer.ip());
+    plan.boot.iter().find(|b| is_node(b, ip))
+}
 
 /// Whether `ip` is `boot`'s node's own address.
 pub(super) fn is_node(boot: &BootParams, ip: IpAddr) -> bool {

@@ -22,10 +22,17 @@ pub mod response;
 pub mod sendfile;
 pub mod server;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 
 use crate::service::{self, Context, Running};
 use crate::sockets::BoundSocket;
+
+/// The request head must arrive within this (slowloris), in the fast path and in hyper alike.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// ... and fit in this.
+const MAX_HEAD: usize = 16 * 1024;
 
 /// Serves the boot files on every listener in `sockets`.
 pub fn start(sockets: Vec<BoundSocket>, ctx: &Context) -> anyhow::Result<Running> {

@@ -23,12 +23,14 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::install_steps::{blocking_state, ignition_refusal, is_node, script, unrecorded};
+use super::install_steps::{
+    artifact_fetched, blocking_state, fetch_failed, ignition_refusal, is_node, script, unrecorded,
+};
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
 use super::response::{ARTIFACT_TYPE, Body, Source, empty, file, from_disk, full, text};
 use super::sendfile::{Segments, SendfileStream};
-use super::{fastpath, files};
+use super::{HEADER_TIMEOUT, MAX_HEAD, fastpath, files};
 use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::isolate::Wire;
@@ -36,8 +38,6 @@ use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::RoleConfig;
 
-pub(super) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-pub(super) const MAX_HEAD: usize = 16 * 1024;
 /// A connection on which no byte moved either way for this long is closed (a stalled reader).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -213,48 +213,6 @@ pub async fn serve(
             .await;
         });
     }
-}
-
-/// A node's download of an artifact began (a GET of the file from its first byte): recorded
-/// when `peer` is a node's address.
-pub(super) fn artifact_fetched(plan: &Plan, journal: &Journal, peer: SocketAddr, path: &str) {
-    if let Some(node) = node_at(plan, peer) {
-        journal.publish(
-            Some(node.node.clone()),
-            EventKind::ArtifactFetched {
-                from: peer,
-                file: path.rsplit('/').next().unwrap_or(path).to_owned(),
-            },
-        );
-    }
-}
-
-/// A file a node's boot asked for can't be served: recorded on that node (when `peer` is a
-/// node's address), so its status says why it waits, with `fix`.
-fn fetch_failed(
-    (plan, journal): (&Plan, &Journal),
-    peer: SocketAddr,
-    file: &str,
-    status: StatusCode,
-    fix: String,
-) {
-    if let Some(node) = node_at(plan, peer) {
-        journal.publish(
-            Some(node.node.clone()),
-            EventKind::FetchFailed {
-                from: peer,
-                file: file.to_owned(),
-                status: status.as_u16(),
-                fix,
-            },
-        );
-    }
-}
-
-/// The node whose address `peer` is, if any.
-fn node_at(plan: &Plan, peer: SocketAddr) -> Option<&BootParams> {
-    let ip = IpAddr::to_canonical(&peer.ip());
-    plan.boot.iter().find(|b| is_node(b, ip))
 }
 
 /// Whether a reader at `ip` of `boot`'s ISO is the machine that boots it: the node itself, or

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 use super::super::super::diagnostic::{Problem, Severity};
-use super::super::super::host::Listed;
 use super::super::exposure::real;
+use super::Listed;
 
 /// What the host file itself names: its state directory and its secret files, each with what
 /// it is.

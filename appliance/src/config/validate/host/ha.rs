@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use serde_saphyr::Location;
 
 use super::super::super::diagnostic::{Problem, Severity, Source};
-use super::super::super::host::Listed;
+use super::Listed;
 use crate::config::SharedFrontend;
 
 /// Every problem the pair of `hosts` (its `ha` stated at `at`, each host at `hosts_at`) has

@@ -3,7 +3,7 @@
 use serde_saphyr::Location;
 
 use super::super::super::diagnostic::Problem;
-use super::super::super::host::Listed;
+use super::Listed;
 use super::{FirstUse, node_field, second_use};
 
 /// One machine is driven by one cluster: an explicit Proxmox VM ID in two clusters on one

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use serde_saphyr::Location;
 
+use super::super::Config;
 use super::super::diagnostic::{Problem, Severity, Source};
-use super::super::host::Listed;
+use super::super::raw::RawConfig;
 use crate::vocabulary::MacAddr;
 pub(in crate::config) use exposure::{HostSecrets, exposure};
 pub(in crate::config) use ha::pair;
@@ -22,6 +23,23 @@ mod ha;
 mod machines;
 mod network;
 mod shared;
+
+/// A cluster file that loaded, with what the comparison needs: its source and the YAML's
+/// locations.
+#[derive(Debug)]
+pub(in crate::config) struct Listed {
+    pub id: String,
+    /// The entry's place in the host file (its id, or its file).
+    pub at: serde_saphyr::Location,
+    /// Its place in the host file's problems' cluster files (`config::host`).
+    pub(in crate::config) slot: usize,
+    pub src: Source,
+    pub path: PathBuf,
+    /// The path as shown: next to the host file's name.
+    pub name: String,
+    pub raw: RawConfig,
+    pub config: Config,
+}
 #[cfg(test)]
 mod tests;
 

@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use serde_saphyr::Location;
 
 use super::super::super::diagnostic::Problem;
-use super::super::super::host::Listed;
+use super::Listed;
 use super::{Use, conflict, second_use, uses};
 
 /// One subnet is one segment: on one interface, and never overlapping another unequal one.

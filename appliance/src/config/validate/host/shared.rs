@@ -6,7 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use serde_saphyr::Location;
 
 use super::super::super::diagnostic::{Problem, Severity, Source};
-use super::super::super::host::{Listed, RawShared};
+use super::super::super::raw::RawShared;
+use super::Listed;
 use crate::config::SharedFrontend;
 
 /// The ports the host's router listens on at the shared addresses.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use miette::NamedSource;
 
-use super::super::super::host::Listed;
 use super::super::super::{InstallCheck, parse_cluster};
+use super::Listed;
 use super::conflicts;
 
 /// A cluster file: `name`.lab.example.com on ens19, 10.0.0.0/24 with the appliance at
