@@ -262,7 +262,7 @@ async fn cluster(o: &Orchestrator, request: ClusterRequest) -> Reply {
         ClusterRequest::Scale(n) => o.scale(n).await,
         ClusterRequest::Down => o.down().await,
     };
-    reply(outcome.map_err(OpError::Refused))
+    reply(outcome.map_err(|e| OpError::Refused(e.to_string())))
 }
 
 /// Every backend: its state, connections open now (`active`, which a drain waits for), the time

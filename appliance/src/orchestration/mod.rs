@@ -31,6 +31,7 @@
 pub mod cluster;
 pub mod csr;
 pub mod decide;
+mod error;
 pub mod phases;
 
 use std::collections::{HashMap, HashSet};
@@ -50,6 +51,7 @@ use crate::vocabulary::AfterBootstrap;
 use crate::vocabulary::Role;
 use cluster::{Cluster, ClusterError};
 use decide::{Decision, Memory, Observed, Query, State, Trouble, Waiting};
+pub use error::RunError;
 use phases::{ClusterPhase, NodePhase, Phases, Progress, Step};
 
 /// The orchestration as the admin socket sees it.
@@ -103,9 +105,12 @@ pub fn start(ctx: &Context, pools: SharedPools) -> anyhow::Result<(Orchestrator,
             tracing::info!("resuming the unfinished `cluster up`");
             if let Err(why) = tracker.up().await {
                 tracing::warn!("can't resume `cluster up`: {why}");
-                tracker
-                    .journal
-                    .publish(None, EventKind::OrchestrationFailed { why });
+                tracker.journal.publish(
+                    None,
+                    EventKind::OrchestrationFailed {
+                        why: why.to_string(),
+                    },
+                );
             }
         }
         loop {
@@ -212,7 +217,7 @@ impl Orchestrator {
     }
 
     /// Starts (or resumes) the install; a running one is left alone.
-    pub async fn up(&self) -> Result<String, String> {
+    pub async fn up(&self) -> Result<String, RunError> {
         // Nothing is created or powered before the API's credentials are known to be there:
         // without them the run could start machines and then never see the cluster.
         let kubeconfig = self.plan.load().orchestration.kubeconfig.clone();
@@ -221,11 +226,9 @@ impl Orchestrator {
             move || crate::secrets::read_kubeconfig(&path).map(drop)
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RunError::Task(e.to_string()))?;
         if let Err(e) = readable {
-            return Err(format!(
-                "the admin kubeconfig can't be used ({e}): `openshift-install create ignition-configs` writes auth/kubeconfig in the install directory (or set orchestration.kubeconfig); no machine was touched"
-            ));
+            return Err(RunError::Kubeconfig(e.to_string()));
         }
         let cancel = {
             let mut run = self.lock();
@@ -251,15 +254,18 @@ impl Orchestrator {
                 run.cancel = None;
                 run.waiting = None;
                 if let Err(why) = &outcome {
-                    run.failed = Some(why.clone());
+                    run.failed = Some(why.to_string());
                 }
             }
             match outcome {
                 Ok(Finish::Installed) => this.phases.update(|p| p.up_requested = false).await,
                 Ok(Finish::Cancelled) => {}
-                Err(why) => this
-                    .journal
-                    .publish(None, EventKind::OrchestrationFailed { why }),
+                Err(why) => this.journal.publish(
+                    None,
+                    EventKind::OrchestrationFailed {
+                        why: why.to_string(),
+                    },
+                ),
             }
         });
         Ok(format!("started: {}", self.describe_phase()))
@@ -273,13 +279,13 @@ impl Orchestrator {
     }
 
     /// Brings `workers` of the configured workers (in config order) into the cluster.
-    pub async fn scale(&self, workers: usize) -> Result<String, String> {
+    pub async fn scale(&self, workers: usize) -> Result<String, RunError> {
         let configured = self.workers(&self.plan.load()).len();
         if workers > configured {
-            return Err(format!(
-                "the config has {configured} worker{}: add nodes with role worker to scale to {workers}",
-                if configured == 1 { "" } else { "s" }
-            ));
+            return Err(RunError::TooFewWorkers {
+                configured,
+                wanted: workers,
+            });
         }
         let before = self.phases.snapshot().workers_wanted.unwrap_or(configured);
         self.phases
@@ -300,17 +306,15 @@ impl Orchestrator {
 
     /// Stops a running `up`, destroys every machine through the provider and forgets the
     /// install's phases.
-    pub async fn down(&self) -> Result<String, String> {
+    pub async fn down(&self) -> Result<String, RunError> {
         if let Some(cancel) = self.lock().cancel.take() {
             cancel.cancel();
         }
         let plan = self.plan.load_full();
-        let provider = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?;
+        let provider =
+            AnyProvider::from_plan(&plan.control).map_err(|e| RunError::Provider(e.to_string()))?;
         let Some(provider) = provider else {
-            return Err(
-                "control.provider is none: okd-appliance made no machines, so it destroys none"
-                    .into(),
-            );
+            return Err(RunError::NoProvider);
         };
         let reports = control::run(
             &Arc::new(provider),
@@ -320,15 +324,20 @@ impl Orchestrator {
             &self.journal,
         )
         .await;
-        let failed: Vec<String> = reports
+        let failed: Vec<(String, String)> = reports
             .iter()
-            .filter_map(|r| r.result.as_ref().err().map(|e| format!("{}: {e}", r.node)))
+            .filter_map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(|e| (r.node.clone(), e.to_string()))
+            })
             .collect();
         self.phases.update(|p| *p = Progress::default()).await;
         if failed.is_empty() {
             Ok(format!("{} machines destroyed", reports.len()))
         } else {
-            Err(failed.join("; "))
+            Err(RunError::NotDestroyed(failed))
         }
     }
 
@@ -354,7 +363,7 @@ impl Orchestrator {
     }
 
     /// The install, poll after poll, until installed, cancelled, or a machine action fails.
-    async fn drive(&self, cancel: &CancellationToken) -> Result<Finish, String> {
+    async fn drive(&self, cancel: &CancellationToken) -> Result<Finish, RunError> {
         let mut run = Drive::default();
         loop {
             let plan = self.plan.load_full();
@@ -369,7 +378,7 @@ impl Orchestrator {
     }
 
     /// One poll: asks [`decide::next`] and applies its decisions until one ends the poll.
-    async fn poll(&self, plan: &Plan, run: &mut Drive) -> Result<Option<Finish>, String> {
+    async fn poll(&self, plan: &Plan, run: &mut Drive) -> Result<Option<Finish>, RunError> {
         let bootstrap = plan.orchestration.bootstrap().map(|b| b.name.as_str());
         let masters: Vec<String> = plan
             .orchestration
@@ -437,7 +446,7 @@ impl Orchestrator {
                 }
                 Decision::Installed => return Ok(Some(Finish::Installed)),
                 // The run ends; `cluster status` and the journal say why (the spawner).
-                Decision::Fail(why) => return Err(why),
+                Decision::Fail(why) => return Err(RunError::Decided(why)),
             }
         }
         tracing::error!(
@@ -675,7 +684,7 @@ impl Orchestrator {
         Ok(())
     }
 
-    async fn power_on(&self, plan: &Plan, nodes: &[String]) -> Result<(), String> {
+    async fn power_on(&self, plan: &Plan, nodes: &[String]) -> Result<(), RunError> {
         let machines: Vec<MachineSpec> = nodes
             .iter()
             .filter_map(|n| plan.control.machine(n).cloned())
@@ -683,7 +692,8 @@ impl Orchestrator {
         if machines.is_empty() {
             return Ok(());
         }
-        let Some(provider) = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?
+        let Some(provider) =
+            AnyProvider::from_plan(&plan.control).map_err(|e| RunError::Provider(e.to_string()))?
         else {
             // `provider: none`: the machines are someone else's to power.
             return Ok(());
@@ -701,18 +711,18 @@ impl Orchestrator {
             .await;
             if let Some(failed) = reports.iter().find(|r| r.result.is_err()) {
                 let e = failed.result.as_ref().expect_err("found failed");
-                return Err(format!(
-                    "{} of {} through {}: {e}",
-                    action.name(),
-                    failed.node,
-                    provider.describe()
-                ));
+                return Err(RunError::Machine {
+                    action: action.name(),
+                    node: failed.node.clone(),
+                    through: Some(provider.describe()),
+                    error: e.to_string(),
+                });
             }
         }
         Ok(())
     }
 
-    async fn retire_bootstrap(&self, plan: &Plan, bootstrap: &str) -> Result<(), String> {
+    async fn retire_bootstrap(&self, plan: &Plan, bootstrap: &str) -> Result<(), RunError> {
         let action = match plan.orchestration.after_bootstrap {
             AfterBootstrap::Keep => return Ok(()),
             AfterBootstrap::PowerOff => Action::PowerOff,
@@ -721,7 +731,8 @@ impl Orchestrator {
         let Some(machine) = plan.control.machine(bootstrap).cloned() else {
             return Ok(());
         };
-        let Some(provider) = AnyProvider::from_plan(&plan.control).map_err(|e| e.to_string())?
+        let Some(provider) =
+            AnyProvider::from_plan(&plan.control).map_err(|e| RunError::Provider(e.to_string()))?
         else {
             tracing::info!(
                 "bootstrap complete: {bootstrap} is out of the load balancer; with provider none, power it off yourself"
@@ -744,7 +755,12 @@ impl Orchestrator {
         )
         .await;
         match reports.into_iter().next().map(|r| r.result) {
-            Some(Err(e)) => Err(format!("{} of {bootstrap}: {e}", action.name())),
+            Some(Err(e)) => Err(RunError::Machine {
+                action: action.name(),
+                node: bootstrap.to_owned(),
+                through: None,
+                error: e.to_string(),
+            }),
             _ => Ok(()),
         }
     }
