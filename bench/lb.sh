@@ -11,7 +11,8 @@
 # (port 80) is measured; both balancers use TCP checks (inter 1s fall 2 rise 2); HAProxy's config
 # is the rendered one, which has `option splice-auto` and `option redispatch`.
 # HAProxy runs in every configuration of its matrix (HAPROXY_MATRIX): `option splice-auto` on
-# (as rendered) and off, each with `nbthread 1`; okd-appliance is compared with HAProxy's best
+# (as rendered) and off, each with `nbthread 1`, and splice off with per-connection logging off
+# (`option dontlog-normal`, the quickest for short connections); okd-appliance is compared with HAProxy's best
 # configuration per figure and the whole matrix is printed. The script fails when HAProxy's best
 # and worst configurations differ by more than 2x in a figure and no option that tells them
 # apart has a note in WHY (printed with the matrix).
@@ -36,7 +37,8 @@
 #   ROUNDS [3] (each: okd-appliance and every HAProxy configuration, order rotating; the table has the medians)
 #   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  LAT_SECS [4]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
-#   HAPROXY_MATRIX ["splice-auto=on nbthread=1" and "splice-auto=off nbthread=1", one a line]
+#   HAPROXY_MATRIX ["splice-auto=on nbthread=1 conn-log=on", the same with splice-auto=off, and
+#                  splice-auto=off with conn-log=off (see WHY), one a line]
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
 #              the top functions go into the report (needs perf: apt-get install linux-perf)
@@ -62,12 +64,14 @@ BACKENDS=(10.95.0.21 10.95.0.22)
 CLI_IP=10.95.0.99
 SRV_CPU=0
 LOAD_CPU=1
-HAPROXY_MATRIX=${HAPROXY_MATRIX:-"splice-auto=on nbthread=1
-splice-auto=off nbthread=1"}
+HAPROXY_MATRIX=${HAPROXY_MATRIX:-"splice-auto=on nbthread=1 conn-log=on
+splice-auto=off nbthread=1 conn-log=on
+splice-auto=off nbthread=1 conn-log=off"}
 # Why each option can move HAProxy's figures (what it does; the matrix shows by how much).
 declare -A WHY=(
   [splice-auto]="on: HAProxy moves a connection's data from socket to socket with splice(2) through a kernel pipe once it judges the transfer big enough, instead of copying it through its buffers: fewer copies on bulk streams (iperf3, downloads), pipes and extra calls that small exchanges don't need."
   [nbthread]="threads of the one process; held at 1 (okd-appliance runs on one CPU with one worker too)."
+  [conn-log]="on: every connection logged (the bench logs to stderr for the failover step: getsockname, getsockopt, getpid and a writev per connection); off: \`option tcplog\` with \`option dontlog-normal\`, HAProxy's advice for busy sites: only abnormal connections and server state changes are logged (okd-appliance logs connections at debug level only)."
 )
 declare -A HAPROXY_CONF
 SERVERS=(okd-appliance)
@@ -154,11 +158,15 @@ grep -q 'option splice-auto' "$W/haproxy.cfg" || die "the rendered HAProxy confi
 for s in "${!HAPROXY_CONF[@]}"; do
   conf=${HAPROXY_CONF[$s]}
   nbt=$(matrix_opt nbthread "$conf")
+  quiet=()
+  if [[ $(matrix_opt conn-log "$conf") == off ]]; then
+    quiet=(-e 's/^defaults$/defaults\n    option tcplog\n    option dontlog-normal/')
+  fi
   if [[ $(matrix_opt splice-auto "$conf") == off ]]; then
     sed -e '/option splice-auto/d' "$W/haproxy.cfg"
   else
     cat "$W/haproxy.cfg"
-  fi | sed -e "s/^    nbthread 1$/    nbthread ${nbt:-1}/" >"$W/$s.cfg"
+  fi | sed -e "s/^    nbthread 1$/    nbthread ${nbt:-1}/" "${quiet[@]}" >"$W/$s.cfg"
   haproxy -c -f "$W/$s.cfg" >/dev/null || die "haproxy -c rejected $s.cfg ($conf)"
 done
 
@@ -387,7 +395,7 @@ REPORT=$W/lb.md
 {
   echo "## Load balancer"
   echo
-  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') from \`render --format haproxy\` (redispatch; splice-auto on and off, \`nbthread 1\`: the matrix below))."
+  echo "\`sudo bash bench/lb.sh\` ($(date -u +%Y-%m-%d), commit $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs; balancer on CPU $SRV_CPU; two nginx backends and the load on CPU $LOAD_CPU; ingress-http pool, TCP checks, HAProxy $(haproxy -v | head -n 1 | awk '{print $3}') from \`render --format haproxy\` (redispatch; splice-auto on and off, per-connection logs on and off, \`nbthread 1\`: the matrix below))."
   echo "When other work shares the machine (the script warns), rates are not comparable between runs: compare the CPU per request and per connection."
   echo "req/s: wrk, one thread, $CONNS keep-alive connections, ${SECS} s on a 4 KiB file. conn/s: the same with \`Connection: close\` (a new connection through the balancer per request). Throughput: iperf3 with $PARALLEL streams for ${SECS} s through port 443 to one iperf3 server (straight to it: $DIRECT_IPERF MiB/s; iperf3's client and server share CPU $LOAD_CPU), and $PARALLEL parallel curl downloads of ${BIG_MB} MiB from nginx through port 80. Added latency: wrk with one connection, \`Connection: close\`, ${LAT_SECS} s (each request a new connection): p50/p99 through the balancer minus straight to a backend, measured just before in the same round (direct, medians: p50 $DIRECT50 us, p99 $DIRECT99 us)."
   echo

@@ -400,26 +400,28 @@ impl Pools {
 
 impl Pool {
     /// Eligible backends in the order to try them: the balancer's pick first, then the rest
-    /// (for retrying a refused connect on the next one).
-    pub fn candidates(&self, balance: Balance) -> Vec<Arc<Backend>> {
-        let eligible: Vec<&Arc<Backend>> = self.backends.iter().filter(|b| b.eligible()).collect();
-        if eligible.is_empty() {
-            return Vec::new();
-        }
-        let first = match balance {
-            Balance::RoundRobin => self.cursor.fetch_add(1, Ordering::Relaxed) % eligible.len(),
-            Balance::LeastConnections => {
+    /// (for retrying a refused connect on the next one). Nothing is allocated or cloned: the
+    /// pick costs a walk over the pool's few backends per connection.
+    pub fn candidates(&self, balance: Balance) -> impl Iterator<Item = &Arc<Backend>> + '_ {
+        let eligible = || self.backends.iter().filter(|b| b.eligible());
+        let n = eligible().count();
+        let first = match (n, balance) {
+            (0, _) => 0,
+            (_, Balance::RoundRobin) => self.cursor.fetch_add(1, Ordering::Relaxed) % n,
+            (_, Balance::LeastConnections) => {
                 let start = self.cursor.fetch_add(1, Ordering::Relaxed);
                 // Ties rotate, so equal backends share the load.
-                (0..eligible.len())
-                    .map(|i| (start + i) % eligible.len())
-                    .min_by_key(|&i| eligible[i].active.load(Ordering::Relaxed))
+                (0..n)
+                    .map(|i| (start + i) % n)
+                    .min_by_key(|&i| {
+                        eligible()
+                            .nth(i)
+                            .map_or(usize::MAX, |b| b.active.load(Ordering::Relaxed))
+                    })
                     .unwrap_or(0)
             }
         };
-        (0..eligible.len())
-            .map(|i| Arc::clone(eligible[(first + i) % eligible.len()]))
-            .collect()
+        eligible().cycle().skip(first).take(n)
     }
 }
 
@@ -501,7 +503,7 @@ mod tests {
         );
         let pool = pools.pool(FrontendKind::Api).unwrap();
         assert!(
-            pool.candidates(Balance::RoundRobin).is_empty(),
+            pool.candidates(Balance::RoundRobin).next().is_none(),
             "nothing is up before its checks pass"
         );
         for b in &pool.backends {
@@ -509,11 +511,17 @@ mod tests {
         }
         pool.backends[1].set_up(false);
         let firsts: Vec<String> = (0..4)
-            .map(|_| pool.candidates(Balance::RoundRobin)[0].name.clone())
+            .map(|_| {
+                pool.candidates(Balance::RoundRobin)
+                    .next()
+                    .unwrap()
+                    .name
+                    .clone()
+            })
             .collect();
         assert_eq!(firsts, ["m0", "m2", "m0", "m2"]);
         assert!(pool.backends[2].start_drain(Instant::now()).is_some());
-        let c = pool.candidates(Balance::RoundRobin);
+        let c: Vec<_> = pool.candidates(Balance::RoundRobin).collect();
         assert_eq!(
             c.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
             ["m0"]
@@ -532,7 +540,13 @@ mod tests {
         }
         pool.backends[0].active.store(5, Ordering::Relaxed);
         for _ in 0..3 {
-            assert_eq!(pool.candidates(Balance::LeastConnections)[0].name, "m1");
+            assert_eq!(
+                pool.candidates(Balance::LeastConnections)
+                    .next()
+                    .unwrap()
+                    .name,
+                "m1"
+            );
         }
     }
 

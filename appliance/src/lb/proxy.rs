@@ -67,9 +67,18 @@ where
     F: Fn(TcpStream, std::net::SocketAddr) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    // Accepted connections inherit TCP_NODELAY from the listener (Linux copies it into the
+    // child socket), so the relay needs no setsockopt on the client's side.
+    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+        tracing::warn!("lb/{}: TCP_NODELAY on the listener: {e}", kind.name());
+    }
+    // Registered with the token once, not at every connection (each `cancelled()` takes the
+    // token's lock when it is polled and when it is dropped).
+    let cancelled = token.cancelled();
+    let mut cancelled = std::pin::pin!(cancelled);
     loop {
         let (client, peer) = tokio::select! {
-            () = token.cancelled() => return Ok(()),
+            () = &mut cancelled => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -233,8 +242,12 @@ async fn relay(
 ) -> std::io::Result<()> {
     let backend = claim.backend();
     backend.connections.fetch_add(1, Ordering::Relaxed);
-    let _ = client.set_nodelay(true);
+    // The client's socket has it from the listener (see `accept`).
     let _ = upstream.set_nodelay(true);
+    // Whether one direction has ended: the one that ends second needs no shutdown, since
+    // both sockets close as the relay returns, and a close sends the same FIN (nothing is
+    // left unread in either socket, so it is a FIN and not a reset).
+    let one_ended = std::sync::atomic::AtomicBool::new(false);
     tokio::try_join!(
         async {
             forward(
@@ -244,7 +257,12 @@ async fn relay(
                 &budget,
             )
             .await?;
-            half_close(&upstream, ends, "client")
+            half_close(
+                &upstream,
+                ends,
+                "client",
+                one_ended.swap(true, Ordering::AcqRel),
+            )
         },
         async {
             forward(
@@ -254,21 +272,30 @@ async fn relay(
                 &budget,
             )
             .await?;
-            half_close(&client, ends, "backend")
+            half_close(
+                &client,
+                ends,
+                "backend",
+                one_ended.swap(true, Ordering::AcqRel),
+            )
         },
     )?;
     Ok(())
 }
 
 /// `side` ended its half of the connection (its EOF): says so, then shuts down `to`'s write
-/// half. To `to`'s peer that shutdown looks like a close while the relay goes on, so it gets a
-/// line of its own, written before the shutdown so it is there when the peer sees the EOF.
-fn half_close(to: &TcpStream, ends: Ends, side: &str) -> std::io::Result<()> {
+/// half, unless the other side had `ended` too (the relay closes both sockets next). To
+/// `to`'s peer that shutdown looks like a close while the relay goes on, so it gets a line of
+/// its own, written before the shutdown so it is there when the peer sees the EOF.
+fn half_close(to: &TcpStream, ends: Ends, side: &str, ended: bool) -> std::io::Result<()> {
     let Ends { kind, peer, addr } = ends;
     tracing::debug!(
         "lb/{} {peer} <-> {addr}: the {side} closed its side",
         kind.name()
     );
+    if ended {
+        return Ok(());
+    }
     socket2::SockRef::from(to).shutdown(std::net::Shutdown::Write)
 }
 
