@@ -136,16 +136,11 @@ fn call(target: &Target, request: Request) -> ExitCode {
     };
     let state_dir = appliance.state_dir.as_path();
     match okd_appliance::operator::admin::call(state_dir, &appliance.ask(request)) {
-        Ok(reply) => {
-            let text = reply.text();
-            match answered(reply) {
-                Ok(_) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(code) => code,
-            }
+        Ok(reply @ Reply::Ok { .. }) => {
+            print!("{}", reply.text());
+            ExitCode::SUCCESS
         }
+        Ok(reply) => answered(reply).err().unwrap_or(ExitCode::FAILURE),
         Err(e) => unreachable(state_dir, &e),
     }
 }

@@ -401,7 +401,9 @@ impl Pools {
 impl Pool {
     /// Eligible backends in the order to try them: the balancer's pick first, then the rest
     /// (for retrying a refused connect on the next one). Nothing is allocated or cloned: the
-    /// pick costs a walk over the pool's few backends per connection.
+    /// pick costs a walk over the pool's few backends per connection. Eligibility is read as
+    /// the walk goes, so a backend that changes state meanwhile may be offered again or left
+    /// out; `Backend::claim` checks it once more before any connect.
     pub fn candidates(&self, balance: Balance) -> impl Iterator<Item = &Arc<Backend>> + '_ {
         let eligible = || self.backends.iter().filter(|b| b.eligible());
         let n = eligible().count();
