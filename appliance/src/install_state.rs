@@ -112,6 +112,16 @@ pub fn script_for(phase: InstallPhase, single_node: bool, now: SystemTime) -> (B
     }
 }
 
+/// When the node's ignition-fetched or installed marker was last written: when it last
+/// fetched an ignition (or reported installed), if it did since its last reset.
+pub fn marked_at(state_dir: &Path, node: &str) -> Option<SystemTime> {
+    [IGNITION_FETCHED, INSTALLED]
+        .into_iter()
+        .filter_map(|kind| std::fs::metadata(marker(state_dir, kind, node)).ok())
+        .filter_map(|m| m.modified().ok())
+        .max()
+}
+
 /// Creates the markers' directories (at start, while the appliance may still be root, so that
 /// they are there to hand over to the `run_as` account).
 pub fn prepare(state_dir: &Path) -> io::Result<()> {

@@ -145,6 +145,9 @@ pub enum EventKind {
         action: &'static str,
         result: Result<String, String>,
     },
+    /// `okd-appliance ignition create` (or `cluster up`) made the cluster's ignition set, or
+    /// failed to and left the one in place.
+    IgnitionMade { result: Result<String, String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,6 +286,10 @@ impl fmt::Display for Event {
             EventKind::Machine { action, result } => match result {
                 Ok(done) => write!(f, "{action}: {done}"),
                 Err(why) => write!(f, "{action} failed: {why}"),
+            },
+            EventKind::IgnitionMade { result } => match result {
+                Ok(done) => write!(f, "ignition set made: {done}"),
+                Err(why) => write!(f, "ignition set not made: {why}"),
             },
         }
     }

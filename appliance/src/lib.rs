@@ -23,6 +23,7 @@ pub mod http;
 pub mod idle;
 pub mod install_config;
 pub mod install_state;
+pub mod installer;
 pub mod isolate;
 pub mod journal;
 pub mod lb;

@@ -31,6 +31,8 @@ fn main() -> ExitCode {
         Command::Reload { target } => cli::admin::reload(&target),
         Command::Lb { action } => cli::admin::lb(&action),
         Command::Artifacts { action } => cli::artifacts::run(action),
+        Command::Installer { action } => cli::installer::fetch(action),
+        Command::Ignition { action } => cli::installer::ignition(action),
         Command::Nodes { action } => cli::nodes::command(action),
         Command::Cluster { action } => cli::cluster::run(&action),
         Command::Status { target, json } => cli::status::command(&target, json),

@@ -36,6 +36,7 @@ use self::signature::{Keyring, SIGNATURE_LIMIT};
 use self::store::Partial;
 pub use self::stream::{Kind, Selection, Wanted};
 use crate::config::Install;
+use crate::digest::Sha256;
 
 /// The largest stream metadata accepted; Fedora CoreOS's is about 30 KiB.
 const STREAM_LIMIT: usize = 16 * 1024 * 1024;
@@ -110,12 +111,16 @@ enum Outcome {
 impl Outcome {
     /// One line for the operator; `signed_by` is the fingerprint of a verified signature.
     fn describe(&self, wanted: &Wanted, dest: &Path, signed_by: Option<&str>) -> String {
-        let label = wanted.kind.label();
-        let dest = dest.display();
         let verified = match signed_by {
             Some(fpr) => format!("sha256 and OpenPGP signature by {fpr} verified"),
             None => "sha256 verified".to_owned(),
         };
+        self.line(wanted.kind.label(), dest, &verified)
+    }
+
+    /// The line of [`Outcome::describe`] for the file `label` names.
+    fn line(&self, label: &str, dest: &Path, verified: &str) -> String {
+        let dest = dest.display();
         match self {
             Outcome::UpToDate => format!("{label}: {dest} is already up to date ({verified})"),
             Outcome::Fetched {
@@ -207,6 +212,50 @@ pub async fn import(install: &Install, options: &Options, from: &Path) -> anyhow
     }
     record.save()?;
     conclude(install, &selection, failed, signing.is_some())
+}
+
+/// One file whose SHA-256 is known, put at `dest` as an artifact is: continued from its
+/// `.part`, skipped when already in place with that digest, deleted (and nothing put in place)
+/// when it does not match. What `okd-appliance installer fetch` gets the installer with.
+pub async fn fetch_checked(
+    label: &str,
+    url: &Url,
+    sha256: Sha256,
+    dest: &Path,
+) -> anyhow::Result<String> {
+    let name = dest.display();
+    if store::hash_file(dest)? == Some(sha256) {
+        return Ok(Outcome::UpToDate.line(label, dest, "sha256 verified"));
+    }
+    let client = Client::new();
+    let mut part = Partial::resume(&store::part_path(dest))?;
+    let resumed = part.len();
+    let (moved, elapsed) = match open(&client, url, sha256, &mut part).await? {
+        None => (0, Duration::ZERO),
+        Some((response, total)) => transfer(response, total, &mut part, url, dest).await?,
+    };
+    let actual = part.digest();
+    if actual != sha256 {
+        part.discard()?;
+        bail!(
+            "sha256 mismatch for {name} (from {url}): expected {sha256}, got {actual}; the file \
+             was deleted and nothing was put in place"
+        );
+    }
+    let size = part.len();
+    part.commit(dest)?;
+    let outcome = Outcome::Fetched {
+        size,
+        resumed,
+        moved,
+        elapsed,
+    };
+    Ok(outcome.line(label, dest, "sha256 verified"))
+}
+
+/// The body of `url` (a 200 of at most `limit` bytes), through the environment's proxies.
+pub async fn get_small(url: &Url, limit: usize) -> anyhow::Result<Vec<u8>> {
+    Client::new().get_bytes(url, limit).await
 }
 
 /// The record beside the files (`crate::fetched`): what earlier runs put in place, with what
@@ -383,12 +432,13 @@ async fn fetch_one(
         return Ok((Outcome::UpToDate, signed_by));
     }
     let mut part = Partial::resume(&store::part_path(dest))?;
-    let opened = open(client, wanted, &mut part).await?;
+    let (url, sha256) = (&wanted.location, wanted.sha256);
+    let opened = open(client, url, sha256, &mut part).await?;
     let resumed = part.len();
     let (moved, elapsed) = match opened {
         // The partial file was complete already: only its rename was missing.
         None => (0, Duration::ZERO),
-        Some((response, total)) => transfer(response, total, &mut part, wanted, dest).await?,
+        Some((response, total)) => transfer(response, total, &mut part, url, dest).await?,
     };
     let size = part.len();
     let signed_by = commit_verified(part, wanted, dest, wanted.location.as_str(), signing).await?;
@@ -407,10 +457,9 @@ async fn transfer(
     mut response: Response,
     total: Option<u64>,
     part: &mut Partial,
-    wanted: &Wanted,
+    url: &Url,
     dest: &Path,
 ) -> anyhow::Result<(u64, Duration)> {
-    let url = &wanted.location;
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
     let mut progress = Progress::new(&name, part.len(), total);
     let received = receive(&mut response, part, &mut progress).await;
@@ -448,10 +497,10 @@ async fn transfer(
 /// says; `None` when the partial file is complete already.
 async fn open(
     client: &Client,
-    wanted: &Wanted,
+    url: &Url,
+    sha256: Sha256,
     part: &mut Partial,
 ) -> anyhow::Result<Option<(Response, Option<u64>)>> {
-    let url = &wanted.location;
     let held = part.len();
     let response = client.get(url, held).await?;
     let answer = rules::interpret(
@@ -468,7 +517,7 @@ async fn open(
             part.restart()?;
             response.content_length()
         }
-        Answer::Unsatisfiable if part.digest() == wanted.sha256 => return Ok(None),
+        Answer::Unsatisfiable if part.digest() == sha256 => return Ok(None),
         Answer::Unsatisfiable | Answer::WrongRange => {
             drop(response);
             part.restart()?;

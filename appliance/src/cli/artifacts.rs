@@ -46,9 +46,11 @@ pub struct ArtifactsArgs {
     #[arg(long, value_name = "ID")]
     cluster: Option<String>,
     /// The CoreOS stream metadata, a URL or a file, e.g.
-    /// https://builds.coreos.fedoraproject.org/streams/stable.json
+    /// https://builds.coreos.fedoraproject.org/streams/stable.json; without it, what
+    /// `<installer> coreos print-stream-json` prints, with `install.openshift_install` set
+    /// (the artifacts that release installs).
     #[arg(long, value_name = "URL|FILE", value_parser = parse_stream)]
-    stream: StreamSource,
+    stream: Option<StreamSource>,
     /// The architecture, as the stream names it.
     #[arg(long, default_value = "x86_64")]
     arch: String,
@@ -65,6 +67,35 @@ pub struct ArtifactsArgs {
     /// beside the artifacts as `<name>.sig`.
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
+}
+
+/// What the configured installer's `coreos print-stream-json` prints, in a temporary file
+/// (openshift/installer `pkg/coreoscli/cmd.go`, `printStreamJSON`: the stream metadata of the
+/// CoreOS the release installs, on stdout).
+fn stream_of_installer(one: &super::OneCluster) -> Result<tempfile::NamedTempFile, String> {
+    use std::io::Write as _;
+    let Some(which) = &one.config.install.installer else {
+        return Err(
+            "--stream is required: name the CoreOS stream metadata, or set install.openshift_install so its `coreos print-stream-json` names it"
+                .to_owned(),
+        );
+    };
+    let binary = okd_appliance::installer::binary(which, &one.state_dir);
+    let shown = format!("{} coreos print-stream-json", binary.display());
+    let out = std::process::Command::new(&binary)
+        .args(["coreos", "print-stream-json"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("can't run `{shown}`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`{shown}` failed ({})", out.status));
+    }
+    println!("CoreOS stream from `{shown}`");
+    let mut file = tempfile::NamedTempFile::new().map_err(|e| format!("a temporary file: {e}"))?;
+    file.write_all(&out.stdout)
+        .map_err(|e| format!("a temporary file: {e}"))?;
+    Ok(file)
 }
 
 fn parse_stream(arg: &str) -> Result<StreamSource, String> {
@@ -88,8 +119,23 @@ pub fn run(action: ArtifactsAction) -> ExitCode {
         Err(code) => return code,
     };
     let install = &one.config.install;
+    // Kept until the run ends: the installer's stream, as the file it is read from.
+    let from_installer;
+    let stream = match args.stream {
+        Some(stream) => stream,
+        None => match stream_of_installer(&one) {
+            Ok(file) => {
+                from_installer = file;
+                StreamSource::File(from_installer.path().to_owned())
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(if install.installer.is_none() { 2 } else { 1 });
+            }
+        },
+    };
     let options = artifacts::Options {
-        stream: args.stream,
+        stream,
         arch: args.arch,
         metal: args.metal,
         iso: args.iso,

@@ -18,6 +18,10 @@ use super::{Appliance, Target};
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
     /// Start the install, or resume it where it was (after a crash or a reboot).
+    ///
+    /// Named by its config, with `install.openshift_install` set: the ignition set is made
+    /// first (as `ignition create`) when it is missing, or when bootstrap.ign is older than its
+    /// certificates' 24 hours and no node has fetched its ignition yet.
     Up {
         #[command(flatten)]
         target: Target,
@@ -77,7 +81,15 @@ pub fn run(action: &ClusterAction) -> ExitCode {
     let dir = &appliance;
     let quick = Duration::from_secs(10);
     match action {
-        ClusterAction::Up { .. } => request(dir, ClusterRequest::Up, quick),
+        ClusterAction::Up { target } => {
+            // With the config at hand, the ignition set is made first when it must be.
+            if let Some(file) = target.file()
+                && let Err(code) = super::installer::before_up(file, target.cluster())
+            {
+                return code;
+            }
+            request(dir, ClusterRequest::Up, quick)
+        }
         ClusterAction::Status { json, .. } => status(dir, *json),
         ClusterAction::Wait { phase, timeout, .. } => wait(dir, *phase, *timeout),
         ClusterAction::Scale { workers, .. } => {

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod artifacts;
 pub mod check;
 pub mod cluster;
+pub mod installer;
 pub mod nodes;
 pub mod render;
 pub mod serve;
@@ -105,6 +106,16 @@ pub enum Command {
     Artifacts {
         #[command(subcommand)]
         action: ArtifactsAction,
+    },
+    /// The openshift-install of the configured release, fetched into the state directory.
+    Installer {
+        #[command(subcommand)]
+        action: installer::InstallerAction,
+    },
+    /// The ignition set, made from the config by openshift-install.
+    Ignition {
+        #[command(subcommand)]
+        action: installer::IgnitionAction,
     },
     /// Create, start, stop, reset or destroy the cluster's machines through `control.provider`.
     ///
@@ -208,6 +219,16 @@ impl Appliance {
 }
 
 impl Target {
+    /// The config file it names, when it names one rather than a state directory.
+    pub fn file(&self) -> Option<&Path> {
+        self.at.file.as_deref()
+    }
+
+    /// The cluster `--cluster` names.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
     /// The appliance: its state directory from the flag, or from the config (which must be
     /// valid; a host file's cluster ids are checked against `--cluster` here).
     fn appliance(&self) -> Result<Appliance, ExitCode> {

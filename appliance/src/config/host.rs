@@ -126,6 +126,14 @@ impl HostProblems {
         self.count(Severity::Error) > 0
     }
 
+    /// The problems of every file that was read: the host file's, then each cluster file's.
+    pub fn problems(&self) -> impl Iterator<Item = &Problems> {
+        std::iter::once(&self.host).chain(self.clusters.iter().filter_map(|f| match f {
+            Found::Loaded(p) => Some(p),
+            Found::Failed(_) => None,
+        }))
+    }
+
     /// Every file's problems as miette draws them, each file with its summary line, then one
     /// line for the whole host.
     pub fn render(&self, style: RenderStyle) -> String {

@@ -244,6 +244,29 @@ pub struct Install {
     pub artifacts: Artifacts,
     /// undionly.kpxe and snponly.efi, served over TFTP (and snponly.efi over HTTP).
     pub ipxe_dir: PathBuf,
+    /// The openshift-install `ignition create` runs, when the config names one.
+    pub installer: Option<Installer>,
+    /// Files `ignition create` copies into the installer's `openshift/` directory.
+    pub manifests_dir: Option<PathBuf>,
+}
+
+/// `install.openshift_install`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installer {
+    /// A binary the operator installed.
+    Path(PathBuf),
+    /// A release's binary, which `okd-appliance installer fetch` puts into the state directory.
+    Release {
+        version: String,
+        /// The base URL with one directory per release, without a trailing slash.
+        mirror: String,
+    },
+}
+
+impl Installer {
+    /// Where OKD publishes its releases: a GitHub release per tag, its files under
+    /// `<this>/<tag>/` (see `crate::installer`).
+    pub const OKD_RELEASES: &str = "https://github.com/okd-project/okd/releases/download";
 }
 
 /// File names of the CoreOS live PXE artifacts inside the artifacts directory.

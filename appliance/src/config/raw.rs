@@ -243,6 +243,31 @@ pub struct RawInstall {
     /// Where the iPXE binaries PXE firmware chainloads live (Debian's `ipxe` package).
     #[serde(default)]
     pub ipxe_dir: Option<Text>,
+    /// The openshift-install `ignition create` runs: a path, or `{ release: VERSION }`.
+    #[serde(default)]
+    pub openshift_install: Option<Spanned<RawInstaller>>,
+    /// Custom manifests and MachineConfigs `ignition create` adds to the installer's.
+    #[serde(default)]
+    pub manifests_dir: Option<Text>,
+}
+
+/// `install.openshift_install`: a path to the binary, or the release `installer fetch` gets.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawInstaller {
+    Path(String),
+    Release(RawRelease),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRelease {
+    /// The OKD release, as its tag on the release page (`4.19.0-okd-scos.1`).
+    pub release: String,
+    /// Where releases are published, one directory per release (default: OKD's GitHub
+    /// releases).
+    #[serde(default)]
+    pub mirror: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

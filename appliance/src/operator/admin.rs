@@ -106,6 +106,7 @@ pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> Re
             action,
             result,
         } => reply(op.machine(&node, action, result)),
+        Request::Ignition { result } => reply::<String>(Ok(op.ignition(result))),
     }
 }
 

@@ -384,6 +384,14 @@ impl Operator {
         record_machine(&self.plan.load(), &self.journal, node, action, result)
     }
 
+    /// Records in the journal what `okd-appliance ignition create` (or `cluster up`) did to
+    /// the cluster's ignition set; the status page's events show it.
+    pub fn ignition(&self, result: Result<String, String>) -> String {
+        self.journal
+            .publish(None, crate::journal::EventKind::IgnitionMade { result });
+        "ignition set recorded".to_owned()
+    }
+
     /// Asks the supervisor to reload and waits for its outcome: what it did.
     pub async fn reload(&self) -> Result<String, OpError> {
         let (reply, outcome) = oneshot::channel();

@@ -48,6 +48,11 @@ pub enum Request {
         action: &'static str,
         result: Result<String, String>,
     },
+    /// `okd-appliance ignition create` (or `cluster up`) made the ignition set, or failed to:
+    /// the line it printed (one line, as [`Request::ignition`] makes it).
+    Ignition {
+        result: Result<String, String>,
+    },
 }
 
 /// What the admin socket and the API (`POST /api/v1/nodes/NODE/OP`) both do to a node.
@@ -270,6 +275,14 @@ impl Request {
         }
     }
 
+    /// `ignition ok|failed TEXT`, the text on one line and cut to `room` bytes.
+    pub fn ignition(result: Result<String, String>, room: usize) -> Request {
+        let Request::Machine { result, .. } = Request::machine("", "create", result, room) else {
+            unreachable!("Request::machine makes a Machine");
+        };
+        Request::Ignition { result }
+    }
+
     /// The request on `line` (without its `@ID`), or the error reply's reason (the requests
     /// there are).
     pub fn parse(line: &str) -> Result<Request, String> {
@@ -312,6 +325,16 @@ impl Request {
                 Request::Machine {
                     node: (*node).to_owned(),
                     action,
+                    result: match *outcome {
+                        "ok" => Ok(text),
+                        "failed" => Err(text),
+                        other => return Err(format!("{other} is not ok or failed")),
+                    },
+                }
+            }
+            ["ignition", outcome, text @ ..] => {
+                let text = text.join(" ");
+                Request::Ignition {
                     result: match *outcome {
                         "ok" => Ok(text),
                         "failed" => Err(text),
@@ -366,6 +389,10 @@ impl fmt::Display for Request {
             } => match result {
                 Ok(text) => write!(f, "machine {node} {action} ok {text}"),
                 Err(text) => write!(f, "machine {node} {action} failed {text}"),
+            },
+            Request::Ignition { result } => match result {
+                Ok(text) => write!(f, "ignition ok {text}"),
+                Err(text) => write!(f, "ignition failed {text}"),
             },
         }
     }
@@ -450,6 +477,11 @@ mod tests {
                 Err("proxmox   answered 500".into()),
                 900,
             ));
+            all.push(Request::ignition(
+                Ok("made install_dir\nfrom okd.yml".into()),
+                900,
+            ));
+            all.push(Request::ignition(Err("step 2/6 failed".into()), 900));
         }
         all
     }

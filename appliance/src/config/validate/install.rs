@@ -70,7 +70,14 @@ impl Validator<'_> {
         let initramfs = artifact(self, &r.artifacts.initramfs, "initramfs.img");
         let rootfs = artifact(self, &r.artifacts.rootfs, "rootfs.img");
         let iso = artifact(self, &r.artifacts.iso, "live.iso");
+        let installer = match &r.openshift_install {
+            None => Some(None),
+            Some(i) => self.installer(i, dir).map(Some),
+        };
+        let manifests_dir = r.manifests_dir.as_ref().map(|d| resolve(dir, &d.value));
         Some(Install {
+            installer: installer?,
+            manifests_dir,
             ignition_dir,
             artifacts_dir,
             install_dev: install_dev?,
@@ -84,6 +91,68 @@ impl Validator<'_> {
                 iso: iso?,
             },
         })
+    }
+
+    /// `install.openshift_install`: a path (relative to the config's folder), or a release by
+    /// its tag, which names a directory of the state directory and of the mirror's URL, so it
+    /// is one path segment.
+    fn installer(&mut self, raw: &Spanned<RawInstaller>, dir: &Path) -> Option<Installer> {
+        match &raw.value {
+            RawInstaller::Path(p) if p.trim().is_empty() => {
+                self.p.error(
+                    "config::installer",
+                    raw.referenced,
+                    "openshift_install is empty".to_owned(),
+                    "a path, or { release: VERSION }",
+                );
+                None
+            }
+            RawInstaller::Path(p) => Some(Installer::Path(resolve(dir, p))),
+            RawInstaller::Release(r) => {
+                let version = r.release.trim();
+                let segment = !version.is_empty()
+                    && version.len() <= 128
+                    && !version.starts_with('.')
+                    && version
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'));
+                if !segment {
+                    self.p
+                        .error(
+                            "config::installer",
+                            raw.referenced,
+                            format!("release `{version}` is not a release tag"),
+                            "letters, digits, `.`, `-`, `_` and `+`",
+                        )
+                        .hint("the tag of the release page, e.g. 4.19.0-okd-scos.1");
+                    return None;
+                }
+                let mirror = r
+                    .mirror
+                    .as_deref()
+                    .unwrap_or(Installer::OKD_RELEASES)
+                    .trim_end_matches('/');
+                let parsed = url::Url::parse(mirror);
+                if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host()) {
+                    self.p
+                        .error(
+                            "config::installer",
+                            raw.referenced,
+                            format!("mirror `{mirror}` is not an http:// or https:// URL"),
+                            "not a URL",
+                        )
+                        .hint(format!(
+                            "OKD publishes its releases at {}",
+                            Installer::OKD_RELEASES
+                        ));
+                    return None;
+                }
+                Some(Installer::Release {
+                    version: version.to_owned(),
+                    mirror: mirror.to_owned(),
+                })
+            }
+        }
     }
 
     /// The role ignition files must exist. Only bootstrap.ign is checked for age, and only

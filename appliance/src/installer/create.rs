@@ -1,0 +1,479 @@
+//! `okd-appliance ignition create`: the ignition set made from the config by openshift-install,
+//! in a fresh work directory beside `install.ignition_dir`, then put in place at once.
+//!
+//! What openshift-install does to its `--dir` (openshift/installer; `pkg/asset/store/store.go`
+//! `Fetch` and `purge`, `pkg/asset/targets/targets.go`):
+//!
+//! 1. `create manifests` reads `install-config.yaml` and *consumes* it (deletes it: "Consuming
+//!    Install Config from target directory"), writing `manifests/` and `openshift/` and the
+//!    state file `.openshift_install_state.json`;
+//! 2. files added to `openshift/` (`*.yaml`, `*.yml`, `*.json`: `pkg/asset/manifests/
+//!    openshift.go`, `Openshift.Load`) become part of the cluster: bootstrap.ign carries each
+//!    as `/opt/openshift/openshift/<name>` (`pkg/asset/ignition/bootstrap/common.go`,
+//!    `addParentFiles`), and a MachineConfig among them ends up in the role's config;
+//! 3. `create ignition-configs` consumes `manifests/` and `openshift/` and writes bootstrap.ign,
+//!    master.ign, worker.ign, metadata.json and `auth/` (kubeconfig, kubeadmin-password);
+//!    `create single-node-ignition-config` writes `bootstrap-in-place-for-live-iso.ign` instead
+//!    of the three (it wants `bootstrapInPlace.installationDisk`, which `render` writes for a
+//!    single-node config).
+//!
+//! Each step is named when it fails, and a failure leaves `ignition_dir` as it was (the work
+//! directory stays for its `.openshift_install.log`; the next run starts it afresh). The
+//! result is checked as `check` checks `ignition_dir` (the caller's check, run on the work
+//! directory) before `renameat2(RENAME_EXCHANGE)` swaps it with `ignition_dir` in one step; the
+//! set it replaces is kept beside it as `<ignition_dir>.previous`.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::install_config;
+
+/// How long one installer command may take: `create manifests` and `create ignition-configs`
+/// take seconds to a minute; one that takes this long is stuck.
+const STEP_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+/// The steps, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    InstallConfig,
+    Manifests,
+    CustomManifests,
+    IgnitionConfigs,
+    Check,
+    Replace,
+}
+
+impl Step {
+    pub const COUNT: usize = 6;
+
+    /// Its number, from 1.
+    pub fn number(self) -> usize {
+        self as usize + 1
+    }
+
+    /// What it does, in the words of its command.
+    pub fn describe(self, single_node: bool) -> &'static str {
+        match self {
+            Step::InstallConfig => "install-config.yaml (as `render --format install-config`)",
+            Step::Manifests => "openshift-install create manifests",
+            Step::CustomManifests => "custom manifests into openshift/",
+            Step::IgnitionConfigs if single_node => {
+                "openshift-install create single-node-ignition-config"
+            }
+            Step::IgnitionConfigs => "openshift-install create ignition-configs",
+            Step::Check => "check the set against the config",
+            Step::Replace => "put the set in place",
+        }
+    }
+}
+
+/// Where the steps' progress and the installer's output go.
+pub trait Report {
+    /// `step` starts.
+    fn step(&mut self, step: Step, what: &str);
+    /// A line the installer printed (on its standard output or error).
+    fn line(&mut self, line: &str);
+    /// A note of the step (a file copied, a file skipped).
+    fn note(&mut self, note: &str);
+    /// Called about ten times a second while the installer runs.
+    fn tick(&mut self) {}
+}
+
+/// Why `create` stopped: the step, and the reason.
+#[derive(Debug)]
+pub struct Failed {
+    pub step: Step,
+    pub why: String,
+    /// Where the work directory was left, for the installer's log.
+    pub work_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "step {}/{} failed: {}",
+            self.step.number(),
+            Step::COUNT,
+            self.why
+        )?;
+        if let Some(w) = &self.work_dir {
+            write!(f, " (its work is in {})", w.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// What `create` made.
+#[derive(Debug)]
+pub struct Made {
+    pub ignition_dir: PathBuf,
+    /// Where the set it replaced is now.
+    pub previous: Option<PathBuf>,
+    /// The custom manifests copied in.
+    pub manifests: Vec<String>,
+}
+
+/// The work directory beside `ignition_dir`.
+pub fn work_dir(ignition_dir: &Path) -> PathBuf {
+    sibling(ignition_dir, ".", ".new")
+}
+
+/// Where the set a new one replaced is kept.
+pub fn previous_dir(ignition_dir: &Path) -> PathBuf {
+    sibling(ignition_dir, "", ".previous")
+}
+
+fn sibling(dir: &Path, prefix: &str, suffix: &str) -> PathBuf {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    dir.with_file_name(format!("{prefix}{name}{suffix}"))
+}
+
+/// Makes the ignition set of `config` with `installer`; `check` is `check`'s verdict on a
+/// directory as the ignition directory.
+pub fn create(
+    config: &Config,
+    installer: &Path,
+    report: &mut dyn Report,
+    check: &dyn Fn(&Path) -> Result<(), String>,
+) -> Result<Made, Failed> {
+    let single = config.single_node().is_some();
+    let ignition_dir = config.install.ignition_dir.clone();
+    let work = work_dir(&ignition_dir);
+    let fail = |step: Step, why: String, kept: bool| Failed {
+        step,
+        why,
+        work_dir: kept.then(|| work.clone()),
+    };
+    let begin = |report: &mut dyn Report, step: Step| {
+        report.step(step, step.describe(single));
+    };
+
+    begin(report, Step::InstallConfig);
+    let text = install_config::Inputs::read(config)
+        .and_then(|inputs| install_config::render(config, &inputs))
+        .map_err(|e| fail(Step::InstallConfig, e, false))?;
+    fresh_dir(&work).map_err(|e| fail(Step::InstallConfig, e, false))?;
+    write_private(&work.join(install_config::FILE_NAME), text.as_bytes())
+        .map_err(|e| fail(Step::InstallConfig, e, true))?;
+
+    begin(report, Step::Manifests);
+    run(installer, &["create", "manifests"], &work, report)
+        .map_err(|e| fail(Step::Manifests, e, true))?;
+
+    begin(report, Step::CustomManifests);
+    let manifests = custom_manifests(config, &work.join("openshift"), report)
+        .map_err(|e| fail(Step::CustomManifests, e, true))?;
+
+    begin(report, Step::IgnitionConfigs);
+    let target = if single {
+        "single-node-ignition-config"
+    } else {
+        "ignition-configs"
+    };
+    run(installer, &["create", target], &work, report)
+        .map_err(|e| fail(Step::IgnitionConfigs, e, true))?;
+
+    begin(report, Step::Check);
+    check(&work).map_err(|e| fail(Step::Check, e, true))?;
+
+    begin(report, Step::Replace);
+    let previous = replace(&work, &ignition_dir).map_err(|e| fail(Step::Replace, e, true))?;
+    Ok(Made {
+        ignition_dir,
+        previous,
+        manifests,
+    })
+}
+
+/// An empty directory at `dir`, owner-only (install-config.yaml holds the pull secret); what a
+/// failed run left there goes.
+fn fresh_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("can't remove the old {}: {e}", dir.display()));
+        }
+        _ => {}
+    }
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("can't create {}: {e}", dir.display()))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| format!("can't write {}: {e}", path.display()))
+}
+
+/// `installer ARGS --dir work`, its output streamed to `report` line by line.
+fn run(
+    installer: &Path,
+    args: &[&str],
+    work: &Path,
+    report: &mut dyn Report,
+) -> Result<(), String> {
+    let shown = format!(
+        "{} {} --dir {}",
+        installer.display(),
+        args.join(" "),
+        work.display()
+    );
+    let mut child = Command::new(installer)
+        .args(args)
+        .arg("--dir")
+        .arg(work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "{} does not exist (with `openshift_install: {{ release: ... }}`, `okd-appliance installer fetch` gets it)",
+                installer.display()
+            ),
+            _ => format!("can't run {}: {e}", installer.display()),
+        })?;
+    let (send, lines) = mpsc::channel::<String>();
+    let mut readers = Vec::new();
+    let outputs: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+        child.stdout.take().map(|o| Box::new(o) as _),
+        child.stderr.take().map(|e| Box::new(e) as _),
+    ];
+    for output in outputs.into_iter().flatten() {
+        let send = send.clone();
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(output).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    drop(send);
+    let started = Instant::now();
+    let mut timed_out = false;
+    loop {
+        match lines.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => report.line(&line),
+            Err(mpsc::RecvTimeoutError::Timeout) => report.tick(),
+            // Both outputs closed: the installer has exited (or closed them).
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if started.elapsed() > STEP_LIMIT {
+            timed_out = true;
+            let _ = child.kill();
+            break;
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("`{shown}`: can't wait for it: {e}"))?;
+    for reader in readers {
+        let _ = reader.join();
+    }
+    if timed_out {
+        return Err(format!(
+            "`{shown}` ran for more than {} minutes and was stopped",
+            STEP_LIMIT.as_secs() / 60
+        ));
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{shown}` failed ({status})"))
+    }
+}
+
+/// Copies `install.manifests_dir`'s manifests into `openshift` (and, for a single node, the
+/// MachineConfig that keeps its addresses on the installed disk, unless the directory has a
+/// file of that name); returns the names copied.
+fn custom_manifests(
+    config: &Config,
+    openshift: &Path,
+    report: &mut dyn Report,
+) -> Result<Vec<String>, String> {
+    if !openshift.is_dir() {
+        return Err(format!(
+            "{} is not there: `create manifests` did not write it",
+            openshift.display()
+        ));
+    }
+    let mut copied = Vec::new();
+    if let Some(dir) = &config.install.manifests_dir {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| format!("install.manifests_dir {}: {e}", dir.display()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("install.manifests_dir {}: {e}", dir.display()))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            // openshift-install reads these three kinds from openshift/ and nothing else.
+            let manifest = [".yaml", ".yml", ".json"].iter().any(|x| name.ends_with(x));
+            if !path.is_file() || !manifest || name.starts_with('.') {
+                report.note(&format!(
+                    "{} skipped: openshift-install reads only *.yaml, *.yml and *.json files of openshift/",
+                    path.display()
+                ));
+                continue;
+            }
+            std::fs::copy(&path, openshift.join(&name))
+                .map_err(|e| format!("can't copy {}: {e}", path.display()))?;
+            report.note(&format!("{} -> openshift/{name}", path.display()));
+            copied.push(name);
+        }
+    }
+    let network = install_config::single_node::FILE_NAME;
+    if config.single_node().is_some() && !copied.iter().any(|c| c == network) {
+        let text = install_config::single_node::render(config)?;
+        std::fs::write(openshift.join(network), text)
+            .map_err(|e| format!("can't write openshift/{network}: {e}"))?;
+        report.note(&format!(
+            "openshift/{network}: the single node's addresses on its installed disk (`render --format single-node-network`)"
+        ));
+        copied.push(network.to_owned());
+    }
+    Ok(copied)
+}
+
+/// Puts `work` in place as `ignition_dir` in one rename, keeping what was there as
+/// `<ignition_dir>.previous`; the new directory gets the old one's permissions and group (the
+/// appliance's account reads it through them).
+fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let old = match std::fs::symlink_metadata(ignition_dir) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("can't read {}: {e}", ignition_dir.display())),
+    };
+    let (mode, gid) = old
+        .as_ref()
+        .filter(|m| m.is_dir())
+        .map_or((0o750, None), |m| (m.mode() & 0o7777, Some(m.gid())));
+    std::fs::set_permissions(work, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("can't set the mode of {}: {e}", work.display()))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(work, None, Some(gid)).map_err(|e| {
+            format!(
+                "can't give {} the group of {} (gid {gid}), which the appliance reads it through: {e}",
+                work.display(),
+                ignition_dir.display()
+            )
+        })?;
+    }
+    let sync_parent = || {
+        if let Some(parent) = ignition_dir.parent() {
+            let _ = std::fs::File::open(parent).and_then(|d| d.sync_all());
+        }
+    };
+    if old.is_none() {
+        std::fs::rename(work, ignition_dir).map_err(|e| {
+            format!(
+                "can't rename {} to {}: {e}",
+                work.display(),
+                ignition_dir.display()
+            )
+        })?;
+        sync_parent();
+        return Ok(None);
+    }
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+    renameat2(
+        AT_FDCWD,
+        work,
+        AT_FDCWD,
+        ignition_dir,
+        RenameFlags::RENAME_EXCHANGE,
+    )
+    .map_err(|e| {
+        format!(
+            "can't swap {} with {} (renameat2 RENAME_EXCHANGE: {e}); nothing was changed",
+            work.display(),
+            ignition_dir.display()
+        )
+    })?;
+    sync_parent();
+    // `work` now holds the set that was in place.
+    let previous = previous_dir(ignition_dir);
+    match std::fs::remove_dir_all(&previous) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "the new set is in place; the one it replaced is in {} ({} can't be removed: {e})",
+                work.display(),
+                previous.display()
+            ));
+        }
+        _ => {}
+    }
+    std::fs::rename(work, &previous).map_err(|e| {
+        format!(
+            "the new set is in place; the one it replaced is in {} (can't rename it to {}: {e})",
+            work.display(),
+            previous.display()
+        )
+    })?;
+    sync_parent();
+    Ok(Some(previous))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_work_and_previous_directories_sit_beside_the_ignition_directory() {
+        let dir = Path::new("/etc/okd/install_dir");
+        assert_eq!(work_dir(dir), Path::new("/etc/okd/.install_dir.new"));
+        assert_eq!(
+            previous_dir(dir),
+            Path::new("/etc/okd/install_dir.previous")
+        );
+    }
+
+    #[test]
+    fn a_replace_swaps_the_sets_and_keeps_the_old_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ignition = tmp.path().join("install_dir");
+        std::fs::create_dir(&ignition).unwrap();
+        std::fs::write(ignition.join("bootstrap.ign"), "old").unwrap();
+        let work = work_dir(&ignition);
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("bootstrap.ign"), "new").unwrap();
+        let previous = replace(&work, &ignition).unwrap().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ignition.join("bootstrap.ign")).unwrap(),
+            "new"
+        );
+        assert_eq!(
+            std::fs::read_to_string(previous.join("bootstrap.ign")).unwrap(),
+            "old"
+        );
+        assert!(!work.exists());
+        // Again: the older previous set goes, the one just replaced is kept.
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("bootstrap.ign"), "newer").unwrap();
+        replace(&work, &ignition).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ignition.join("bootstrap.ign")).unwrap(),
+            "newer"
+        );
+        assert_eq!(
+            std::fs::read_to_string(previous.join("bootstrap.ign")).unwrap(),
+            "new"
+        );
+    }
+}
