@@ -28,6 +28,8 @@ PACKAGES=(
   # The Kubernetes API double of the install orchestration's test (tests/e2e/kube_double.py)
   # makes its PKI and the kubelets' certificate requests with python3-cryptography.
   python3-cryptography
+  # The stand-in openshift-install (tests/e2e/openshift_install_double.py) reads install-config.yaml.
+  python3-yaml
   # The pair of appliances' test (tests/e2e/ha.rs) runs Debian's keepalived.
   keepalived
   # The libraries of NetworkManager's nm-initrd-generator, which is unpacked below, not installed.

@@ -131,11 +131,20 @@ fn check_warns_of_missing_ignition_files_and_check_install_refuses_them() {
         "{stderr}"
     );
 
-    // Before an install, the same finding is an error, with the fix.
+    // Before an install, the same finding is an error, with the fix: lab.yml names its
+    // installer, so the one command that runs it.
     let out = run(&["check", "--install", &fixture("config/lab.yml")]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ignition directory"), "{stderr}");
+    assert!(
+        stderr.contains("make them: `okd-appliance ignition create "),
+        "{stderr}"
+    );
+    // Without an installer, the two commands that make them by hand.
+    let out = run(&["check", "--install", &fixture("config/compact.yml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("openshift-install create ignition-configs"),
         "{stderr}"

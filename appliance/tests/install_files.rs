@@ -165,3 +165,55 @@ fn render_and_fixtures_do_not_look_at_ignition_files() {
     let loaded = config::parse(CONFIG, "okd.yml", empty.path(), InstallCheck::Skip).unwrap();
     assert!(loaded.warnings.is_empty());
 }
+
+/// `install.openshift_install`: a path relative to the config, or a release tag (a number such
+/// as `4.19` taken as written) with OKD's releases as the default mirror; a tag that is not one
+/// path segment, a mirror that is not http(s) and an unknown key are each one error.
+#[test]
+fn the_installer_is_a_path_or_a_release() {
+    use okd_appliance::config::Installer;
+    let with = |installer: &str| {
+        let text = CONFIG.replace(
+            "artifacts_dir: ./artifacts }",
+            &format!("artifacts_dir: ./artifacts, openshift_install: {installer} }}"),
+        );
+        config::parse(&text, "okd.yml", Path::new("/srv/okd"), InstallCheck::Skip)
+    };
+    let installer = |installer: &str| with(installer).unwrap().config.install.installer;
+    assert_eq!(
+        installer("./bin/openshift-install"),
+        Some(Installer::Path("/srv/okd/./bin/openshift-install".into()))
+    );
+    assert_eq!(
+        installer("{ release: 4.19.0-okd-scos.1 }"),
+        Some(Installer::Release {
+            version: "4.19.0-okd-scos.1".into(),
+            mirror: Installer::OKD_RELEASES.into()
+        })
+    );
+    assert_eq!(
+        installer("{ release: 4.19, mirror: \"http://mirror.example.com/okd/\" }"),
+        Some(Installer::Release {
+            version: "4.19".into(),
+            mirror: "http://mirror.example.com/okd".into()
+        })
+    );
+    for (bad, says) in [
+        ("{ release: ../4.19 }", "is not a release tag"),
+        (
+            "{ release: 4.19, mirror: ftp://x }",
+            "is not an http:// or https:// URL",
+        ),
+        (
+            "{ releas: 4.19 }",
+            "unknown key `releas` in openshift_install",
+        ),
+        ("\"\"", "openshift_install is empty"),
+    ] {
+        let Err(e) = with(bad) else {
+            panic!("{bad} accepted")
+        };
+        let text = e.render(RenderStyle::Plain);
+        assert!(text.contains(says), "{bad}: {text}");
+    }
+}

@@ -25,6 +25,7 @@ mod hostile_inputs;
 mod http;
 mod image;
 mod image_support;
+mod installer;
 mod iso_boot;
 mod lb;
 mod lb_support;

@@ -36,6 +36,8 @@ to <dir>/.openshift_install.log. Every call is appended, as one JSON line (argv 
 --dir before it ran), to $OPENSHIFT_INSTALL_DOUBLE_LOG when set. $OPENSHIFT_INSTALL_DOUBLE_FAIL
 set to a target (`manifests`, `ignition-configs`, ...) makes that command fail as the real one
 does on an invalid input: a `level=fatal` line and exit status 1, having written nothing.
+$OPENSHIFT_INSTALL_DOUBLE_BASE_DOMAIN makes the set for another base domain than the install
+config's (an installer that disagrees with its input, for the appliance's check to catch).
 """
 
 import base64
@@ -94,24 +96,30 @@ def save_state(d, state):
     persist(d, STATE, json.dumps(state, indent=2))
 
 
-def root_ca():
-    """pkg/asset/tls/root.go: CN root-ca, OU openshift, ten years."""
+def cert_key(cn, ou, ca, signer=None):
+    """A key and its certificate: self-signed, or signed by `signer` (a cert_key result)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "openshift"),
-        x509.NameAttribute(NameOID.COMMON_NAME, "root-ca"),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou),
+        x509.NameAttribute(NameOID.COMMON_NAME, cn),
     ])
+    if signer:
+        issuer = x509.load_pem_x509_certificate(base64.b64decode(signer["CertRaw"]))
+        issuer_key = serialization.load_pem_private_key(base64.b64decode(signer["KeyRaw"]), None)
+        issuer_name = issuer.subject
+    else:
+        issuer_key, issuer_name = key, name
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
-        .issuer_name(name)
+        .issuer_name(issuer_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=1))
         .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .sign(issuer_key, hashes.SHA256())
     )
     pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = key.private_bytes(
@@ -120,6 +128,11 @@ def root_ca():
         serialization.NoEncryption(),
     )
     return {"CertRaw": base64.b64encode(pem).decode(), "KeyRaw": base64.b64encode(key_pem).decode()}
+
+
+def root_ca():
+    """pkg/asset/tls/root.go: CN root-ca, OU openshift, ten years."""
+    return cert_key("root-ca", "openshift", ca=True)
 
 
 def install_config(d, state):
@@ -144,7 +157,8 @@ def install_config(d, state):
 
 
 def domain(ic):
-    return "%s.%s" % (ic["metadata"]["name"], ic["baseDomain"])
+    base = os.environ.get("OPENSHIFT_INSTALL_DOUBLE_BASE_DOMAIN") or ic["baseDomain"]
+    return "%s.%s" % (ic["metadata"]["name"], base)
 
 
 def create_manifests(d, state):
@@ -233,12 +247,17 @@ def create_ignition(d, state, single):
     persist(d, "metadata.json", json.dumps({"clusterName": ic["metadata"]["name"],
                                              "clusterID": cid.get("UUID", ""),
                                              "infraID": cid.get("InfraID", ""), "none": {}}))
+    # pkg/asset/tls/adminkubeconfig.go: the admin's client certificate (CN system:admin, O
+    # system:masters); signed here by the root CA rather than its own signer.
+    admin = state.setdefault("*tls.AdminKubeConfigClientCertKey",
+                             cert_key("system:admin", "system:masters", ca=False, signer=state[CA_ASSET]))
     kubeconfig = {
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": ic["metadata"]["name"], "cluster": {
             "server": "https://api.%s:6443" % dom,
             "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": "admin", "user": {"client-certificate-data": "", "client-key-data": ""}}],
+        "users": [{"name": "admin", "user": {"client-certificate-data": admin["CertRaw"],
+                                             "client-key-data": admin["KeyRaw"]}}],
         "contexts": [{"name": "admin", "context": {"cluster": ic["metadata"]["name"], "user": "admin"}}],
         "current-context": "admin", "preferences": {},
     }

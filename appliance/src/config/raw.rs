@@ -252,22 +252,84 @@ pub struct RawInstall {
 }
 
 /// `install.openshift_install`: a path to the binary, or the release `installer fetch` gets.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum RawInstaller {
     Path(String),
     Release(RawRelease),
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub struct RawRelease {
     /// The OKD release, as its tag on the release page (`4.19.0-okd-scos.1`).
     pub release: String,
     /// Where releases are published, one directory per release (default: OKD's GitHub
     /// releases).
-    #[serde(default)]
     pub mirror: Option<String>,
+}
+
+/// A string, or a map of `release` (a tag; a number such as `4.19` is taken as written) and
+/// `mirror`; anything else says what it takes.
+impl<'de> Deserialize<'de> for RawInstaller {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        const WANTED: &str = "a path, or { release: TAG, mirror: URL }";
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawInstaller;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(WANTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawInstaller, E> {
+                Ok(RawInstaller::Path(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawInstaller, A::Error> {
+                let (mut release, mut mirror) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "release" => release = Some(map.next_value::<Scalar>()?.0),
+                        "mirror" => mirror = Some(map.next_value::<String>()?),
+                        other => {
+                            return Err(serde::de::Error::custom(format!(
+                                "unknown key `{other}` in openshift_install: {WANTED}"
+                            )));
+                        }
+                    }
+                }
+                let release = release.ok_or_else(|| {
+                    serde::de::Error::custom(format!("openshift_install has no release: {WANTED}"))
+                })?;
+                Ok(RawInstaller::Release(RawRelease { release, mirror }))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A YAML scalar as it was written: a release tag like `4.19` reads as a number.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a release tag")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_owned()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

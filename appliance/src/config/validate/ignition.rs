@@ -172,6 +172,12 @@ impl Compare<'_> {
     fn create_hint(&self) -> String {
         // Rendered into the ignition directory itself, where openshift-install then writes
         // them: both commands run as written.
+        if self.config.install.installer.is_some() {
+            return format!(
+                "make them from this config: `okd-appliance ignition create {}`",
+                self.p.file_name()
+            );
+        }
         let dir = self.config.install.ignition_dir.display();
         format!(
             "make them from this config: `okd-appliance render --format install-config -o {dir} {}`, then `openshift-install create ignition-configs --dir {dir}`",

@@ -16,7 +16,8 @@ impl Validator<'_> {
         let r = &raw.value;
         let ignition_dir = resolve(dir, &r.ignition_dir.value);
         let artifacts_dir = resolve(dir, &r.artifacts_dir.value);
-        self.ignition_files(&r.ignition_dir, &ignition_dir, roles, files);
+        let driven = r.openshift_install.is_some();
+        self.ignition_files(&r.ignition_dir, &ignition_dir, roles, files, driven);
         let install_dev = match &r.install_dev {
             None => Some(DEFAULT_INSTALL_DEV.to_owned()),
             Some(d) => self.install_dev(d),
@@ -166,23 +167,32 @@ impl Validator<'_> {
         dir: &Path,
         roles: &[Role],
         check: InstallCheck<'_>,
+        installer: bool,
     ) {
         let Some((files, severity)) = check.ignition() else {
             return;
         };
         let single = single_node_of(roles.iter().copied());
         // Two commands that run as written: the install-config into the directory, then the
-        // installer there (it reads install-config.yaml and writes the ignition files beside).
-        let create = format!(
-            "make them: `okd-appliance render --format install-config -o {dir} {file}`, then `openshift-install {} --dir {dir}`",
-            if single {
-                "create single-node-ignition-config"
-            } else {
-                "create ignition-configs"
-            },
-            dir = dir.display(),
-            file = self.p.file_name(),
-        );
+        // installer there (it reads install-config.yaml and writes the ignition files beside);
+        // with an installer configured, the one command that runs both.
+        let create = if installer {
+            format!(
+                "make them: `okd-appliance ignition create {}`",
+                self.p.file_name()
+            )
+        } else {
+            format!(
+                "make them: `okd-appliance render --format install-config -o {dir} {file}`, then `openshift-install {} --dir {dir}`",
+                if single {
+                    "create single-node-ignition-config"
+                } else {
+                    "create ignition-configs"
+                },
+                dir = dir.display(),
+                file = self.p.file_name(),
+            )
+        };
         if let Err(e) = files.age(dir) {
             self.p
                 .report(
