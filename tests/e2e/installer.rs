@@ -574,3 +574,61 @@ fn installer_fetch_takes_a_verified_release_and_refuses_a_tampered_one() {
     assert!(left.is_empty(), "{left:?}");
     drop(mirror);
 }
+
+/// A single-node config: `create single-node-ignition-config`, with the MachineConfig that
+/// keeps the node's addresses on its installed disk added to the installer's manifests; its
+/// live config is what `check` reads, and it carries the MachineConfig.
+#[test]
+fn a_single_node_set_is_made_with_its_network_machineconfig() {
+    if !require_tools(&["python3", "base64"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = cluster(dir.path(), &double().display().to_string());
+    let written = std::fs::read_to_string(&config).unwrap();
+    let single = written
+        .lines()
+        .filter(|l| !l.contains("role: bootstrap") && !l.contains("role: worker"))
+        .map(|l| {
+            l.replace(
+                "ip: 10.99.0.11 }",
+                "ip: 10.99.0.11, install_dev: /dev/vda }",
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&config, single).unwrap();
+    let log = dir.path().join("calls.jsonl");
+    let out = run(&["ignition", "create", config.to_str().unwrap()], &log, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let calls = calls(&log);
+    assert_eq!(calls[1].0, ["create", "single-node-ignition-config"]);
+    let ignition_dir = dir.path().join("install_dir");
+    assert!(
+        ignition_dir
+            .join("bootstrap-in-place-for-live-iso.ign")
+            .exists()
+    );
+    assert!(!ignition_dir.join("bootstrap.ign").exists());
+    let live: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ignition_dir.join("bootstrap-in-place-for-live-iso.ign")).unwrap(),
+    )
+    .unwrap();
+    let paths: Vec<&str> = live["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    for wanted in [
+        "/opt/openshift/openshift/99-master-okd-appliance-network.yaml",
+        "/opt/openshift/openshift/99-worker-chrony.yaml",
+    ] {
+        assert!(paths.contains(&wanted), "{wanted} in {paths:?}");
+    }
+    assert!(
+        check_findings(&config).is_empty(),
+        "{:?}",
+        check_findings(&config)
+    );
+}
