@@ -166,8 +166,9 @@ fn render_and_fixtures_do_not_look_at_ignition_files() {
     assert!(loaded.warnings.is_empty());
 }
 
-/// `install.openshift_install`: a path relative to the config, or a release tag (a number such
-/// as `4.19` taken as written) with OKD's releases as the default mirror; a tag that is not one
+/// `install.openshift_install`: a path relative to the config, or a release tag (a string: a
+/// number such as `4.10` is refused, YAML would make it 4.1) with OKD's releases as the default
+/// mirror; a tag that is not one
 /// path segment, a mirror that is not http(s) and an unknown key are each one error.
 #[test]
 fn the_installer_is_a_path_or_a_release() {
@@ -192,16 +193,16 @@ fn the_installer_is_a_path_or_a_release() {
         })
     );
     assert_eq!(
-        installer("{ release: 4.19, mirror: \"http://mirror.example.com/okd/\" }"),
+        installer("{ release: \"4.10\", mirror: \"http://mirror.example.com/okd/\" }"),
         Some(Installer::Release {
-            version: "4.19".into(),
+            version: "4.10".into(),
             mirror: "http://mirror.example.com/okd".into()
         })
     );
     for (bad, says) in [
         ("{ release: ../4.19 }", "is not a release tag"),
         (
-            "{ release: 4.19, mirror: ftp://x }",
+            "{ release: \"4.19\", mirror: ftp://x }",
             "is not an http:// or https:// URL",
         ),
         (

@@ -527,7 +527,7 @@ fn installer_fetch_takes_a_verified_release_and_refuses_a_tampered_one() {
     );
     let binary = dir
         .path()
-        .join(format!("state/installer/{RELEASE}/openshift-install"));
+        .join(format!("openshift-install/{RELEASE}/openshift-install"));
     assert_eq!(
         std::fs::read(&binary).unwrap(),
         std::fs::read(double()).unwrap()
@@ -560,13 +560,65 @@ fn installer_fetch_takes_a_verified_release_and_refuses_a_tampered_one() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains(&binary.display().to_string()));
 
+    // `artifacts fetch` without --stream: the stream the installer prints (`coreos
+    // print-stream-json`), its files from the mirror.
+    let coreos = www.join("coreos");
+    std::fs::create_dir_all(&coreos).unwrap();
+    let mut pxe = serde_json::Map::new();
+    for (kind, body) in [("kernel", "k"), ("initramfs", "i"), ("rootfs", "r")] {
+        let name = format!("fedora-coreos-42.1-live-{kind}.x86_64");
+        std::fs::write(coreos.join(&name), body.repeat(1000)).unwrap();
+        let sum = Command::new("sha256sum")
+            .arg(coreos.join(&name))
+            .output()
+            .unwrap();
+        let sum = String::from_utf8(sum.stdout).unwrap();
+        pxe.insert(
+            kind.to_owned(),
+            serde_json::json!({
+                "location": format!("http://10.99.0.1:8000/coreos/{name}"),
+                "sha256": sum.split_whitespace().next().unwrap(),
+            }),
+        );
+    }
+    let stream = dir.path().join("stream.json");
+    std::fs::write(
+        &stream,
+        serde_json::json!({
+            "stream": "stable",
+            "metadata": { "last-modified": "2026-11-01T00:00:00Z" },
+            "architectures": { "x86_64": { "artifacts": { "metal": {
+                "release": "42.1", "formats": { "pxe": pxe } } } } },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = topo
+        .services()
+        .exec([harness::appliance_bin().unwrap().as_os_str()])
+        .args(["artifacts", "fetch", config.to_str().unwrap()])
+        .env("OPENSHIFT_INSTALL_DOUBLE_STREAM", &stream)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("coreos print-stream-json"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("artifacts/kernel")).unwrap(),
+        "k".repeat(1000)
+    );
+
     // A tarball that is not the one the release lists: refused, deleted, nothing in place.
     let other = tempfile::tempdir().unwrap();
     let config = cluster(other.path(), &installer("4.19.0-okd-scos.2"));
     let out = in_ns(&["installer", "fetch", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("sha256 mismatch"), "{}", text(&out));
-    let rel = other.path().join("state/installer/4.19.0-okd-scos.2");
+    let rel = other.path().join("openshift-install/4.19.0-okd-scos.2");
     let left: Vec<_> = std::fs::read_dir(&rel)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -631,4 +683,75 @@ fn a_single_node_set_is_made_with_its_network_machineconfig() {
         "{:?}",
         check_findings(&config)
     );
+}
+
+/// The new set is read by the appliance's account through its directory's group: it keeps the
+/// group and mode of the one it replaces, and a symlinked `ignition_dir` stays a link (to the
+/// new set). An installer another account could replace is never run.
+#[test]
+fn the_new_set_keeps_the_group_and_the_link_and_an_untrusted_installer_is_not_run() {
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    const NOGROUP: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    let config = cluster(dir.path(), &double().display().to_string());
+    let c = config.to_str().unwrap();
+    let log = dir.path().join("calls.jsonl");
+    let real = dir.path().join("sets/okd");
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::chown(&real, None, Some(NOGROUP)).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o2750)).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("install_dir")).unwrap();
+    for round in 0..2 {
+        let out = run(&["ignition", "create", c], &log, &[]);
+        assert!(out.status.success(), "round {round}: {}", text(&out));
+        let link = std::fs::symlink_metadata(dir.path().join("install_dir")).unwrap();
+        assert!(link.file_type().is_symlink(), "round {round}");
+        let set = std::fs::metadata(&real).unwrap();
+        assert_eq!(
+            (set.gid(), set.mode() & 0o7777),
+            (NOGROUP, 0o2750),
+            "round {round}"
+        );
+        for file in [
+            "bootstrap.ign",
+            "master.ign",
+            "worker.ign",
+            "auth/kubeconfig",
+        ] {
+            let m = std::fs::metadata(real.join(file)).unwrap();
+            assert_eq!(m.gid(), NOGROUP, "round {round}: {file}");
+            assert_eq!(
+                m.mode() & 0o040,
+                0o040,
+                "round {round}: {file} group-readable"
+            );
+        }
+    }
+    assert!(dir.path().join("sets/okd.previous/bootstrap.ign").exists());
+
+    // A copy of the installer in a directory anyone may write to: refused before anything runs.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(double(), bin.join("openshift-install")).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let config = cluster(
+        other.path(),
+        &bin.join("openshift-install").display().to_string(),
+    );
+    let calls_before = calls(&log).len();
+    let out = run(&["ignition", "create", config.to_str().unwrap()], &log, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "is writable by its group or others, so another account could replace the installer"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(calls(&log).len(), calls_before, "the installer never ran");
+    assert!(!other.path().join(".install_dir.new").exists());
 }

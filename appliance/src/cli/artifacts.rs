@@ -72,7 +72,10 @@ pub struct ArtifactsArgs {
 /// What the configured installer's `coreos print-stream-json` prints, in a temporary file
 /// (openshift/installer `pkg/coreoscli/cmd.go`, `printStreamJSON`: the stream metadata of the
 /// CoreOS the release installs, on stdout).
-fn stream_of_installer(one: &super::OneCluster) -> Result<tempfile::NamedTempFile, String> {
+fn stream_of_installer(
+    one: &super::OneCluster,
+    file: &std::path::Path,
+) -> Result<tempfile::NamedTempFile, String> {
     use std::io::Write as _;
     let Some(which) = &one.config.install.installer else {
         return Err(
@@ -80,7 +83,14 @@ fn stream_of_installer(one: &super::OneCluster) -> Result<tempfile::NamedTempFil
                 .to_owned(),
         );
     };
-    let binary = okd_appliance::installer::binary(which, &one.state_dir);
+    let binary = okd_appliance::installer::binary(which, &super::installer::config_dir(file));
+    okd_appliance::installer::trusted(&binary).map_err(|e| match which {
+        okd_appliance::config::Installer::Release { .. } if !binary.exists() => format!(
+            "{e}: `okd-appliance installer fetch {}` gets it",
+            file.display()
+        ),
+        _ => e,
+    })?;
     let shown = format!("{} coreos print-stream-json", binary.display());
     let out = std::process::Command::new(&binary)
         .args(["coreos", "print-stream-json"])
@@ -123,7 +133,7 @@ pub fn run(action: ArtifactsAction) -> ExitCode {
     let from_installer;
     let stream = match args.stream {
         Some(stream) => stream,
-        None => match stream_of_installer(&one) {
+        None => match stream_of_installer(&one, &args.file) {
             Ok(file) => {
                 from_installer = file;
                 StreamSource::File(from_installer.path().to_owned())

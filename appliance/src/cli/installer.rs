@@ -21,9 +21,9 @@ use super::OneCluster;
 
 #[derive(Debug, Subcommand)]
 pub enum InstallerAction {
-    /// Download the release `install.openshift_install: { release: ... }` names into the state
-    /// directory (`<state_dir>/installer/<release>/openshift-install`), verified against the
-    /// release's published sha256sum.txt; a tarball that does not match is deleted.
+    /// Download the release `install.openshift_install: { release: ... }` names beside the
+    /// config (`openshift-install/<release>/openshift-install`), verified against the release's
+    /// published sha256sum.txt; a tarball that does not match is deleted.
     Fetch {
         /// The cluster config (YAML), or a host file.
         file: PathBuf,
@@ -82,12 +82,8 @@ pub fn fetch(action: InstallerAction) -> ExitCode {
         Err(code) => return code,
     };
     let arch = std::env::consts::ARCH;
-    match runtime.block_on(installer::release::fetch(
-        version,
-        mirror,
-        &one.state_dir,
-        arch,
-    )) {
+    let dir = config_dir(&file);
+    match runtime.block_on(installer::release::fetch(version, mirror, &dir, arch)) {
         Ok(fetched) => {
             for line in fetched.lines {
                 println!("{line}");
@@ -132,7 +128,7 @@ pub fn ignition(action: IgnitionAction) -> ExitCode {
             "warning: --force: {nodes} fetched {their} ignition from the set being replaced: `okd-appliance node reinstall` {them}"
         );
     }
-    match make(&one, &file, "asked for") {
+    match make(&one, &file, "asked for", force) {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
     }
@@ -155,7 +151,7 @@ pub fn before_up(file: &Path, cluster: Option<&str>) -> Result<(), ExitCode> {
         }
         fresh::Verdict::Make { why } => {
             println!("making the ignition set: {why}");
-            make(&one, file, &why)
+            make(&one, file, &why, false)
         }
         fresh::Verdict::Refuse { why } => {
             eprintln!("error: {why}");
@@ -168,9 +164,18 @@ pub fn before_up(file: &Path, cluster: Option<&str>) -> Result<(), ExitCode> {
     }
 }
 
+/// The folder of the config file a command was given: where `installer fetch` keeps releases.
+pub fn config_dir(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
 /// Runs `ignition create` for `one` (`why`: what asked for it), prints the outcome and tells a
-/// running appliance, whose journal records it.
-fn make(one: &OneCluster, file: &Path, why: &str) -> Result<(), ExitCode> {
+/// running appliance, whose journal records it. Unless `force`, the set is replaced only if no
+/// node fetched its ignition from it meanwhile.
+fn make(one: &OneCluster, file: &Path, why: &str, force: bool) -> Result<(), ExitCode> {
     let config = &one.config;
     let Some(which) = &config.install.installer else {
         eprintln!(
@@ -179,11 +184,28 @@ fn make(one: &OneCluster, file: &Path, why: &str) -> Result<(), ExitCode> {
         );
         return Err(ExitCode::from(1));
     };
-    let binary = installer::binary(which, &one.state_dir);
+    let binary = installer::binary(which, &config_dir(file));
+    if matches!(which, Installer::Release { .. }) && !binary.exists() {
+        eprintln!(
+            "error: {} is not there yet: `okd-appliance installer fetch {}` gets it",
+            binary.display(),
+            file.display()
+        );
+        tell(one, Err(format!("{} is not there yet", binary.display())));
+        return Err(ExitCode::from(1));
+    }
     let ignition_dir = config.install.ignition_dir.clone();
     let check = |work: &Path| check_work(file, one.id.as_deref(), &ignition_dir, work);
+    let unused = || match fetched_nodes(one).as_slice() {
+        _ if force => Ok(()),
+        [] => Ok(()),
+        nodes => Err(format!(
+            "{} fetched ignition from the set in place while this one was made: it is kept",
+            nodes.join(", ")
+        )),
+    };
     let mut shown = Shown::new();
-    let result = create::create(config, &binary, &mut shown, &check);
+    let result = create::create(config, &binary, &mut shown, &check, &unused);
     shown.done();
     match result {
         Ok(made) => {
@@ -209,7 +231,11 @@ fn make(one: &OneCluster, file: &Path, why: &str) -> Result<(), ExitCode> {
             Ok(())
         }
         Err(failed) => {
-            let line = format!("{failed}; {} is untouched", ignition_dir.display());
+            let line = if failed.untouched {
+                format!("{failed}; {} is untouched", ignition_dir.display())
+            } else {
+                failed.to_string()
+            };
             eprintln!("error: {line}");
             tell(one, Err(line));
             Err(ExitCode::from(1))

@@ -267,8 +267,8 @@ pub struct RawRelease {
     pub mirror: Option<String>,
 }
 
-/// A string, or a map of `release` (a tag; a number such as `4.19` is taken as written) and
-/// `mirror`; anything else says what it takes.
+/// A string, or a map of `release` (a tag, a string: YAML reads `4.10` as the number 4.1, so a
+/// number is refused with the quotes to add) and `mirror`; anything else says what it takes.
 impl<'de> Deserialize<'de> for RawInstaller {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visit;
@@ -307,7 +307,7 @@ impl<'de> Deserialize<'de> for RawInstaller {
     }
 }
 
-/// A YAML scalar as it was written: a release tag like `4.19` reads as a number.
+/// A release tag: a string; a number is refused (`4.10` would be 4.1).
 struct Scalar(String);
 
 impl<'de> Deserialize<'de> for Scalar {
@@ -322,10 +322,14 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar(v.to_owned()))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
+                Err(E::custom(format!(
+                    "release {v} is a number: quote the tag, `release: \"{v}...\"`"
+                )))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
+                Err(E::custom(format!(
+                    "release {v} is a number (YAML reads 4.10 as 4.1): quote the tag, `release: \"4.19.0-okd-scos.1\"`"
+                )))
             }
         }
         d.deserialize_any(Visit)

@@ -90,6 +90,9 @@ pub struct Failed {
     pub why: String,
     /// Where the work directory was left, for the installer's log.
     pub work_dir: Option<PathBuf>,
+    /// `ignition_dir` is as it was (false only when the new set went in and what followed
+    /// failed).
+    pub untouched: bool,
 }
 
 impl std::fmt::Display for Failed {
@@ -134,20 +137,40 @@ fn sibling(dir: &Path, prefix: &str, suffix: &str) -> PathBuf {
 }
 
 /// Makes the ignition set of `config` with `installer`; `check` is `check`'s verdict on a
-/// directory as the ignition directory.
+/// directory as the ignition directory, and `unused` says, right before the set is replaced,
+/// whether it still may be (no node fetched its ignition from it meanwhile).
 pub fn create(
     config: &Config,
     installer: &Path,
     report: &mut dyn Report,
     check: &dyn Fn(&Path) -> Result<(), String>,
+    unused: &dyn Fn() -> Result<(), String>,
 ) -> Result<Made, Failed> {
     let single = config.single_node().is_some();
-    let ignition_dir = config.install.ignition_dir.clone();
+    let early = |why: String| Failed {
+        step: Step::InstallConfig,
+        why,
+        work_dir: None,
+        untouched: true,
+    };
+    let ignition_dir = in_place(&config.install.ignition_dir).map_err(early)?;
+    // Everything that can be known before the installer runs is checked first.
+    super::trusted(installer).map_err(early)?;
+    if let Some(dir) = &config.install.manifests_dir
+        && !dir.is_dir()
+    {
+        return Err(early(format!(
+            "install.manifests_dir {} is not a directory (create it, or remove the key)",
+            dir.display()
+        )));
+    }
+    let _lock = lock(&ignition_dir).map_err(early)?;
     let work = work_dir(&ignition_dir);
     let fail = |step: Step, why: String, kept: bool| Failed {
         step,
         why,
         work_dir: kept.then(|| work.clone()),
+        untouched: true,
     };
     let begin = |report: &mut dyn Report, step: Step| {
         report.step(step, step.describe(single));
@@ -182,12 +205,59 @@ pub fn create(
     check(&work).map_err(|e| fail(Step::Check, e, true))?;
 
     begin(report, Step::Replace);
-    let previous = replace(&work, &ignition_dir).map_err(|e| fail(Step::Replace, e, true))?;
+    unused().map_err(|e| fail(Step::Replace, e, true))?;
+    let previous = replace(&work, &ignition_dir).map_err(|(why, untouched)| Failed {
+        untouched,
+        ..fail(Step::Replace, why, true)
+    })?;
     Ok(Made {
         ignition_dir,
         previous,
         manifests,
     })
+}
+
+/// The directory the set goes in: `dir`, or what it links to (the link stays and points at the
+/// new set). Refused when it is a mount point: its set could not be renamed in.
+fn in_place(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(dir)
+            .map_err(|e| format!("{} links to nothing usable: {e}", dir.display()))?,
+        _ => dir.to_owned(),
+    };
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let parent_dev = std::fs::metadata(&parent)
+        .map_err(|e| format!("{}: {e}", parent.display()))?
+        .dev();
+    match std::fs::metadata(&dir) {
+        Ok(m) if !m.is_dir() => Err(format!("{} is not a directory", dir.display())),
+        Ok(m) if m.dev() != parent_dev => Err(format!(
+            "{} is a mount point: a new set can't be renamed in; point install.ignition_dir at a directory inside it",
+            dir.display()
+        )),
+        _ => Ok(dir),
+    }
+}
+
+/// One `ignition create` at a time per ignition directory: a lock file beside it, held until
+/// the run ends (and released by the kernel if it dies).
+fn lock(ignition_dir: &Path) -> Result<std::fs::File, String> {
+    let path = sibling(ignition_dir, ".", ".lock");
+    let file = std::fs::File::create(&path)
+        .map_err(|e| format!("can't create {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "another `ignition create` (or `cluster up`) is making {}'s set: {} is locked",
+            ignition_dir.display(),
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("can't lock {}: {e}", path.display())),
+    }
 }
 
 /// An empty directory at `dir`, owner-only (install-config.yaml holds the pull secret); what a
@@ -351,30 +421,35 @@ fn custom_manifests(
 }
 
 /// Puts `work` in place as `ignition_dir` in one rename, keeping what was there as
-/// `<ignition_dir>.previous`; the new directory gets the old one's permissions and group (the
-/// appliance's account reads it through them).
-fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, String> {
+/// `<ignition_dir>.previous`. The new set gets the old directory's permissions, and its files
+/// the old directory's group, through which the appliance's account reads them (the installer
+/// writes them with its user's group). An error says whether `ignition_dir` is untouched.
+fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String, bool)> {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    let old = match std::fs::symlink_metadata(ignition_dir) {
+    let untouched = |why: String| (why, true);
+    let old = match std::fs::metadata(ignition_dir) {
         Ok(m) => Some(m),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("can't read {}: {e}", ignition_dir.display())),
+        Err(e) => {
+            return Err(untouched(format!(
+                "can't read {}: {e}",
+                ignition_dir.display()
+            )));
+        }
     };
     let (mode, gid) = old
         .as_ref()
-        .filter(|m| m.is_dir())
         .map_or((0o750, None), |m| (m.mode() & 0o7777, Some(m.gid())));
-    std::fs::set_permissions(work, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("can't set the mode of {}: {e}", work.display()))?;
     if let Some(gid) = gid {
-        std::os::unix::fs::chown(work, None, Some(gid)).map_err(|e| {
-            format!(
-                "can't give {} the group of {} (gid {gid}), which the appliance reads it through: {e}",
-                work.display(),
+        adopt_group(work, gid).map_err(|e| {
+            untouched(format!(
+                "can't give the new set the group of {} (gid {gid}), which the appliance reads it through: {e}",
                 ignition_dir.display()
-            )
+            ))
         })?;
     }
+    std::fs::set_permissions(work, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| untouched(format!("can't set the mode of {}: {e}", work.display())))?;
     let sync_parent = || {
         if let Some(parent) = ignition_dir.parent() {
             let _ = std::fs::File::open(parent).and_then(|d| d.sync_all());
@@ -382,11 +457,11 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, String> 
     };
     if old.is_none() {
         std::fs::rename(work, ignition_dir).map_err(|e| {
-            format!(
+            untouched(format!(
                 "can't rename {} to {}: {e}",
                 work.display(),
                 ignition_dir.display()
-            )
+            ))
         })?;
         sync_parent();
         return Ok(None);
@@ -400,34 +475,46 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, String> 
         RenameFlags::RENAME_EXCHANGE,
     )
     .map_err(|e| {
-        format!(
-            "can't swap {} with {} (renameat2 RENAME_EXCHANGE: {e}); nothing was changed",
+        untouched(format!(
+            "can't swap {} with {} (renameat2 RENAME_EXCHANGE: {e})",
             work.display(),
             ignition_dir.display()
-        )
+        ))
     })?;
     sync_parent();
     // `work` now holds the set that was in place.
+    let in_place = |why: String| (why, false);
     let previous = previous_dir(ignition_dir);
     match std::fs::remove_dir_all(&previous) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!(
+            return Err(in_place(format!(
                 "the new set is in place; the one it replaced is in {} ({} can't be removed: {e})",
                 work.display(),
                 previous.display()
-            ));
+            )));
         }
         _ => {}
     }
     std::fs::rename(work, &previous).map_err(|e| {
-        format!(
+        in_place(format!(
             "the new set is in place; the one it replaced is in {} (can't rename it to {}: {e})",
             work.display(),
             previous.display()
-        )
+        ))
     })?;
     sync_parent();
     Ok(Some(previous))
+}
+
+/// Gives `dir` and everything in it the group `gid`.
+fn adopt_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, None, Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for entry in std::fs::read_dir(dir)? {
+            adopt_group(&entry?.path(), gid)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

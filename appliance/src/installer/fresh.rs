@@ -14,8 +14,12 @@
 
 use std::time::{Duration, SystemTime};
 
-/// How long the expiring file of a set can be used after openshift-install wrote it.
-pub const LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// How long the expiring file of a set is valid after openshift-install wrote it.
+pub const LIFETIME: Duration = crate::vocabulary::IGNITION_LIFETIME;
+/// How old it may be when `cluster up` starts an install with it: the bootstrap must be done
+/// before the certificates expire, and openshift-install itself waits up to 50 minutes for it
+/// (20 for the API, 30 for bootstrap complete); two hours before the end leaves that and more.
+pub const USABLE_FOR: Duration = Duration::from_secs(22 * 3600);
 
 /// What the ignition directory holds, for the config's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,12 +52,12 @@ pub enum Verdict {
 
 /// The verdict on `set` when `fetched` nodes fetched their ignition from it.
 pub fn judge(set: &Set, fetched: &[String]) -> Verdict {
-    let expired = set.expiring.as_ref().filter(|e| e.age > LIFETIME);
+    let expired = set.expiring.as_ref().filter(|e| e.age > USABLE_FOR);
     let problem = if !set.missing.is_empty() {
         format!("{} not in the ignition directory", and_list(&set.missing))
     } else if let Some(e) = expired {
         format!(
-            "{} was written {} h ago: its certificates expired after 24 h",
+            "{} was written {} h ago: its certificates expire 24 h after that, too soon for a bootstrap",
             e.file,
             e.age.as_secs() / 3600
         )
@@ -85,12 +89,11 @@ pub fn judge(set: &Set, fetched: &[String]) -> Verdict {
 
 /// Whether a node whose install markers were last written at `marked` fetched its ignition from
 /// the set whose role file was written at `set_written`: a marker older than the set belongs
-/// to an earlier one.
+/// to an earlier one, and without the file there is no set to have fetched from.
 pub fn fetched_from_set(marked: Option<SystemTime>, set_written: Option<SystemTime>) -> bool {
     match (marked, set_written) {
-        (None, _) => false,
-        (Some(_), None) => true,
         (Some(marked), Some(set)) => marked >= set,
+        _ => false,
     }
 }
 
@@ -131,6 +134,12 @@ mod tests {
     #[test]
     fn a_fresh_set_is_used_and_a_missing_or_expired_one_made_before_any_fetch() {
         assert_eq!(judge(&set(&[], Some(3)), &[]), Verdict::Use { note: None });
+        // Not expired yet, but too close to it for a bootstrap.
+        assert!(matches!(
+            judge(&set(&[], Some(23)), &[]),
+            Verdict::Make { .. }
+        ));
+        assert_eq!(judge(&set(&[], Some(21)), &[]), Verdict::Use { note: None });
         let Verdict::Make { why } = judge(&set(&["bootstrap.ign", "master.ign"], None), &[]) else {
             panic!()
         };
@@ -174,7 +183,7 @@ mod tests {
         assert!(fetched_from_set(Some(later), Some(t)));
         assert!(fetched_from_set(Some(t), Some(t)));
         assert!(!fetched_from_set(Some(t), Some(later)));
-        assert!(fetched_from_set(Some(t), None));
+        assert!(!fetched_from_set(Some(t), None));
         assert!(!fetched_from_set(None, Some(t)));
     }
 }

@@ -35,9 +35,11 @@ const SUMS_LIMIT: usize = 64 << 10;
 /// Larger than any openshift-install binary (about 700 MiB in 4.19).
 const BINARY_LIMIT: u64 = 4 << 30;
 
-/// Where a release's installer is kept: `<state_dir>/installer/<release>/`.
-pub fn dir(state_dir: &Path, version: &str) -> PathBuf {
-    state_dir.join("installer").join(version)
+/// Where a release's installer is kept: `openshift-install/<release>/` beside the config (not
+/// in the state directory: that belongs to the service's account, which must not be able to
+/// replace a program the operator runs).
+pub fn dir(config_dir: &Path, version: &str) -> PathBuf {
+    config_dir.join("openshift-install").join(version)
 }
 
 /// The tarball of `version` for the CPU `arch` (Rust's name: `x86_64`, `aarch64`).
@@ -120,12 +122,12 @@ pub struct Fetched {
     pub lines: Vec<String>,
 }
 
-/// Puts release `version`'s installer (from `mirror`, one directory per release) into
-/// `state_dir`, verified against the release's `sha256sum.txt`; the CPU is `arch`.
+/// Puts release `version`'s installer (from `mirror`, one directory per release) beside the
+/// config in `config_dir`, verified against the release's `sha256sum.txt`; the CPU is `arch`.
 pub async fn fetch(
     version: &str,
     mirror: &str,
-    state_dir: &Path,
+    config_dir: &Path,
     arch: &str,
 ) -> anyhow::Result<Fetched> {
     let tarball = tarball_name(version, arch).map_err(anyhow::Error::msg)?;
@@ -137,7 +139,7 @@ pub async fn fetch(
         .with_context(|| format!("release {version}'s checksums"))?;
     let sums = String::from_utf8_lossy(&sums);
     let expected = published(&sums, &tarball).map_err(|e| anyhow::anyhow!("{sums_url}: {e}"))?;
-    let dir = dir(state_dir, version);
+    let dir = dir(config_dir, version);
     std::fs::create_dir_all(&dir).with_context(|| format!("can't create {}", dir.display()))?;
     let binary = dir.join(BINARY);
     let record = dir.join(RECORD);
