@@ -189,12 +189,16 @@ def create_manifests(d, state):
 
 
 def load_manifests(d):
-    """What `Manifests.Load` and `Openshift.Load` read (the user's files among them), consumed."""
+    """What `Manifests.Load` and `Openshift.Load` read (the user's files among them), consumed:
+    the store logs each asset it purges by its Name() ("Common Manifests", "Openshift
+    Manifests")."""
     files = []
-    for sub, suffixes in (("manifests", None), ("openshift", (".yaml", ".yml", ".json"))):
+    for sub, suffixes, name in (("manifests", None, "Common Manifests"),
+                                ("openshift", (".yaml", ".yml", ".json"), "Openshift Manifests")):
         path = os.path.join(d, sub)
         if not os.path.isdir(path):
             continue
+        log(d, "info", "Consuming %s from target directory" % name)
         for name in sorted(os.listdir(path)):
             full = os.path.join(path, name)
             if not os.path.isfile(full) or (suffixes and not name.endswith(suffixes)):

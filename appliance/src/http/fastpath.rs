@@ -36,7 +36,8 @@ use crate::plan;
 
 /// Headers read at most; a request with more goes to hyper (which takes 100).
 const HEADERS: usize = 32;
-const PREFIX: &str = "/artifacts/";
+/// Only artifacts take the fast way.
+const PREFIX: &str = crate::plan::route::ARTIFACTS;
 
 /// What the fast way shares with the ordinary one.
 #[derive(Debug)]

@@ -35,6 +35,7 @@ use crate::idle::Watched;
 use crate::install_state::{self, InstallPhase};
 use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
+use crate::plan::route::Route;
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::RoleConfig;
 
@@ -172,7 +173,7 @@ pub async fn serve(
                             .unwrap_or(0);
                         metrics.http_request(
                             plan.host_cluster.as_ref(),
-                            route(req.uri().path()),
+                            Route::parse(req.uri().path()).label(),
                             response.status().as_u16(),
                             bytes,
                         );
@@ -267,51 +268,14 @@ struct Context<'a> {
 }
 
 async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
-    let Context {
-        peer,
-        local,
-        plan,
-        journal,
-        segments,
-        isos,
-        opened_files,
-        active,
-        metrics,
-        faults,
-    } = *cx;
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         r.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    let path = req.uri().path();
-    let ip = IpAddr::to_canonical(&peer.ip());
-    let files = &plan.files;
-    if path == "/healthz" {
-        return text(StatusCode::OK, "ok\n");
-    }
-    if path == "/metrics" {
-        let accept = req.headers().get(header::ACCEPT);
-        let accept = accept.and_then(|v| v.to_str().ok());
-        // On a host of several clusters, each boot server shows its own cluster's series.
-        let (content_type, body) = match plan.host_cluster.as_deref() {
-            Some(id) => metrics.exposition_of(accept, id),
-            None => metrics.exposition(accept),
-        };
-        let mut r = Response::new(full(body));
-        let headers = r.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        headers.insert(header::VARY, HeaderValue::from_static("accept"));
-        return r;
-    }
-    if let Some(name) = path
-        .strip_prefix("/boot/")
-        .and_then(|p| p.strip_suffix(".ipxe"))
-    {
-        return script(req, name, peer, plan, (journal, faults)).await;
-    }
-    if path.starts_with("/ignition/") && !active {
+    let route = Route::parse(req.uri().path());
+    if route.is_ignition() && !cx.active {
         // Only the active host of a pair hands out ignition (and records installs): a node
         // never gets two answers. The standby has the virtual address only after a failover.
         let mut r = text(
@@ -322,235 +286,288 @@ async fn handle(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
             .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         return r;
     }
-    if let Some(role) = path.strip_prefix("/ignition/roles/") {
-        let role = RoleConfig::ALL.into_iter().find(|r| r.file() == role);
-        let Some(role) = role else {
-            return text(StatusCode::NOT_FOUND, "no such role\n");
-        };
-        // Role configs hold the cluster's secrets: only nodes of that role get them.
-        let Some(node) = plan
-            .boot
-            .iter()
-            .find(|b| b.role_config == role && is_node(b, ip))
-        else {
-            let asker = plan.boot.iter().find(|b| is_node(b, ip));
-            journal.publish(
-                asker.map(|b| b.node.clone()),
-                EventKind::FetchRefused {
-                    from: peer,
-                    what: role.file().to_owned(),
-                    why: "not the address of a node of that role",
-                },
-            );
-            return text(StatusCode::FORBIDDEN, "not a node of this role\n");
-        };
-        if let Some(refused) = ignition_refusal(files, role, &node.node, peer, journal).await {
-            return refused;
-        }
-        if req.method() == Method::GET && !role.fetched_by_installed_system() {
-            // The single node's live system merges its config before it bootstraps the
-            // cluster and installs itself: not a sign of an installed system.
-            tracing::info!(
-                "http: {} fetched by the live system of {} ({peer})",
-                role.file(),
-                node.node
-            );
-        } else if req.method() == Method::GET {
-            let file = role.file();
-            // Only Ignition on the installed system's first boot fetches the role config that
-            // the node's own ignition merges: this, not the installer's fetch, means installed.
-            // Recorded before it is announced: a pair's replication reads the markers when the
-            // journal announces the change.
-            let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-                install_state::record_role_config_fetched(dir, node, when)
-            })
-            .await;
-            let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
-                Ok(before) => before,
-                Err(refused) => return *refused,
-            };
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::RoleIgnitionFetched { from: peer, file },
-            );
-            if before != InstallPhase::Installed {
-                journal.publish(
-                    Some(node.node.clone()),
-                    EventKind::Installed { from: peer, file },
-                );
-            }
-        }
-        let path = files.ignition_dir.join(role.file());
-        return file(
-            req,
-            from_disk(open_file(&path)),
-            &path,
-            "application/vnd.coreos.ignition+json",
-            false,
-            segments,
-        );
+    match route {
+        Route::Healthz => text(StatusCode::OK, "ok\n"),
+        Route::Metrics => metrics_page(req, cx),
+        Route::Script(name) => script(req, name, cx.peer, cx.plan, (cx.journal, cx.faults)).await,
+        Route::RoleIgnition(role) => role_ignition(req, role, cx).await,
+        Route::Ignition(name) => node_ignition(req, name, cx).await,
+        Route::Iso(name) => iso(req, name, cx).await,
+        Route::Artifact(rest) => artifact(req, rest, cx),
+        Route::Other(path) => ipxe_binary(req, path, cx),
+        Route::Malformed(_) => text(StatusCode::NOT_FOUND, "not found\n"),
     }
-    if let Some(name) = path
-        .strip_prefix("/ignition/")
-        .and_then(|p| p.strip_suffix(".ign"))
-    {
-        let Some(node) = plan.boot.iter().find(|b| b.node == name) else {
-            return text(StatusCode::NOT_FOUND, "no such node\n");
-        };
-        if !is_node(node, ip) {
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::FetchRefused {
-                    from: peer,
-                    what: "ignition".to_owned(),
-                    why: "not the node's address",
-                },
-            );
-            return text(
-                StatusCode::FORBIDDEN,
-                "this ignition belongs to another address\n",
-            );
-        }
-        // The node's ignition merges its role's: refused now rather than by Ignition at the
-        // installed system's first boot, after the disk was written.
-        if let Some(refused) =
-            ignition_refusal(files, node.role_config, &node.node, peer, journal).await
-        {
-            return refused;
-        }
-        if req.method() == Method::GET {
-            // Recorded, then announced (see the role configs above).
-            let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-                install_state::record_ignition_fetched(dir, node, when)
-            })
-            .await;
-            let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
-                Ok(before) => before,
-                Err(refused) => return *refused,
-            };
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::IgnitionFetched { from: peer },
-            );
-            match before {
-                InstallPhase::IgnitionFetched { .. } => {
-                    journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
-                }
-                // Booted its installer again (its ISO, a changed boot order): installing again,
-                // not installed until the new system reports.
-                InstallPhase::Installed => {
-                    journal.publish(Some(node.node.clone()), EventKind::Reinstalling);
-                }
-                InstallPhase::NotInstalled => {}
-            }
-        }
-        let body = node.documents.ignition.clone();
-        return generated(req, body, "application/vnd.coreos.ignition+json");
-    }
-    if let Some(name) = path
-        .strip_prefix("/iso/")
-        .and_then(|p| p.strip_suffix(".iso"))
-    {
-        // Served to any address: the image holds no secret (see `iso`). Only a read by the
-        // machine that boots it moves the node's install phase.
-        let boots = plan
-            .boot
-            .iter()
-            .find(|b| b.node == name)
-            .is_some_and(|b| boots_from_iso(plan, b, ip, local));
-        return iso::respond(req, name, peer, boots, plan, isos, journal, segments).await;
-    }
-    if let Some(rest) = path.strip_prefix("/artifacts/") {
-        // On the runtime thread, like `open_file`. Only artifact files, whatever else the
-        // directory holds (see `files::is_artifact_path`); the cache only holds what
-        // `files::open_relative` opened for the same path.
-        let found = files::artifact_relative(rest)
-            .and_then(|relative| opened_files.open(&files.artifacts_dir, &relative));
-        if req.method() == Method::GET && found.is_some() && from_the_start(req) {
-            artifact_fetched(plan, journal, peer, path);
-        }
-        return match found {
-            Some(Found::Cached {
-                meta,
-                validators,
-                body,
-            }) => file(
-                req,
-                Ok((Source::Read(body, validators), meta)),
-                Path::new(rest),
-                ARTIFACT_TYPE,
-                true,
-                segments,
-            ),
-            Some(Found::Opened(real, opened)) => {
-                file(req, from_disk(opened), &real, ARTIFACT_TYPE, true, segments)
-            }
-            None => {
-                let name = rest.rsplit('/').next().unwrap_or(rest);
-                let fix = format!(
-                    "not in {}: `okd-appliance check --install` on the services host names the command that fetches it",
-                    files.artifacts_dir.display()
-                );
-                fetch_failed((plan, journal), peer, name, StatusCode::NOT_FOUND, fix);
-                text(StatusCode::NOT_FOUND, "no such artifact\n")
-            }
-        };
-    }
-    if let Some(binary) = files.ipxe_binary(path) {
-        let opened = open_file(&binary);
-        // Missing (or not a file): say what to install. Other errors are `file`'s 500.
-        let missing = match &opened {
-            Ok((_, m)) => !m.is_file(),
-            Err(e) => e.kind() == io::ErrorKind::NotFound,
-        };
-        if missing {
-            let name = binary.file_name().map_or_else(
-                || binary.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            );
-            let fix = format!(
-                "not in {}: Debian's ipxe package has it (`apt-get install ipxe`), or point install.ipxe_dir at a directory that has it",
-                files.ipxe_dir.display()
-            );
-            fetch_failed((plan, journal), peer, &name, StatusCode::NOT_FOUND, fix);
-            return text(
-                StatusCode::NOT_FOUND,
-                "iPXE binary not installed (Debian: apt install ipxe)\n",
-            );
-        }
-        return file(
-            req,
-            from_disk(opened),
-            &binary,
-            "application/octet-stream",
-            true,
-            segments,
-        );
-    }
-    text(StatusCode::NOT_FOUND, "not found\n")
 }
 
-/// The route a path belongs to, for the request counters (a fixed set: no label per node).
-fn route(path: &str) -> &'static str {
-    if path.starts_with("/boot/") {
-        "script"
-    } else if path.starts_with("/ignition/roles/") {
-        "role-ignition"
-    } else if path.starts_with("/ignition/") {
-        "ignition"
-    } else if path.starts_with("/iso/") {
-        "iso"
-    } else if path.starts_with("/artifacts/") {
-        "artifacts"
-    } else if path == "/metrics" {
-        "metrics"
-    } else if path == "/healthz" {
-        "healthz"
-    } else if path.ends_with(".efi") || path.ends_with(".kpxe") || path.ends_with(".pxe") {
-        "ipxe"
-    } else {
-        "other"
+/// `/metrics`: this boot server's cluster's series (a host's own boot server: every one).
+fn metrics_page(req: &Request<Incoming>, cx: &Context<'_>) -> Response<Body> {
+    let Context { plan, metrics, .. } = *cx;
+    let accept = req.headers().get(header::ACCEPT);
+    let accept = accept.and_then(|v| v.to_str().ok());
+    // On a host of several clusters, each boot server shows its own cluster's series.
+    let (content_type, body) = match plan.host_cluster.as_deref() {
+        Some(id) => metrics.exposition_of(accept, id),
+        None => metrics.exposition(accept),
+    };
+    let mut r = Response::new(full(body));
+    let headers = r.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::VARY, HeaderValue::from_static("accept"));
+    r
+}
+
+/// `/ignition/roles/<file>`: a role's config, only to the nodes of that role; the installed
+/// system's fetch of it marks the node installed.
+async fn role_ignition(req: &Request<Incoming>, role: &str, cx: &Context<'_>) -> Response<Body> {
+    let Context {
+        peer,
+        plan,
+        journal,
+        segments,
+        faults,
+        ..
+    } = *cx;
+    let ip = IpAddr::to_canonical(&peer.ip());
+    let files = &plan.files;
+    let role = RoleConfig::ALL.into_iter().find(|r| r.file() == role);
+    let Some(role) = role else {
+        return text(StatusCode::NOT_FOUND, "no such role\n");
+    };
+    // Role configs hold the cluster's secrets: only nodes of that role get them.
+    let Some(node) = plan
+        .boot
+        .iter()
+        .find(|b| b.role_config == role && is_node(b, ip))
+    else {
+        let asker = plan.boot.iter().find(|b| is_node(b, ip));
+        journal.publish(
+            asker.map(|b| b.node.clone()),
+            EventKind::FetchRefused {
+                from: peer,
+                what: role.file().to_owned(),
+                why: "not the address of a node of that role",
+            },
+        );
+        return text(StatusCode::FORBIDDEN, "not a node of this role\n");
+    };
+    if let Some(refused) = ignition_refusal(files, role, &node.node, peer, journal).await {
+        return refused;
     }
+    if req.method() == Method::GET && !role.fetched_by_installed_system() {
+        // The single node's live system merges its config before it bootstraps the
+        // cluster and installs itself: not a sign of an installed system.
+        tracing::info!(
+            "http: {} fetched by the live system of {} ({peer})",
+            role.file(),
+            node.node
+        );
+    } else if req.method() == Method::GET {
+        let file = role.file();
+        // Only Ignition on the installed system's first boot fetches the role config that
+        // the node's own ignition merges: this, not the installer's fetch, means installed.
+        // Recorded before it is announced: a pair's replication reads the markers when the
+        // journal announces the change.
+        let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+            install_state::record_role_config_fetched(dir, node, when)
+        })
+        .await;
+        let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
+            Ok(before) => before,
+            Err(refused) => return *refused,
+        };
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::RoleIgnitionFetched { from: peer, file },
+        );
+        if before != InstallPhase::Installed {
+            journal.publish(
+                Some(node.node.clone()),
+                EventKind::Installed { from: peer, file },
+            );
+        }
+    }
+    let path = files.ignition_dir.join(role.file());
+    file(
+        req,
+        from_disk(open_file(&path)),
+        &path,
+        "application/vnd.coreos.ignition+json",
+        false,
+        segments,
+    )
+}
+
+/// `/ignition/<node>.ign`: the node's own ignition, only to its address; the live installer's
+/// fetch of it marks the install started.
+async fn node_ignition(req: &Request<Incoming>, name: &str, cx: &Context<'_>) -> Response<Body> {
+    let Context {
+        peer,
+        plan,
+        journal,
+        faults,
+        ..
+    } = *cx;
+    let ip = IpAddr::to_canonical(&peer.ip());
+    let files = &plan.files;
+    let Some(node) = plan.boot.iter().find(|b| b.node == name) else {
+        return text(StatusCode::NOT_FOUND, "no such node\n");
+    };
+    if !is_node(node, ip) {
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::FetchRefused {
+                from: peer,
+                what: "ignition".to_owned(),
+                why: "not the node's address",
+            },
+        );
+        return text(
+            StatusCode::FORBIDDEN,
+            "this ignition belongs to another address\n",
+        );
+    }
+    // The node's ignition merges its role's: refused now rather than by Ignition at the
+    // installed system's first boot, after the disk was written.
+    if let Some(refused) =
+        ignition_refusal(files, node.role_config, &node.node, peer, journal).await
+    {
+        return refused;
+    }
+    if req.method() == Method::GET {
+        // Recorded, then announced (see the role configs above).
+        let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
+            install_state::record_ignition_fetched(dir, node, when)
+        })
+        .await;
+        let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
+            Ok(before) => before,
+            Err(refused) => return *refused,
+        };
+        journal.publish(
+            Some(node.node.clone()),
+            EventKind::IgnitionFetched { from: peer },
+        );
+        match before {
+            InstallPhase::IgnitionFetched { .. } => {
+                journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
+            }
+            // Booted its installer again (its ISO, a changed boot order): installing again,
+            // not installed until the new system reports.
+            InstallPhase::Installed => {
+                journal.publish(Some(node.node.clone()), EventKind::Reinstalling);
+            }
+            InstallPhase::NotInstalled => {}
+        }
+    }
+    let body = node.documents.ignition.clone();
+    generated(req, body, "application/vnd.coreos.ignition+json")
+}
+
+/// `/iso/<node>.iso`: the node's live ISO.
+async fn iso(req: &Request<Incoming>, name: &str, cx: &Context<'_>) -> Response<Body> {
+    let Context {
+        peer,
+        local,
+        plan,
+        journal,
+        segments,
+        isos,
+        ..
+    } = *cx;
+    let ip = IpAddr::to_canonical(&peer.ip());
+    // Served to any address: the image holds no secret (see `iso`). Only a read by the
+    // machine that boots it moves the node's install phase.
+    let boots = plan
+        .boot
+        .iter()
+        .find(|b| b.node == name)
+        .is_some_and(|b| boots_from_iso(plan, b, ip, local));
+    iso::respond(req, name, peer, boots, plan, isos, journal, segments).await
+}
+
+/// `/artifacts/<path>`: a CoreOS artifact (never an ignition or auth file beside them).
+fn artifact(req: &Request<Incoming>, rest: &str, cx: &Context<'_>) -> Response<Body> {
+    let Context {
+        peer,
+        plan,
+        journal,
+        segments,
+        opened_files,
+        ..
+    } = *cx;
+    let files = &plan.files;
+    // On the runtime thread, like `open_file`. Only artifact files, whatever else the
+    // directory holds (see `files::is_artifact_path`); the cache only holds what
+    // `files::open_relative` opened for the same path.
+    let found = files::artifact_relative(rest)
+        .and_then(|relative| opened_files.open(&files.artifacts_dir, &relative));
+    if req.method() == Method::GET && found.is_some() && from_the_start(req) {
+        artifact_fetched(plan, journal, peer, req.uri().path());
+    }
+    match found {
+        Some(Found::Cached {
+            meta,
+            validators,
+            body,
+        }) => file(
+            req,
+            Ok((Source::Read(body, validators), meta)),
+            Path::new(rest),
+            ARTIFACT_TYPE,
+            true,
+            segments,
+        ),
+        Some(Found::Opened(real, opened)) => {
+            file(req, from_disk(opened), &real, ARTIFACT_TYPE, true, segments)
+        }
+        None => {
+            let name = rest.rsplit('/').next().unwrap_or(rest);
+            let fix = format!(
+                "not in {}: `okd-appliance check --install` on the services host names the command that fetches it",
+                files.artifacts_dir.display()
+            );
+            fetch_failed((plan, journal), peer, name, StatusCode::NOT_FOUND, fix);
+            text(StatusCode::NOT_FOUND, "no such artifact\n")
+        }
+    }
+}
+
+/// Any other path: an iPXE binary by the names DHCP hands out, or not found.
+fn ipxe_binary(req: &Request<Incoming>, path: &str, cx: &Context<'_>) -> Response<Body> {
+    let (plan, journal, peer, segments) = (cx.plan, cx.journal, cx.peer, cx.segments);
+    let files = &plan.files;
+    let Some(binary) = files.ipxe_binary(path) else {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    };
+    let opened = open_file(&binary);
+    // Missing (or not a file): say what to install. Other errors are `file`'s 500.
+    let missing = match &opened {
+        Ok((_, m)) => !m.is_file(),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    };
+    if missing {
+        let name = binary.file_name().map_or_else(
+            || binary.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let fix = format!(
+            "not in {}: Debian's ipxe package has it (`apt-get install ipxe`), or point install.ipxe_dir at a directory that has it",
+            files.ipxe_dir.display()
+        );
+        fetch_failed((plan, journal), peer, &name, StatusCode::NOT_FOUND, fix);
+        return text(
+            StatusCode::NOT_FOUND,
+            "iPXE binary not installed (Debian: apt install ipxe)\n",
+        );
+    }
+    file(
+        req,
+        from_disk(opened),
+        &binary,
+        "application/octet-stream",
+        true,
+        segments,
+    )
 }
 
 /// A GET without a Range, or one whose range starts at the first byte: the start of a

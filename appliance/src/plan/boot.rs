@@ -109,25 +109,8 @@ pub struct BootParams {
     pub documents: Documents,
 }
 
-/// The URL of a node's own ignition config.
-pub fn ignition_url(base_url: &str, node: &str) -> String {
-    format!("{base_url}/ignition/{node}.ign")
-}
-
-/// The URL of a role's ignition config, which a node's own config merges.
-fn role_ignition_url(base_url: &str, config: RoleConfig) -> String {
-    format!("{base_url}/ignition/roles/{}", config.file())
-}
-
-/// The URL of a node's own live ISO.
-pub fn iso_url(base_url: &str, node: &str) -> String {
-    format!("{base_url}/iso/{node}.iso")
-}
-
-/// The URL of a node's iPXE script, keyed by its MAC address.
-pub(super) fn script_url(base_url: &str, mac: MacAddr) -> String {
-    format!("{base_url}/boot/{}.ipxe", mac.hyphenated())
-}
+use super::route::role_ignition_url;
+pub use super::route::{ignition_url, iso_url};
 
 /// The `ip=` arguments that bring `node` up with its configured IPv6 address (none for a node
 /// without one): `ip=[ADDR]::[GW]:PREFIX:NAME:MAC:none`, then `ip=MAC:dhcp`.
@@ -177,7 +160,7 @@ pub fn ipv6_kernel_args(node: &Node, v6: &Ipv6Network) -> Vec<String> {
 pub fn derive(config: &Config) -> Vec<BootParams> {
     let install = &config.install;
     let base = &install.base_url;
-    let artifact = |name: &str| format!("{base}/artifacts/{name}");
+    let artifact = |name: &str| super::route::artifact_url(base, name);
     let single = config.single_node().map(|n| n.name.as_str());
     config
         .nodes

@@ -92,7 +92,7 @@ pub fn derive(config: &Config) -> DhcpPlan {
             mac: n.mac,
             ip: n.ipv4,
             host_name: n.name.clone(),
-            ipxe_script_url: super::boot::script_url(&config.install.base_url, n.mac),
+            ipxe_script_url: super::route::script_url(&config.install.base_url, n.mac),
         })
         .collect();
     reservations.sort_by_key(|r| r.ip);
@@ -114,7 +114,10 @@ pub fn derive(config: &Config) -> DhcpPlan {
         // iPXE expands settings in the boot file name: the script URL carries the client's
         // MAC, so the boot server's log names it (any name that is no node's MAC gets the
         // unknown-node script).
-        unknown_script_url: format!("{}/boot/${{netX/mac:hexhyp}}.ipxe", config.install.base_url),
+        unknown_script_url: super::route::script_url_of(
+            &config.install.base_url,
+            "${netX/mac:hexhyp}",
+        ),
         http_boot_url: format!(
             "{}/{}",
             config.install.base_url,

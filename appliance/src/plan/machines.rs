@@ -133,9 +133,7 @@ impl BootDevice {
 }
 
 /// The URL of a node's live ISO on the appliance's HTTP server.
-pub fn iso_url(base_url: &str, node: &str) -> String {
-    format!("{base_url}/iso/{node}.iso")
-}
+pub use super::route::iso_url;
 
 /// The machines of `config`; `boot` gives each node's live-ISO kernel arguments, which name
 /// its ISO in a provider's storage.

@@ -13,6 +13,7 @@ pub mod lb;
 pub mod machines;
 pub mod orchestration;
 pub mod reverse;
+pub mod route;
 pub mod views;
 pub mod zones;
 
