@@ -891,6 +891,112 @@ fn the_orchestration_reaches_the_load_balancer_only_through_drain() {
     );
 }
 
+/// The map in docs/architecture.md is the import graph, line for line: each entry names a
+/// top-level module and every module it imports (parenthesised notes aside), the leaves line
+/// the modules that import none, and every module is drawn once. A drawn arrow that is not an
+/// import, or an import not drawn, fails with the line to draw.
+#[test]
+fn the_map_draws_every_arrow_there_is_and_no_other() {
+    let graph = import_graph();
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let start = doc.find("Who may import whom").expect("the map's heading");
+    let block = doc[start..]
+        .split("```")
+        .nth(1)
+        .expect("the map's code block");
+    // Entries, a continuation line (indented) joined to the one before it.
+    let mut entries: Vec<String> = Vec::new();
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        match entries.last_mut() {
+            Some(last) if line.starts_with(' ') => {
+                last.push(' ');
+                last.push_str(line.trim());
+            }
+            _ => entries.push(line.trim().to_owned()),
+        }
+    }
+    // `a (note, with commas), b` -> [a, b]: the first word of each item at depth 0.
+    let items = |list: &str| -> Vec<String> {
+        let (mut depth, mut item, mut out) = (0, String::new(), Vec::new());
+        for c in list.chars().chain([',']) {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    if let Some(word) = item.split_whitespace().next() {
+                        out.push(word.trim_end_matches('/').to_owned());
+                    }
+                    item.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            if depth == 0 && c != ')' {
+                item.push(c);
+            }
+        }
+        out
+    };
+    let mut drawn: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for entry in &entries {
+        let (module, imports) = if let Some((head, list)) = entry.split_once("──>") {
+            let module = head
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let imports: BTreeSet<String> =
+                items(list).into_iter().filter(|i| i != "nothing").collect();
+            (vec![module], Some(imports))
+        } else if let Some((_, list)) = entry.split_once(':') {
+            (items(list), None)
+        } else {
+            wrong.push(format!(
+                "a line of the map that is neither an entry nor the leaves: {entry}"
+            ));
+            continue;
+        };
+        for module in module {
+            let imports = imports.clone().unwrap_or_default();
+            if drawn.insert(module.clone(), imports).is_some() {
+                wrong.push(format!("{module} is drawn twice"));
+            }
+        }
+    }
+    let line = |m: &str, refs: &BTreeSet<String>| {
+        let list: Vec<&str> = refs.iter().map(String::as_str).collect();
+        format!(
+            "{m} ──> {}",
+            if list.is_empty() {
+                "nothing".to_owned()
+            } else {
+                list.join(", ")
+            }
+        )
+    };
+    for (module, imports) in graph {
+        match drawn.get(module) {
+            None => wrong.push(format!("{module} is not drawn: {}", line(module, imports))),
+            Some(d) if d != imports => wrong.push(format!(
+                "{module}: drawn {}, imports {} (draw: {})",
+                d.iter().cloned().collect::<Vec<_>>().join(", "),
+                imports.iter().cloned().collect::<Vec<_>>().join(", "),
+                line(module, imports)
+            )),
+            Some(_) => {}
+        }
+    }
+    for module in drawn.keys().filter(|m| !graph.contains_key(*m)) {
+        wrong.push(format!("{module} is drawn but is not a top-level module"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's map:\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
 #[test]
 fn the_map_counts_what_is_there() {
     let graph = import_graph();
