@@ -138,7 +138,21 @@ pub fn ignition(action: IgnitionAction) -> ExitCode {
 /// ignition set is made when it is missing or expired and no node has used it; a set that
 /// can't be used and must not be replaced stops it (exit 1).
 pub fn before_up(file: &Path, cluster: Option<&str>) -> Result<(), ExitCode> {
-    let one = super::load_one_cluster(file, cluster, InstallCheck::Skip)?;
+    let loaded = match config::load_any(file, InstallCheck::Skip) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprint!("{}", e.render(super::style()));
+            return Err(ExitCode::from(1));
+        }
+    };
+    // A host of several clusters without --cluster: the appliance's usage error names them.
+    if let config::Target::Host(host) = &loaded
+        && cluster.is_none()
+        && host.clusters.len() > 1
+    {
+        return Ok(());
+    }
+    let one = super::one_cluster(loaded, cluster, &file.display().to_string())?;
     if one.config.install.installer.is_none() {
         return Ok(());
     }
