@@ -180,7 +180,8 @@ pub fn create(
     let text = install_config::Inputs::read(config)
         .and_then(|inputs| install_config::render(config, &inputs))
         .map_err(|e| fail(Step::InstallConfig, e, false))?;
-    fresh_dir(&work).map_err(|e| fail(Step::InstallConfig, e, false))?;
+    fresh_dir(&work, &previous_dir(&ignition_dir), report)
+        .map_err(|e| fail(Step::InstallConfig, e, false))?;
     write_private(&work.join(install_config::FILE_NAME), text.as_bytes())
         .map_err(|e| fail(Step::InstallConfig, e, true))?;
 
@@ -260,9 +261,32 @@ fn lock(ignition_dir: &Path) -> Result<std::fs::File, String> {
     }
 }
 
-/// An empty directory at `dir`, owner-only (install-config.yaml holds the pull secret); what a
-/// failed run left there goes.
-fn fresh_dir(dir: &Path) -> Result<(), String> {
+/// What every work directory holds from its start. A directory at the work path without it is
+/// the set a run swapped out and died before keeping as `.previous`: kept now, not deleted.
+const WORK_MARK: &str = ".okd-appliance-work";
+
+/// An empty directory at `dir`, owner-only (install-config.yaml holds the pull secret), with
+/// its mark; what a failed run left there goes, and a set a run swapped out goes to `previous`.
+fn fresh_dir(dir: &Path, previous: &Path, report: &mut dyn Report) -> Result<(), String> {
+    if dir.is_dir() && !dir.join(WORK_MARK).exists() {
+        match std::fs::remove_dir_all(previous) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("can't remove {}: {e}", previous.display()));
+            }
+            _ => {}
+        }
+        std::fs::rename(dir, previous).map_err(|e| {
+            format!(
+                "{} holds the set an earlier run replaced; it can't be kept as {}: {e}",
+                dir.display(),
+                previous.display()
+            )
+        })?;
+        report.note(&format!(
+            "{}: the set an interrupted run replaced, kept",
+            previous.display()
+        ));
+    }
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(format!("can't remove the old {}: {e}", dir.display()));
@@ -273,7 +297,8 @@ fn fresh_dir(dir: &Path) -> Result<(), String> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("can't create {}: {e}", dir.display()))
+        .map_err(|e| format!("can't create {}: {e}", dir.display()))?;
+    write_private(&dir.join(WORK_MARK), b"")
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -464,6 +489,7 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
             ))
         })?;
         sync_parent();
+        let _ = std::fs::remove_file(ignition_dir.join(WORK_MARK));
         return Ok(None);
     }
     use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
@@ -482,7 +508,8 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
         ))
     })?;
     sync_parent();
-    // `work` now holds the set that was in place.
+    // The new set is no work directory any more; `work` now holds the set that was in place.
+    let _ = std::fs::remove_file(ignition_dir.join(WORK_MARK));
     let in_place = |why: String| (why, false);
     let previous = previous_dir(ignition_dir);
     match std::fs::remove_dir_all(&previous) {
@@ -529,6 +556,36 @@ mod tests {
             previous_dir(dir),
             Path::new("/etc/okd/install_dir.previous")
         );
+    }
+
+    struct Quiet;
+    impl Report for Quiet {
+        fn step(&mut self, _: Step, _: &str) {}
+        fn line(&mut self, _: &str) {}
+        fn note(&mut self, _: &str) {}
+    }
+
+    #[test]
+    fn a_set_swapped_out_by_a_run_that_died_is_kept_and_a_failed_run_s_work_is_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ignition = tmp.path().join("install_dir");
+        let (work, previous) = (work_dir(&ignition), previous_dir(&ignition));
+        // A failed run's work: marked, so it goes.
+        fresh_dir(&work, &previous, &mut Quiet).unwrap();
+        std::fs::write(work.join("bootstrap.ign"), "half made").unwrap();
+        fresh_dir(&work, &previous, &mut Quiet).unwrap();
+        assert!(!work.join("bootstrap.ign").exists());
+        assert!(!previous.exists());
+        // The set a run swapped out before it died: no mark, so it is kept as `.previous`.
+        std::fs::remove_dir_all(&work).unwrap();
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("bootstrap.ign"), "the old set").unwrap();
+        fresh_dir(&work, &previous, &mut Quiet).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(previous.join("bootstrap.ign")).unwrap(),
+            "the old set"
+        );
+        assert!(work.join(WORK_MARK).exists());
     }
 
     #[test]
