@@ -915,16 +915,24 @@ fn the_map_draws_every_arrow_there_is_and_no_other() {
             _ => entries.push(line.trim().to_owned()),
         }
     }
-    // `a (note, with commas), b` -> [a, b]: the first word of each item at depth 0.
-    let items = |list: &str| -> Vec<String> {
-        let (mut depth, mut item, mut out) = (0, String::new(), Vec::new());
+    // `a (note, with commas), b` -> [a, b]: each item one module name outside its notes; an
+    // item of two words, a second arrow or unbalanced parentheses is refused, so no module
+    // name hides in a line the check does not read.
+    let items = |list: &str, wrong: &mut Vec<String>| -> Vec<String> {
+        let (mut depth, mut item, mut out) = (0i32, String::new(), Vec::new());
         for c in list.chars().chain([',']) {
             match c {
                 '(' => depth += 1,
                 ')' => depth -= 1,
                 ',' if depth == 0 => {
-                    if let Some(word) = item.split_whitespace().next() {
-                        out.push(word.trim_end_matches('/').to_owned());
+                    let words: Vec<&str> = item.split_whitespace().collect();
+                    match words.as_slice() {
+                        [] => {}
+                        [word] => out.push(word.trim_end_matches('/').to_owned()),
+                        _ => wrong.push(format!(
+                            "`{}` in the map is not one module name (notes go in parentheses)",
+                            item.trim()
+                        )),
                     }
                     item.clear();
                     continue;
@@ -934,6 +942,11 @@ fn the_map_draws_every_arrow_there_is_and_no_other() {
             if depth == 0 && c != ')' {
                 item.push(c);
             }
+        }
+        if depth != 0 || list.contains("──>") {
+            wrong.push(format!(
+                "unbalanced parentheses or a second arrow in the map: {list}"
+            ));
         }
         out
     };
@@ -946,11 +959,13 @@ fn the_map_draws_every_arrow_there_is_and_no_other() {
                 .next()
                 .unwrap_or_default()
                 .to_owned();
-            let imports: BTreeSet<String> =
-                items(list).into_iter().filter(|i| i != "nothing").collect();
+            let imports: BTreeSet<String> = items(list, &mut wrong)
+                .into_iter()
+                .filter(|i| i != "nothing")
+                .collect();
             (vec![module], Some(imports))
         } else if let Some((_, list)) = entry.split_once(':') {
-            (items(list), None)
+            (items(list, &mut wrong), None)
         } else {
             wrong.push(format!(
                 "a line of the map that is neither an entry nor the leaves: {entry}"

@@ -165,6 +165,8 @@ pub fn create(
         )));
     }
     let _lock = lock(&ignition_dir).map_err(early)?;
+    // A mark left in the live set by a run that died right after its swap: the set is no work.
+    unmark(&ignition_dir).map_err(early)?;
     let work = work_dir(&ignition_dir);
     let fail = |step: Step, why: String, kept: bool| Failed {
         step,
@@ -267,38 +269,67 @@ const WORK_MARK: &str = ".okd-appliance-work";
 
 /// An empty directory at `dir`, owner-only (install-config.yaml holds the pull secret), with
 /// its mark; what a failed run left there goes, and a set a run swapped out goes to `previous`.
+/// The directory is made under a temporary name with its mark and renamed into place, so the
+/// work path never holds an unmarked directory that is not a swapped-out set.
 fn fresh_dir(dir: &Path, previous: &Path, report: &mut dyn Report) -> Result<(), String> {
-    if dir.is_dir() && !dir.join(WORK_MARK).exists() {
-        match std::fs::remove_dir_all(previous) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("can't remove {}: {e}", previous.display()));
-            }
-            _ => {}
-        }
-        std::fs::rename(dir, previous).map_err(|e| {
-            format!(
-                "{} holds the set an earlier run replaced; it can't be kept as {}: {e}",
-                dir.display(),
-                previous.display()
-            )
-        })?;
+    let marked = dir
+        .join(WORK_MARK)
+        .try_exists()
+        .map_err(|e| format!("can't read {}: {e}", dir.display()))?;
+    if dir.is_dir() && !marked {
+        keep_as(dir, previous)?;
         report.note(&format!(
             "{}: the set an interrupted run replaced, kept",
             previous.display()
         ));
     }
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("can't remove the old {}: {e}", dir.display()));
-        }
-        _ => {}
-    }
+    remove_all(dir)?;
+    let staging = sibling(dir, "", ".tmp");
+    remove_all(&staging)?;
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("can't create {}: {e}", dir.display()))?;
-    write_private(&dir.join(WORK_MARK), b"")
+        .create(&staging)
+        .map_err(|e| format!("can't create {}: {e}", staging.display()))?;
+    write_private(&staging.join(WORK_MARK), b"")?;
+    std::fs::rename(&staging, dir).map_err(|e| {
+        format!(
+            "can't rename {} to {}: {e}",
+            staging.display(),
+            dir.display()
+        )
+    })
+}
+
+/// `dir` renamed to `previous`; what was at `previous` is deleted only once it has.
+fn keep_as(dir: &Path, previous: &Path) -> Result<(), String> {
+    let aside = sibling(previous, ".", ".old");
+    remove_all(&aside)?;
+    let had = match std::fs::rename(previous, &aside) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(format!("can't move {} aside: {e}", previous.display())),
+    };
+    if let Err(e) = std::fs::rename(dir, previous) {
+        if had {
+            let _ = std::fs::rename(&aside, previous);
+        }
+        return Err(format!(
+            "{} holds the set an earlier run replaced; it can't be kept as {}: {e}",
+            dir.display(),
+            previous.display()
+        ));
+    }
+    remove_all(&aside)
+}
+
+fn remove_all(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("can't remove {}: {e}", dir.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -489,7 +520,7 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
             ))
         })?;
         sync_parent();
-        let _ = std::fs::remove_file(ignition_dir.join(WORK_MARK));
+        unmark(ignition_dir).map_err(|e| (e, false))?;
         return Ok(None);
     }
     use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
@@ -509,7 +540,7 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
     })?;
     sync_parent();
     // The new set is no work directory any more; `work` now holds the set that was in place.
-    let _ = std::fs::remove_file(ignition_dir.join(WORK_MARK));
+    unmark(ignition_dir).map_err(|e| (e, false))?;
     let in_place = |why: String| (why, false);
     let previous = previous_dir(ignition_dir);
     match std::fs::remove_dir_all(&previous) {
@@ -531,6 +562,20 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
     })?;
     sync_parent();
     Ok(Some(previous))
+}
+
+/// Removes the work mark from the set in `dir`, durably.
+fn unmark(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_file(dir.join(WORK_MARK)) {
+        Ok(()) => std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("can't sync {}: {e}", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!(
+            "can't remove {}: {e}",
+            dir.join(WORK_MARK).display()
+        )),
+    }
 }
 
 /// Gives `dir` and everything in it the group `gid`.

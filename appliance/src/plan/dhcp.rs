@@ -118,10 +118,9 @@ pub fn derive(config: &Config) -> DhcpPlan {
             &config.install.base_url,
             "${netX/mac:hexhyp}",
         ),
-        http_boot_url: format!(
-            "{}/{}",
-            config.install.base_url,
-            super::boot::UEFI_BOOT_FILE
+        http_boot_url: super::route::ipxe_url(
+            &config.install.base_url,
+            super::boot::UEFI_BOOT_FILE,
         ),
         reservations,
         others: Vec::new(),

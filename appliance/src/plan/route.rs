@@ -33,7 +33,8 @@ pub enum Route<'a> {
     /// `/artifacts/<rest>`: a CoreOS artifact.
     Artifact(&'a str),
     /// Under one of the prefixes above without its suffix: answered as not found (or, for
-    /// ignition, refused on a standby like the rest of it).
+    /// ignition, refused on a standby like the rest of it). Every path under the role prefix
+    /// is a role's name, so none is malformed.
     Malformed(Family),
     /// Anything else: an iPXE binary by its name, or nothing.
     Other(&'a str),
@@ -43,7 +44,6 @@ pub enum Route<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Script,
-    RoleIgnition,
     Ignition,
     Iso,
 }
@@ -83,9 +83,7 @@ impl<'a> Route<'a> {
     pub fn is_ignition(self) -> bool {
         matches!(
             self,
-            Route::Ignition(_)
-                | Route::RoleIgnition(_)
-                | Route::Malformed(Family::Ignition | Family::RoleIgnition)
+            Route::Ignition(_) | Route::RoleIgnition(_) | Route::Malformed(Family::Ignition)
         )
     }
 
@@ -93,7 +91,7 @@ impl<'a> Route<'a> {
     pub fn label(self) -> &'static str {
         match self {
             Route::Script(_) | Route::Malformed(Family::Script) => "script",
-            Route::RoleIgnition(_) | Route::Malformed(Family::RoleIgnition) => "role-ignition",
+            Route::RoleIgnition(_) => "role-ignition",
             Route::Ignition(_) | Route::Malformed(Family::Ignition) => "ignition",
             Route::Iso(_) | Route::Malformed(Family::Iso) => "iso",
             Route::Artifact(_) => "artifacts",
@@ -133,6 +131,11 @@ pub fn script_url(base_url: &str, mac: MacAddr) -> String {
 /// the appliance does not know yet).
 pub fn script_url_of(base_url: &str, key: &str) -> String {
     format!("{base_url}{SCRIPTS}{key}{SCRIPT_SUFFIX}")
+}
+
+/// An iPXE binary by the name DHCP hands out (UEFI HTTP boot).
+pub fn ipxe_url(base_url: &str, name: &str) -> String {
+    format!("{base_url}/{name}")
 }
 
 /// An artifact of `install.artifacts_dir`.
@@ -175,10 +178,13 @@ mod tests {
             Route::parse(path(&artifact_url(BASE, "rootfs.img"))),
             Route::Artifact("rootfs.img")
         );
+        let url = ipxe_url(BASE, "snponly.efi");
+        let ipxe = Route::parse(path(&url));
+        assert_eq!((ipxe, ipxe.label()), (Route::Other("/snponly.efi"), "ipxe"));
     }
 
     #[test]
-    fn a_prefix_without_its_suffix_is_malformed_and_counted_under_its_family() {
+    fn a_path_is_counted_under_its_family_and_ignition_paths_are_the_active_host_s() {
         for (p, label, ignition) in [
             ("/boot/x", "script", false),
             ("/ignition/x", "ignition", true),
@@ -199,6 +205,7 @@ mod tests {
             );
         }
         assert_eq!(Route::parse("/boot/x"), Route::Malformed(Family::Script));
+        assert_eq!(Route::parse("/ignition/roles/"), Route::RoleIgnition(""));
         assert_eq!(
             Route::parse("/ignition/roles/master.ign"),
             Route::RoleIgnition("master.ign")
