@@ -24,8 +24,22 @@ const BASE: &str = "http://10.99.0.1:8080";
 const RELEASE: &str = "4.19.0-okd-scos.1";
 const CHRONY: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  labels:\n    machineconfiguration.openshift.io/role: worker\n  name: 99-worker-chrony\n";
 
-fn double() -> PathBuf {
+/// The stand-in, in the repository.
+fn source() -> PathBuf {
     repo_root().join("tests/e2e/openshift_install_double.py")
+}
+
+/// The stand-in, copied into the test's own directory `dir`: the appliance runs an installer
+/// only from a path no other account can write to (`installer::trusted`), and the clone's
+/// directories may be group-writable on a CI machine.
+fn double(dir: &Path) -> PathBuf {
+    let path = dir.join("openshift-install-double");
+    if !path.exists() {
+        std::fs::copy(source(), &path).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    path
 }
 
 /// A cluster directory: okd.yml naming `installer` (YAML), its pull secret, a manifests
@@ -198,7 +212,7 @@ fn ignition_create_makes_a_set_check_passes_with_the_custom_manifest_inside() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let ignition_dir = dir.path().join("install_dir");
     let log = dir.path().join("calls.jsonl");
     // Without a set, `check` says so and names the one command that makes it.
@@ -287,7 +301,7 @@ fn a_failing_installer_or_a_set_for_another_cluster_leaves_the_set_in_place() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let ignition_dir = dir.path().join("install_dir");
     let log = dir.path().join("calls.jsonl");
     let c = config.to_str().unwrap();
@@ -337,7 +351,7 @@ fn a_set_a_node_fetched_its_ignition_from_is_never_made_again() {
     let topo = Topology::new("inst").unwrap();
     let mst0 = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let c = config.to_str().unwrap();
     let ignition_dir = dir.path().join("install_dir");
     let log = dir.path().join("calls.jsonl");
@@ -407,7 +421,7 @@ fn cluster_up_makes_a_missing_or_expired_set_before_any_fetch() {
     let topo = Topology::new("inup").unwrap();
     let mst0 = topo.add_node("mst0", "10.99.0.11/24", None).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let c = config.to_str().unwrap();
     let ignition_dir = dir.path().join("install_dir");
     let state_dir = dir.path().join("state");
@@ -469,7 +483,7 @@ fn installer_fetch_takes_a_verified_release_and_refuses_a_tampered_one() {
         let staging = dir.path().join(format!("staging-{release}"));
         std::fs::create_dir_all(&rel).unwrap();
         std::fs::create_dir_all(&staging).unwrap();
-        std::fs::copy(double(), staging.join("openshift-install")).unwrap();
+        std::fs::copy(source(), staging.join("openshift-install")).unwrap();
         std::fs::write(staging.join("README.md"), "# OpenShift Install\n").unwrap();
         let tarball = format!("openshift-install-linux-{release}.tar.gz");
         let ok = Command::new("tar")
@@ -536,7 +550,7 @@ fn installer_fetch_takes_a_verified_release_and_refuses_a_tampered_one() {
         .join(format!("openshift-install/{RELEASE}/openshift-install"));
     assert_eq!(
         std::fs::read(&binary).unwrap(),
-        std::fs::read(double()).unwrap()
+        std::fs::read(source()).unwrap()
     );
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(
@@ -642,7 +656,7 @@ fn a_single_node_set_is_made_with_its_network_machineconfig() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let written = std::fs::read_to_string(&config).unwrap();
     let single = written
         .lines()
@@ -702,7 +716,7 @@ fn the_new_set_keeps_the_group_and_the_link_and_an_untrusted_installer_is_not_ru
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     const NOGROUP: u32 = 65534;
     let dir = tempfile::tempdir().unwrap();
-    let config = cluster(dir.path(), &double().display().to_string());
+    let config = cluster(dir.path(), &double(dir.path()).display().to_string());
     let c = config.to_str().unwrap();
     let log = dir.path().join("calls.jsonl");
     let real = dir.path().join("sets/okd");
@@ -741,7 +755,7 @@ fn the_new_set_keeps_the_group_and_the_link_and_an_untrusted_installer_is_not_ru
     // A copy of the installer in a directory anyone may write to: refused before anything runs.
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    std::fs::copy(double(), bin.join("openshift-install")).unwrap();
+    std::fs::copy(source(), bin.join("openshift-install")).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).unwrap();
     let other = tempfile::tempdir().unwrap();
     let config = cluster(
