@@ -214,48 +214,66 @@ pub async fn import(install: &Install, options: &Options, from: &Path) -> anyhow
     conclude(install, &selection, failed, signing.is_some())
 }
 
-/// One file whose SHA-256 is known, put at `dest` as an artifact is: continued from its
-/// `.part`, skipped when already in place with that digest, deleted (and nothing put in place)
-/// when it does not match. What `okd-appliance installer fetch` gets the installer with.
-pub async fn fetch_checked(
-    label: &str,
-    url: &Url,
-    sha256: Sha256,
-    dest: &Path,
-) -> anyhow::Result<String> {
-    let name = dest.display();
-    if store::hash_file(dest)? == Some(sha256) {
-        return Ok(Outcome::UpToDate.line(label, dest, "sha256 verified"));
-    }
-    let client = Client::new();
-    let mut part = Partial::resume(&store::part_path(dest))?;
-    let resumed = part.len();
-    let (moved, elapsed) = match open(&client, url, sha256, &mut part).await? {
-        None => (0, Duration::ZERO),
-        Some((response, total)) => transfer(response, total, &mut part, url, dest).await?,
-    };
-    let actual = part.digest();
-    if actual != sha256 {
-        part.discard()?;
-        bail!(
-            "sha256 mismatch for {name} (from {url}): expected {sha256}, got {actual}; the file \
-             was deleted and nothing was put in place"
-        );
-    }
-    let size = part.len();
-    part.commit(dest)?;
-    let outcome = Outcome::Fetched {
-        size,
-        resumed,
-        moved,
-        elapsed,
-    };
-    Ok(outcome.line(label, dest, "sha256 verified"))
+/// Downloads through one client (one read of the trust store, one connection pool), for
+/// other commands than `artifacts fetch`: what `okd-appliance installer fetch` gets the
+/// installer with.
+#[derive(Debug)]
+pub struct Fetcher {
+    client: Client,
 }
 
-/// The body of `url` (a 200 of at most `limit` bytes), through the environment's proxies.
-pub async fn get_small(url: &Url, limit: usize) -> anyhow::Result<Vec<u8>> {
-    Client::new().get_bytes(url, limit).await
+impl Default for Fetcher {
+    fn default() -> Self {
+        Fetcher {
+            client: Client::new(),
+        }
+    }
+}
+
+impl Fetcher {
+    /// One file whose SHA-256 is known, put at `dest` as an artifact is: continued from its
+    /// `.part`, skipped when already in place with that digest, deleted (and nothing put in
+    /// place) when it does not match. `label` names it in the line returned.
+    pub async fn fetch_checked(
+        &self,
+        label: &str,
+        url: &Url,
+        sha256: Sha256,
+        dest: &Path,
+    ) -> anyhow::Result<String> {
+        let name = dest.display();
+        if store::hash_file(dest)? == Some(sha256) {
+            return Ok(Outcome::UpToDate.line(label, dest, "sha256 verified"));
+        }
+        let mut part = Partial::resume(&store::part_path(dest))?;
+        let resumed = part.len();
+        let (moved, elapsed) = match open(&self.client, url, sha256, &mut part).await? {
+            None => (0, Duration::ZERO),
+            Some((response, total)) => transfer(response, total, &mut part, url, dest).await?,
+        };
+        let actual = part.digest();
+        if actual != sha256 {
+            part.discard()?;
+            bail!(
+                "sha256 mismatch for {name} (from {url}): expected {sha256}, got {actual}; the file \
+                 was deleted and nothing was put in place"
+            );
+        }
+        let size = part.len();
+        part.commit(dest)?;
+        let outcome = Outcome::Fetched {
+            size,
+            resumed,
+            moved,
+            elapsed,
+        };
+        Ok(outcome.line(label, dest, "sha256 verified"))
+    }
+
+    /// The body of `url` (a 200 of at most `limit` bytes), through the environment's proxies.
+    pub async fn get_small(&self, url: &Url, limit: usize) -> anyhow::Result<Vec<u8>> {
+        self.client.get_bytes(url, limit).await
+    }
 }
 
 /// The record beside the files (`crate::fetched`): what earlier runs put in place, with what

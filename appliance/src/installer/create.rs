@@ -392,24 +392,48 @@ fn run(
     drop(send);
     let started = Instant::now();
     let mut timed_out = false;
-    loop {
-        match lines.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) => report.line(&line),
-            Err(mpsc::RecvTimeoutError::Timeout) => report.tick(),
-            // Both outputs closed: the installer has exited (or closed them).
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+    // Until the outputs close and the installer has exited, within the step's limit: a
+    // program of its that keeps the outputs open, or an installer that closes them and goes
+    // on, neither makes this wait forever.
+    let mut outputs_open = true;
+    let mut exited = None;
+    let status = loop {
+        if outputs_open {
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => report.line(&line),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    report.tick();
+                    // Exited, and what it wrote has been read: done.
+                    if let Some(status) = exited {
+                        break status;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => outputs_open = false,
+            }
+        } else if let Some(status) = exited {
+            break status;
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+            report.tick();
         }
-        if started.elapsed() > STEP_LIMIT {
+        if exited.is_none() {
+            exited = child
+                .try_wait()
+                .map_err(|e| format!("`{shown}`: can't wait for it: {e}"))?;
+        }
+        if exited.is_none() && started.elapsed() > STEP_LIMIT {
             timed_out = true;
             let _ = child.kill();
-            break;
+            break child
+                .wait()
+                .map_err(|e| format!("`{shown}`: can't wait for it: {e}"))?;
         }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("`{shown}`: can't wait for it: {e}"))?;
-    for reader in readers {
-        let _ = reader.join();
+    };
+    // The readers are done once the outputs closed; one held open by another process is left.
+    if !outputs_open {
+        for reader in readers {
+            let _ = reader.join();
+        }
     }
     if timed_out {
         return Err(format!(
@@ -608,6 +632,41 @@ mod tests {
         fn step(&mut self, _: Step, _: &str) {}
         fn line(&mut self, _: &str) {}
         fn note(&mut self, _: &str) {}
+    }
+
+    struct Lines(Vec<String>);
+    impl Report for Lines {
+        fn step(&mut self, _: Step, _: &str) {}
+        fn line(&mut self, line: &str) {
+            self.0.push(line.to_owned());
+        }
+        fn note(&mut self, _: &str) {}
+    }
+
+    /// An installer that exits while a program of its still holds its output open: its lines
+    /// are all read and its exit is not waited past; a failure is its status.
+    #[test]
+    fn the_installer_s_exit_ends_the_step_even_if_its_output_stays_open() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let script = tmp.path().join("installer");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho one\necho two >&2\nsleep 6 &\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut seen = Lines(Vec::new());
+        let started = Instant::now();
+        let e = run(&script, &["create", "manifests"], tmp.path(), &mut seen).unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(e.contains("exit status: 3"), "{e}");
+        seen.0.sort();
+        assert_eq!(seen.0, ["one", "two"]);
     }
 
     #[test]

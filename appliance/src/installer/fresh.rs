@@ -19,7 +19,7 @@ pub const LIFETIME: Duration = crate::vocabulary::IGNITION_LIFETIME;
 /// How old it may be when `cluster up` starts an install with it: the bootstrap must be done
 /// before the certificates expire, and openshift-install itself waits up to 50 minutes for it
 /// (20 for the API, 30 for bootstrap complete); two hours before the end leaves that and more.
-pub const USABLE_FOR: Duration = Duration::from_secs(22 * 3600);
+pub const USABLE_FOR: Duration = LIFETIME.saturating_sub(Duration::from_secs(2 * 3600));
 
 /// What the ignition directory holds, for the config's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]

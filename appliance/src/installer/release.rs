@@ -134,7 +134,9 @@ pub async fn fetch(
     let base = format!("{}/{version}/", mirror.trim_end_matches('/'));
     let base = Url::parse(&base).with_context(|| format!("`{base}` is not a URL"))?;
     let sums_url = base.join(SUMS)?;
-    let sums = crate::artifacts::get_small(&sums_url, SUMS_LIMIT)
+    let fetcher = crate::artifacts::Fetcher::default();
+    let sums = fetcher
+        .get_small(&sums_url, SUMS_LIMIT)
         .await
         .with_context(|| format!("release {version}'s checksums"))?;
     let sums = String::from_utf8_lossy(&sums);
@@ -151,8 +153,11 @@ pub async fn fetch(
     }
     let tarball_path = dir.join(&tarball);
     let url = base.join(&tarball)?;
-    let mut lines =
-        vec![crate::artifacts::fetch_checked(&tarball, &url, expected, &tarball_path).await?];
+    let mut lines = vec![
+        fetcher
+            .fetch_checked(&tarball, &url, expected, &tarball_path)
+            .await?,
+    ];
     let digest = tokio::task::spawn_blocking({
         let (from, to) = (tarball_path.clone(), binary.clone());
         move || extract(&from, &to)

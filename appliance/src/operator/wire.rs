@@ -259,28 +259,18 @@ impl Request {
         result: Result<String, String>,
         room: usize,
     ) -> Request {
-        let one_line = |t: String| {
-            let mut t = t.split_whitespace().collect::<Vec<_>>().join(" ");
-            if t.len() > room {
-                let cut = (0..=room).rev().find(|&i| t.is_char_boundary(i));
-                t.truncate(cut.unwrap_or(0));
-                t.truncate(t.trim_end().len());
-            }
-            t
-        };
         Request::Machine {
             node: node.to_owned(),
             action,
-            result: result.map(one_line).map_err(one_line),
+            result: one_line(result, room),
         }
     }
 
     /// `ignition ok|failed TEXT`, the text on one line and cut to `room` bytes.
     pub fn ignition(result: Result<String, String>, room: usize) -> Request {
-        let Request::Machine { result, .. } = Request::machine("", "create", result, room) else {
-            unreachable!("Request::machine makes a Machine");
-        };
-        Request::Ignition { result }
+        Request::Ignition {
+            result: one_line(result, room),
+        }
     }
 
     /// The request on `line` (without its `@ID`), or the error reply's reason (the requests
@@ -396,6 +386,21 @@ impl fmt::Display for Request {
             },
         }
     }
+}
+
+/// `result`'s text on one line (whitespace runs made one space), cut to `room` bytes at a
+/// character boundary: what fits a request line.
+fn one_line(result: Result<String, String>, room: usize) -> Result<String, String> {
+    let fit = |t: String| {
+        let mut t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        if t.len() > room {
+            let cut = (0..=room).rev().find(|&i| t.is_char_boundary(i));
+            t.truncate(cut.unwrap_or(0));
+            t.truncate(t.trim_end().len());
+        }
+        t
+    };
+    result.map(fit).map_err(fit)
 }
 
 impl Addressed {
