@@ -46,7 +46,7 @@ listen:
 }
 
 /// `curl -s ARGS` from `ns`, with a time limit.
-fn curl(ns: &Netns, args: &[&str]) -> Output {
+pub(crate) fn curl(ns: &Netns, args: &[&str]) -> Output {
     ns.exec(["curl", "-s", "--max-time", "10"])
         .args(args)
         .output()
@@ -54,7 +54,7 @@ fn curl(ns: &Netns, args: &[&str]) -> Output {
 }
 
 /// The status code of `curl ARGS URL`.
-fn status(ns: &Netns, args: &[&str], url: &str) -> String {
+pub(crate) fn status(ns: &Netns, args: &[&str], url: &str) -> String {
     let mut all = vec!["-o", "/dev/null", "-w", "%{http_code}"];
     all.extend_from_slice(args);
     all.push(url);

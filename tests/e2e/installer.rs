@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
-use harness::{Netns, Topology, repo_root, require_root, require_tools, wait_until};
+use harness::{Topology, repo_root, require_root, require_tools, wait_until};
 
 use crate::dns_support::start_appliance;
 use crate::support::appliance;
@@ -359,7 +359,7 @@ fn a_set_a_node_fetched_its_ignition_from_is_never_made_again() {
     let made = set_bytes(&ignition_dir);
     let appliance = serve(&topo, &config);
 
-    let fetched = fetch(&mst0, &format!("{BASE}/ignition/mst0.ign"));
+    let fetched = crate::http::status(&mst0, &[], &format!("{BASE}/ignition/mst0.ign"));
     assert_eq!(fetched, "200", "{}", appliance.log_tails());
     let out = run(&["ignition", "create", c], &log, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -394,25 +394,6 @@ fn a_set_a_node_fetched_its_ignition_from_is_never_made_again() {
     drop(appliance);
 }
 
-/// `curl`'s status code for `url` from `ns`.
-fn fetch(ns: &Netns, url: &str) -> String {
-    let out = ns
-        .exec([
-            "curl",
-            "-s",
-            "--max-time",
-            "10",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            url,
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn cluster_up_makes_a_missing_or_expired_set_before_any_fetch() {
     if !require_root() || !require_tools(&["python3", "curl"]) {
@@ -429,7 +410,10 @@ fn cluster_up_makes_a_missing_or_expired_set_before_any_fetch() {
     // No set yet: the appliance serves (DNS, DHCP and the load balancer never wait for one)
     // and refuses the ignition it does not have.
     let appliance = serve(&topo, &config);
-    assert_eq!(fetch(&mst0, &format!("{BASE}/ignition/mst0.ign")), "404");
+    assert_eq!(
+        crate::http::status(&mst0, &[], &format!("{BASE}/ignition/mst0.ign")),
+        "404"
+    );
 
     let out = run(&["cluster", "up", c], &log, &[]);
     let said = text(&out);
@@ -465,7 +449,10 @@ fn cluster_up_makes_a_missing_or_expired_set_before_any_fetch() {
     assert!(!text(&out).contains("making the ignition set"));
     assert_eq!(calls(&log).len(), 4);
     // The new set is served at once: the boot server reads it per request.
-    assert_eq!(fetch(&mst0, &format!("{BASE}/ignition/mst0.ign")), "200");
+    assert_eq!(
+        crate::http::status(&mst0, &[], &format!("{BASE}/ignition/mst0.ign")),
+        "200"
+    );
     drop(appliance);
 }
 
