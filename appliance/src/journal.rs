@@ -12,6 +12,7 @@ use std::time::SystemTime;
 
 use tokio::sync::broadcast;
 
+use crate::install_state::{News, NodeState, Transition};
 use crate::vocabulary::MacAddr;
 
 pub mod kept;
@@ -90,6 +91,9 @@ pub enum EventKind {
     },
     /// An operator asked for the node to be installed again at its next network boot.
     ReinstallRequested,
+    /// The node's install state moved and is on disk (`install_state::step`): what a pair's
+    /// active host replicates.
+    InstallRecorded { state: NodeState },
     /// A drained backend's last connection ended.
     BackendDrained {
         frontend: String,
@@ -158,6 +162,21 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// The event each piece of a node's install news is announced as.
+impl From<News> for EventKind {
+    fn from(news: News) -> EventKind {
+        match news {
+            News::ScriptFetched { from } => EventKind::ScriptFetched { from },
+            News::IgnitionFetched { from } => EventKind::IgnitionFetched { from },
+            News::InstallRetried => EventKind::InstallRetried,
+            News::Reinstalling => EventKind::Reinstalling,
+            News::RoleConfigFetched { from, file } => EventKind::RoleIgnitionFetched { from, file },
+            News::Installed { from, file } => EventKind::Installed { from, file },
+            News::ReinstallRequested => EventKind::ReinstallRequested,
+        }
+    }
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(node) = &self.node {
@@ -167,6 +186,7 @@ impl fmt::Display for Event {
             EventKind::DhcpAck { mac, ip } => write!(f, "dhcp ack {ip} to {mac}"),
             EventKind::ScriptFetched { from } => write!(f, "ipxe script fetched by {from}"),
             EventKind::ReinstallRequested => write!(f, "reinstall requested"),
+            EventKind::InstallRecorded { state } => write!(f, "install state recorded: {state}"),
             EventKind::IgnitionFetched { from } => write!(f, "ignition fetched by {from}"),
             EventKind::RoleIgnitionFetched { from, file } => write!(f, "{file} fetched by {from}"),
             EventKind::Installed { from, file } => {
@@ -390,6 +410,13 @@ impl Refusals {
 }
 
 impl EventKind {
+    /// A signal between services, not news for people: fanned out to the live subscribers
+    /// (a pair's replication), never kept in the history, `status`'s events or the kept file.
+    /// The install state recorded repeats, as state, what the news before it said.
+    pub fn is_signal(&self) -> bool {
+        matches!(self, EventKind::InstallRecorded { .. })
+    }
+
     /// The address of a refused request this event reports, if it is one.
     fn refused_source(&self) -> Option<IpAddr> {
         match self {
@@ -454,6 +481,22 @@ impl Journal {
 
     /// Records and fans out an event. Refusals (requests answered 403 or 404/410 for ignition)
     /// are limited per source address; what is left out is counted in the next one journaled.
+    /// Publishes a node's install transition: its news, in order, and the state when it was
+    /// `written` (`InstallRecorded`).
+    pub fn announce(&self, node: &str, transition: &Transition, written: bool) {
+        for news in &transition.news {
+            self.publish(Some(node.to_owned()), EventKind::from(*news));
+        }
+        if written {
+            self.publish(
+                Some(node.to_owned()),
+                EventKind::InstallRecorded {
+                    state: transition.after,
+                },
+            );
+        }
+    }
+
     pub fn publish(&self, node: Option<String>, kind: EventKind) {
         if let Some(ip) = kind.refused_source() {
             let admitted = self
@@ -479,6 +522,11 @@ impl Journal {
             node,
             kind,
         };
+        if event.kind.is_signal() {
+            tracing::debug!(target: "journal", "{event}");
+            let _ = self.inner.live.send(event);
+            return;
+        }
         match &self.inner.cluster {
             Some(cluster) => tracing::info!(target: "journal", "cluster {cluster}: {event}"),
             None => tracing::info!(target: "journal", "{event}"),
@@ -523,6 +571,38 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_install_state_reaches_subscribers_and_stays_out_of_the_history() {
+        let journal = Journal::new();
+        let mut live = journal.subscribe();
+        let from: SocketAddr = "10.0.0.2:4000".parse().unwrap();
+        let transition = crate::install_state::observe(
+            NodeState::NotInstalled,
+            crate::install_state::Observation::Ignition { from },
+            SystemTime::UNIX_EPOCH,
+        );
+        journal.announce("m0", &transition, true);
+        let said: Vec<String> = journal.recent().iter().map(ToString::to_string).collect();
+        assert_eq!(said, ["m0: ignition fetched by 10.0.0.2:4000"]);
+        assert_eq!(
+            live.try_recv().unwrap().kind,
+            EventKind::IgnitionFetched { from }
+        );
+        assert_eq!(
+            live.try_recv().unwrap().kind,
+            EventKind::InstallRecorded {
+                state: transition.after
+            }
+        );
+        // Not written: no state to ship.
+        journal.announce("m0", &transition, false);
+        assert!(matches!(
+            live.try_recv().unwrap().kind,
+            EventKind::IgnitionFetched { .. }
+        ));
+        assert!(live.try_recv().is_err());
+    }
 
     #[test]
     fn a_flood_of_refusals_from_one_address_does_not_fill_the_journal() {

@@ -7,7 +7,6 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::time::SystemTime;
 
 use hyper::body::Incoming;
@@ -15,7 +14,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::response::{Body, text};
-use crate::install_state::{self, BootScript, InstallPhase};
+use crate::install_state::{self, BootScript, IfUnrecorded, Observation, Stepped, Transition};
 use crate::journal::{EventKind, Journal};
 use crate::plan::{self, BootParams, Plan};
 use crate::vocabulary::{MacAddr, RoleConfig};
@@ -121,9 +120,8 @@ pub(super) async fn ignition_refusal(
     Some(text(status, &format!("{why}\n")))
 }
 
-/// The node's script, to any address; only a request from the node's own address changes its
-/// install state (the journal's phase, the one "boot your disk" offer), so no one else can use
-/// up that offer and send the node into a reinstall.
+/// The node's script, to any address, chosen by its install state; only a request from the
+/// node's own address changes that state (`install_state::observe`).
 pub(super) async fn script(
     req: &Request<Incoming>,
     name: &str,
@@ -133,8 +131,8 @@ pub(super) async fn script(
 ) -> Response<Body> {
     let mac = name.parse::<MacAddr>().ok();
     let node = mac.and_then(|mac| plan.boot.iter().find(|b| b.mac == mac));
-    let from_node = node.is_some_and(|b| is_node(b, IpAddr::to_canonical(&peer.ip())));
-    if let (Some(node), false) = (node, from_node) {
+    let by_node = node.is_some_and(|b| is_node(b, IpAddr::to_canonical(&peer.ip())));
+    if let (Some(node), false) = (node, by_node) {
         tracing::info!(
             "http: iPXE script of {} read by {peer}, not the node's address: its install state is unchanged",
             node.node
@@ -149,37 +147,22 @@ pub(super) async fn script(
             &plan.unknown_script
         }
         Some(node) => {
-            let phase = blocking_state(&plan.state_dir, &node.node, |dir, node, _| {
-                Ok(install_state::phase(dir, node))
-            })
-            .await
-            .unwrap_or(InstallPhase::NotInstalled);
-            let single_node = node.role_config == RoleConfig::SingleNode;
-            let (chosen, opens_power_on) =
-                install_state::script_for(phase, single_node, SystemTime::now());
-            // Only the node itself opens a power-on: no one else can use up its offer.
-            if opens_power_on && req.method() == Method::GET && from_node {
-                let offered = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-                    install_state::record_disk_boot_offered(dir, node, when)
-                })
-                .await;
-                // Unrecorded, the offer still goes out (the disk is the safe answer): it is
-                // made again at the next power-on, until the marker can be written.
-                let _ = unrecorded(offered, (plan, faults, journal), &node.node, peer);
-            }
-            let body: &str = match chosen {
+            let seen = Observation::Script {
+                from: peer,
+                by_node,
+                get: req.method() == Method::GET,
+                single_node: node.role_config == RoleConfig::SingleNode,
+            };
+            // A script is answered even when its step can't be recorded.
+            let chosen = match observe((plan, journal, faults), &node.node, seen).await {
+                Ok(transition) | Err(Unrecorded::Answered(transition)) => transition.script,
+                Err(Unrecorded::Refused(_)) => None,
+            };
+            match chosen.unwrap_or(BootScript::Install) {
                 BootScript::LocalBoot => &node.documents.local_boot_script,
                 BootScript::TryDisk => &node.documents.first_boot_script,
                 BootScript::Install => &node.documents.install_script,
-            };
-            // Announced once recorded (a pair's replication reads the markers then).
-            if from_node {
-                journal.publish(
-                    Some(node.node.clone()),
-                    EventKind::ScriptFetched { from: peer },
-                );
             }
-            body
         }
     };
     let mut r = text(StatusCode::OK, body);
@@ -188,26 +171,45 @@ pub(super) async fn script(
     r
 }
 
-/// Marker writes that failed, logged once per 10 s.
+/// Steps that failed to be recorded, logged once per 10 s.
 static UNRECORDED: crate::isolate::LogGate = crate::isolate::LogGate::new();
 
-/// What a marker write `recorded` for `node` means for the request: its result, or, when it
-/// failed (a full or read-only state disk), a 503 the client retries, with the fault in
-/// `status` and on the node's events. An install step the appliance can't remember is not
-/// taken: a node whose ignition fetch went unrecorded would be installed again at every boot.
-/// The next write that succeeds clears the fault.
-pub(super) fn unrecorded<T>(
-    recorded: io::Result<T>,
-    (plan, faults, journal): (&Plan, &crate::faults::Faults, &Journal),
+/// A step the appliance could not record (a full or read-only state disk).
+pub(super) enum Unrecorded {
+    /// The fetch is answered anyway (`IfUnrecorded::Answer`).
+    Answered(Transition),
+    /// The fetch is refused with this 503, which the client retries (`IfUnrecorded::Refuse`).
+    Refused(Box<Response<Body>>),
+}
+
+/// Reports `observation` of `node` to its install lifecycle: the step is taken on the blocking
+/// pool (`install_state::step`), then its news is announced, and the state recorded
+/// (`EventKind::InstallRecorded`, what a pair replicates). A step that can't be recorded is a
+/// fault in `status` and an event on the node, and its news is not announced when the fetch is
+/// refused; the next write that succeeds clears the fault.
+pub(super) async fn observe(
+    (plan, journal, faults): (&Plan, &Journal, &crate::faults::Faults),
     node: &str,
-    peer: SocketAddr,
-) -> Result<T, Box<Response<Body>>> {
+    observation: Observation,
+) -> Result<Transition, Unrecorded> {
     const SERVICE: &str = "install markers";
+    let (dir, name) = (plan.state_dir.clone(), node.to_owned());
+    let now = SystemTime::now();
+    let Stepped {
+        transition,
+        recorded,
+        ..
+    } = tokio::task::spawn_blocking(move || install_state::step(&dir, &name, observation, now))
+        .await
+        .unwrap_or_else(|e| Stepped::not_taken(observation, now, io::Error::other(e)));
     let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
     match recorded {
-        Ok(value) => {
-            faults.clear(SERVICE, scope.as_deref());
-            Ok(value)
+        Ok(written) => {
+            if written {
+                faults.clear(SERVICE, scope.as_deref());
+            }
+            journal.announce(node, &transition, written);
+            Ok(transition)
         }
         Err(e) => {
             let error = format!("{}: {e}", plan.state_dir.display());
@@ -217,40 +219,47 @@ pub(super) fn unrecorded<T>(
                 crate::faults::FaultState::Unwritable,
                 Some(&error),
             );
+            let from = match observation {
+                Observation::Script { from, .. }
+                | Observation::Ignition { from }
+                | Observation::RoleConfig { from, .. } => Some(from),
+                Observation::ReinstallRequested => None,
+            };
+            let peer = from.map_or_else(String::new, |f| format!(" from {f}"));
+            let answer = match transition.if_unrecorded {
+                IfUnrecorded::Answer => "answered",
+                IfUnrecorded::Refuse => "answered 503, the node retries",
+            };
             if let Some(n) = UNRECORDED.admit(std::time::Instant::now()) {
                 tracing::error!(
-                    "http: {node}'s fetch from {peer} can't be recorded ({error}): answered 503, the node retries (+{n} unlogged)"
+                    "http: {node}'s fetch{peer} can't be recorded ({error}): {answer} (+{n} unlogged)"
                 );
             }
-            journal.publish(
-                Some(node.to_owned()),
-                EventKind::FetchRefused {
-                    from: peer,
-                    what: "its install step".to_owned(),
-                    why: "the appliance can't record it: its state directory can't be written",
-                },
-            );
-            let mut r = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the appliance can't record this step of the install (its state directory can't be written): try again\n",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
-            Err(Box::new(r))
+            if let Some(from) = from {
+                journal.publish(
+                    Some(node.to_owned()),
+                    EventKind::FetchRefused {
+                        from,
+                        what: "its install step".to_owned(),
+                        why: "the appliance can't record it: its state directory can't be written",
+                    },
+                );
+            }
+            match transition.if_unrecorded {
+                IfUnrecorded::Answer => {
+                    journal.announce(node, &transition, false);
+                    Err(Unrecorded::Answered(transition))
+                }
+                IfUnrecorded::Refuse => {
+                    let mut r = text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the appliance can't record this step of the install (its state directory can't be written): try again\n",
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+                    Err(Unrecorded::Refused(Box::new(r)))
+                }
+            }
         }
     }
-}
-
-/// Runs an install-state file operation for `node` on the blocking pool (marker files are
-/// plain file-system calls), with the current time as an HTTP date.
-pub(super) async fn blocking_state<T: Send + 'static>(
-    state_dir: &Path,
-    node: &str,
-    op: fn(&Path, &str, &str) -> io::Result<T>,
-) -> io::Result<T> {
-    let (dir, node) = (state_dir.to_owned(), node.to_owned());
-    let when = httpdate::fmt_http_date(SystemTime::now());
-    tokio::task::spawn_blocking(move || op(&dir, &node, &when))
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }

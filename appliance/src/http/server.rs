@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::install_steps::{
-    artifact_fetched, blocking_state, fetch_failed, ignition_refusal, is_node, script, unrecorded,
+    Unrecorded, artifact_fetched, fetch_failed, ignition_refusal, is_node, observe, script,
 };
 use super::iso::{self, IsoCache};
 use super::opencache::{Found, OpenCache};
@@ -32,7 +32,7 @@ use super::response::{ARTIFACT_TYPE, Body, Source, empty, file, from_disk, full,
 use super::sendfile::{Segments, SendfileStream};
 use super::{HEADER_TIMEOUT, MAX_HEAD, fastpath, files};
 use crate::idle::Watched;
-use crate::install_state::{self, InstallPhase};
+use crate::install_state::Observation;
 use crate::isolate::Wire;
 use crate::journal::{EventKind, Journal};
 use crate::plan::route::Route;
@@ -353,37 +353,25 @@ async fn role_ignition(req: &Request<Incoming>, role: &str, cx: &Context<'_>) ->
     if let Some(refused) = ignition_refusal(files, role, &node.node, peer, journal).await {
         return refused;
     }
-    if req.method() == Method::GET && !role.fetched_by_installed_system() {
-        // The single node's live system merges its config before it bootstraps the
-        // cluster and installs itself: not a sign of an installed system.
-        tracing::info!(
-            "http: {} fetched by the live system of {} ({peer})",
-            role.file(),
-            node.node
-        );
-    } else if req.method() == Method::GET {
-        let file = role.file();
+    if req.method() == Method::GET {
+        if !role.fetched_by_installed_system() {
+            tracing::info!(
+                "http: {} fetched by the live system of {} ({peer})",
+                role.file(),
+                node.node
+            );
+        }
         // Only Ignition on the installed system's first boot fetches the role config that
         // the node's own ignition merges: this, not the installer's fetch, means installed.
-        // Recorded before it is announced: a pair's replication reads the markers when the
-        // journal announces the change.
-        let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-            install_state::record_role_config_fetched(dir, node, when)
-        })
-        .await;
-        let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
-            Ok(before) => before,
-            Err(refused) => return *refused,
+        let seen = Observation::RoleConfig {
+            from: peer,
+            file: role.file(),
+            by_installed_system: role.fetched_by_installed_system(),
         };
-        journal.publish(
-            Some(node.node.clone()),
-            EventKind::RoleIgnitionFetched { from: peer, file },
-        );
-        if before != InstallPhase::Installed {
-            journal.publish(
-                Some(node.node.clone()),
-                EventKind::Installed { from: peer, file },
-            );
+        if let Err(Unrecorded::Refused(refused)) =
+            observe((plan, journal, faults), &node.node, seen).await
+        {
+            return *refused;
         }
     }
     let path = files.ignition_dir.join(role.file());
@@ -434,29 +422,11 @@ async fn node_ignition(req: &Request<Incoming>, name: &str, cx: &Context<'_>) ->
         return refused;
     }
     if req.method() == Method::GET {
-        // Recorded, then announced (see the role configs above).
-        let recorded = blocking_state(&plan.state_dir, &node.node, |dir, node, when| {
-            install_state::record_ignition_fetched(dir, node, when)
-        })
-        .await;
-        let before = match unrecorded(recorded, (plan, faults, journal), &node.node, peer) {
-            Ok(before) => before,
-            Err(refused) => return *refused,
-        };
-        journal.publish(
-            Some(node.node.clone()),
-            EventKind::IgnitionFetched { from: peer },
-        );
-        match before {
-            InstallPhase::IgnitionFetched { .. } => {
-                journal.publish(Some(node.node.clone()), EventKind::InstallRetried);
-            }
-            // Booted its installer again (its ISO, a changed boot order): installing again,
-            // not installed until the new system reports.
-            InstallPhase::Installed => {
-                journal.publish(Some(node.node.clone()), EventKind::Reinstalling);
-            }
-            InstallPhase::NotInstalled => {}
+        let seen = Observation::Ignition { from: peer };
+        if let Err(Unrecorded::Refused(refused)) =
+            observe((plan, journal, faults), &node.node, seen).await
+        {
+            return *refused;
         }
     }
     let body = node.documents.ignition.clone();

@@ -90,6 +90,7 @@ pub async fn follow(
         let mut next = Some(first);
         while let Some(r) = next.take() {
             match r {
+                Ok(e) if e.kind.is_signal() => {}
                 Ok(e) => batch.push(Past::of(&e)),
                 Err(RecvError::Lagged(n)) => {
                     tracing::warn!("journal: {n} events were not kept in {}", path.display());
@@ -97,6 +98,9 @@ pub async fn follow(
                 Err(RecvError::Closed) => return,
             }
             next = live.try_recv().ok().map(Ok);
+        }
+        if batch.is_empty() {
+            continue;
         }
         lines += batch.len();
         let rewrite = lines >= 2 * KEPT;

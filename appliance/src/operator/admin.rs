@@ -480,14 +480,24 @@ mod tests {
         .unwrap_or_else(|e| panic!("{}", e.render(crate::config::RenderStyle::Plain)));
         let plan = Plan::derive(&loaded.config, 1);
         let journal = Journal::new();
-        install_state::record_role_config_fetched(dir.path(), "master-0", "now").unwrap();
+        let role = install_state::Observation::RoleConfig {
+            from: "10.0.0.2:1".parse().unwrap(),
+            file: "master.ign",
+            by_installed_system: true,
+        };
+        let now = std::time::SystemTime::now();
+        assert!(
+            install_state::step(dir.path(), "master-0", role, now)
+                .recorded
+                .unwrap()
+        );
         assert_eq!(
             reinstall("master-0", &plan, &journal).await.text(),
             "ok: master-0 will install again at its next network boot\n"
         );
         assert_eq!(
-            install_state::phase(dir.path(), "master-0"),
-            install_state::InstallPhase::NotInstalled
+            install_state::load(dir.path(), "master-0"),
+            install_state::NodeState::NotInstalled
         );
         assert_eq!(
             reinstall("master-0", &plan, &journal).await.text(),

@@ -577,6 +577,8 @@ fn events(parts: &Parts, page: bool) -> Response<Body> {
                         }
                     }
                     r = st.live.recv() => match r {
+                        // Signals between services are not the journal's news.
+                        Ok(e) if e.kind.is_signal() => continue,
                         Ok(e) => break format!("data: {}\n\n", event_json(&e)),
                         Err(RecvError::Lagged(_)) => continue,
                         Err(RecvError::Closed) => return None,

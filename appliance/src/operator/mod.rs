@@ -221,22 +221,27 @@ pub fn undrain(pools: &Pools, node: &str, journal: &Journal) -> Result<Undrained
     }
 }
 
-/// Forgets that `node` installed, so its next iPXE script installs it again. The marker files
-/// are removed on the blocking pool.
+/// Forgets that `node` installed, so its next iPXE script installs it again: the operator's
+/// request is an install step (`install_state::step`, on the blocking pool).
 pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Result<Reinstalled, OpError> {
     if !plan.boot.iter().any(|b| b.node == node) {
         return Err(OpError::NoNode(node.to_owned()));
     }
     let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
-    let reset = tokio::task::spawn_blocking(move || install_state::reset(&state_dir, &name))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    match reset {
-        Ok(was_installed) => {
-            journal.publish(Some(node.to_owned()), EventKind::ReinstallRequested);
+    let now = std::time::SystemTime::now();
+    let asked = install_state::Observation::ReinstallRequested;
+    let stepped =
+        tokio::task::spawn_blocking(move || install_state::step(&state_dir, &name, asked, now))
+            .await
+            .unwrap_or_else(|e| {
+                install_state::Stepped::not_taken(asked, now, std::io::Error::other(e))
+            });
+    match stepped.recorded {
+        Ok(written) => {
+            journal.announce(node, &stepped.transition, written);
             Ok(Reinstalled {
                 node: node.to_owned(),
-                was_installed,
+                was_installed: matches!(stepped.before, install_state::NodeState::Installed { .. }),
             })
         }
         Err(e) => Err(OpError::Failed(format!("can't reset {node}: {e}"))),

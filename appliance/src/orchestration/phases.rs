@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::install_state::{self, InstallPhase};
+use crate::install_state::{self, NodeState};
 use crate::journal::{Event, EventKind, Journal};
 
 pub const FILE_NAME: &str = "install-phases.json";
@@ -269,11 +269,11 @@ impl Progress {
 
     /// What the install markers say and this record missed (written while the record could
     /// not be, or by an older appliance).
-    fn reconcile(&mut self, node: &str, marker: InstallPhase, at: u64) {
-        let phase = match marker {
-            InstallPhase::NotInstalled => return,
-            InstallPhase::IgnitionFetched { .. } => NodePhase::Ignition,
-            InstallPhase::Installed => NodePhase::Installed,
+    fn reconcile(&mut self, node: &str, state: NodeState, at: u64) {
+        let phase = match state {
+            NodeState::NotInstalled => return,
+            NodeState::Installing { .. } => NodePhase::Ignition,
+            NodeState::Installed { .. } => NodePhase::Installed,
         };
         self.reach(node, phase, at);
     }
@@ -320,7 +320,7 @@ impl Phases {
         };
         let now = unix_seconds(SystemTime::now());
         for node in nodes {
-            progress.reconcile(node, install_state::phase(state_dir, node), now);
+            progress.reconcile(node, install_state::load(state_dir, node), now);
         }
         Ok(Phases {
             inner: Arc::new(Mutex::new(progress)),
@@ -343,7 +343,7 @@ impl Phases {
             nodes
                 .into_iter()
                 .map(|n| {
-                    let phase = install_state::phase(&state_dir, &n);
+                    let phase = install_state::load(&state_dir, &n);
                     (n, phase)
                 })
                 .collect::<Vec<_>>()
@@ -733,7 +733,14 @@ mod tests {
                 .any(|e| e.to_string() == "master-0: phase script")
         );
         // Written by the HTTP service while no record was kept.
-        install_state::record_role_config_fetched(dir.path(), "worker-0", "now").unwrap();
+        let role = install_state::Observation::RoleConfig {
+            from: from(),
+            file: "worker.ign",
+            by_installed_system: true,
+        };
+        install_state::step(dir.path(), "worker-0", role, SystemTime::now())
+            .recorded
+            .unwrap();
         let again = Phases::load(dir.path(), &nodes, Journal::new()).unwrap();
         let p = again.snapshot();
         assert!(p.up_requested);
@@ -742,7 +749,10 @@ mod tests {
         assert_eq!(p.node_phase("master-0"), NodePhase::Script);
         assert_eq!(p.node_phase("worker-0"), NodePhase::Installed);
         // Events missed while running (a lagging subscriber): the markers bring it up.
-        install_state::record_ignition_fetched(dir.path(), "master-0", "now").unwrap();
+        let ignition = install_state::Observation::Ignition { from: from() };
+        install_state::step(dir.path(), "master-0", ignition, SystemTime::now())
+            .recorded
+            .unwrap();
         again
             .reconcile_markers(dir.path().to_owned(), nodes.clone())
             .await;

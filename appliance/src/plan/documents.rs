@@ -77,7 +77,7 @@ fn install_lines(boot: &BootParams) -> String {
 /// the script goes on to the install. On UEFI, iPXE hands the machine back to the firmware's
 /// boot order with a failure ([`UEFI_NEXT_BOOT_OPTION`]); every network entry the firmware
 /// tries in the same power-on gets this script again, and only a network boot after that
-/// power-on brings the install script (`install_state::script_for`).
+/// power-on brings the install script (`install_state::observe`).
 fn first_boot_script(boot: &BootParams) -> String {
     format!(
         "#!ipxe\n\

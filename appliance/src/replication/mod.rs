@@ -569,25 +569,10 @@ async fn updates_for(parts: &Parts, event: &crate::journal::Event) -> Vec<Update
             })
             .into_iter()
             .collect(),
-        (
-            EventKind::IgnitionFetched { .. }
-            | EventKind::Installed { .. }
-            | EventKind::RoleIgnitionFetched { .. }
-            | EventKind::ScriptFetched { .. }
-            | EventKind::InstallRetried
-            | EventKind::Reinstalling
-            | EventKind::ReinstallRequested,
-            Some(node),
-        ) => {
-            let (dir, n) = (parts.plan.load().state_dir.clone(), node.clone());
-            match tokio::task::spawn_blocking(move || install_state::read_markers(&dir, &n)).await {
-                Ok(Ok(markers)) => vec![Update::Markers {
-                    node: node.clone(),
-                    markers,
-                }],
-                _ => Vec::new(),
-            }
-        }
+        (EventKind::InstallRecorded { state }, Some(node)) => vec![Update::Markers {
+            node: node.clone(),
+            markers: Markers::of(state),
+        }],
         _ => Vec::new(),
     }
 }
