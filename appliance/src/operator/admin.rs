@@ -6,11 +6,10 @@
 //! cluster first, `@ID REQUEST`, and must when the appliance serves several (a host file).
 //!
 //! Architecture invariant: a front and nothing else. A line is decoded into a [`Request`]
-//! once, the [`Operator`] does it, and the typed [`Reply`] is encoded; the wing holds no state.
+//! once, the one dispatcher ([`perform`], shared with the HTTP API) does it on the
+//! [`Operator`], and its typed outcome is encoded as a [`Reply`]; the wing holds no state.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -18,11 +17,10 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{Addressed, ClusterRequest, ErrorKind, HaRequest, Reply, Request};
+use super::perform::perform;
+use super::wire::{Addressed, ErrorKind, Reply, Request};
 use super::{Clusters, OpError, Operator};
 use crate::journal::Journal;
-use crate::lb::pool::Pools;
-use crate::orchestration::Orchestrator;
 use crate::plan::Plan;
 use crate::service::Running;
 
@@ -79,44 +77,6 @@ async fn serve(
     }
 }
 
-/// `ok: DONE` or the error, as an operation's outcome replies.
-fn reply<T: std::fmt::Display>(outcome: Result<T, OpError>) -> Reply {
-    Reply::of(outcome)
-}
-
-/// Does `request` with cluster `op` of `clusters` and prints its reply.
-pub async fn respond(clusters: &Clusters, op: &Operator, request: Request) -> Reply {
-    match request {
-        Request::Node { op: what, node } => reply(op.node(what, &node).await),
-        Request::LbStatus => status(&op.pools.load()),
-        Request::Journal => journal_lines(&op.journal),
-        Request::Reload => reply(op.reload().await),
-        Request::Status => json(&op.status()),
-        // The socket answers it before an operator is picked.
-        Request::Clusters => {
-            Reply::body(clusters.ids().iter().map(|id| format!("{id}\n")).collect())
-        }
-        Request::Cluster(c) => match op.orchestration() {
-            Ok(o) => cluster(o, c).await,
-            Err(e) => reply::<String>(Err(e)),
-        },
-        Request::Ha(h) => ha(clusters, op, h).await,
-        Request::Machine {
-            node,
-            action,
-            result,
-        } => reply(op.machine(&node, action, result)),
-        Request::Ignition { result } => reply::<String>(Ok(op.ignition(result))),
-    }
-}
-
-fn json<T: serde::Serialize>(value: &T) -> Reply {
-    match serde_json::to_string(value) {
-        Ok(json) => Reply::body(format!("{json}\n")),
-        Err(e) => Reply::error(ErrorKind::Failed, e),
-    }
-}
-
 /// How long a client has to send its request line.
 const REQUEST_TIME: Duration = Duration::from_secs(5);
 
@@ -134,15 +94,15 @@ async fn session(stream: UnixStream, clusters: &Clusters) -> std::io::Result<()>
                     } else {
                         REQUEST_TIME
                     };
-                    match tokio::time::timeout(limit, respond(clusters, &op, request)).await {
-                        Ok(reply) => reply,
+                    match tokio::time::timeout(limit, perform(clusters, &op, request)).await {
+                        Ok(outcome) => Reply::from(outcome),
                         Err(_) => Reply::error(
                             ErrorKind::Timeout,
                             format!("no answer within {}", humantime::format_duration(limit)),
                         ),
                     }
                 }
-                Err(e) => reply::<String>(Err(e)),
+                Err(e) => Reply::of::<String>(Err(e)),
             }
         }
         Err((_, usage)) => Reply::error(ErrorKind::Usage, usage),
@@ -176,119 +136,9 @@ impl<R: tokio::io::AsyncRead + Unpin> TakeLine for BufReader<R> {
     }
 }
 
-fn journal_lines(journal: &Journal) -> Reply {
-    let mut out = String::new();
-    for e in journal.recent() {
-        let _ = writeln!(out, "{} {e}", httpdate::fmt_http_date(e.at));
-    }
-    Reply::body(out)
-}
-
 /// [`super::reinstall`] as the socket replies.
 pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Reply {
-    reply(super::reinstall(node, plan, journal).await)
-}
-
-/// `ha status | ha set active|standby | ha health`: the pair, for keepalived and people.
-async fn ha(clusters: &Clusters, op: &Operator, request: HaRequest) -> Reply {
-    let host = match op.ha_host() {
-        Ok(host) => host,
-        Err(e) => return reply::<String>(Err(e)),
-    };
-    let role = |active: bool| if active { "active" } else { "standby" };
-    let activity = op.activity();
-    match request {
-        HaRequest::Status => {
-            let r = activity.replication();
-            let direction = if activity.is_active() {
-                "sending to the peer"
-            } else {
-                "receiving from the peer"
-            };
-            let link = if r.connected {
-                "connected"
-            } else {
-                "not connected"
-            };
-            let last = r.last_update.map_or_else(
-                || "no update yet".to_owned(),
-                |t| {
-                    let ago = t.elapsed().unwrap_or_default();
-                    format!(
-                        "last update {} ago",
-                        humantime::format_duration(Duration::from_millis(
-                            u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)
-                        ))
-                    )
-                },
-            );
-            let line = format!("{} (host {host})", role(activity.is_active()));
-            let mut out = format!(
-                "replication: {direction}, {link}, {} updates, {last}\n",
-                r.updates
-            );
-            if !r.waiting.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "replication not connected for: {}",
-                    r.waiting.join(", ")
-                );
-            }
-            if let Some(e) = r.last_error.filter(|_| !r.connected) {
-                let _ = writeln!(out, "replication error: {e}");
-            }
-            Reply::Ok {
-                line: Some(line),
-                body: out,
-            }
-        }
-        // The role is the host's: every cluster's journal records its change.
-        HaRequest::Set { active } => reply(clusters.set_active(active).map(|()| role(active))),
-        HaRequest::Health => {
-            let active = activity.is_active();
-            reply(
-                op.ha_health()
-                    .await
-                    .map(|line| format!("{} host {host}: {line}", role(active))),
-            )
-        }
-    }
-}
-
-/// `cluster ...`: the install orchestration.
-async fn cluster(o: &Orchestrator, request: ClusterRequest) -> Reply {
-    let outcome = match request {
-        ClusterRequest::Status => return json(&o.status()),
-        ClusterRequest::Up => o.up().await,
-        ClusterRequest::Scale(n) => o.scale(n).await,
-        ClusterRequest::Down => o.down().await,
-    };
-    reply(outcome.map_err(|e| OpError::Refused(e.to_string())))
-}
-
-/// Every backend: its state, connections open now (`active`, which a drain waits for), the time
-/// left before its drain timeout closes them, and its counters.
-fn status(pools: &Pools) -> Reply {
-    let mut out = String::new();
-    for (pool, b) in pools.backends() {
-        let state = b.state(pool.served);
-        let _ = write!(
-            out,
-            "{} {} {} {state} active={} connections={} bytes_in={} bytes_out={}",
-            pool.kind.name(),
-            b.name,
-            b.addr,
-            b.active(),
-            b.connections.load(Ordering::Relaxed),
-            b.bytes_to_backend.load(Ordering::Relaxed),
-            b.bytes_to_client.load(Ordering::Relaxed),
-        );
-        if let Some(left) = b.drain_closes_in() {
-            let _ = write!(out, " closing_in={}s", left.as_secs());
-        }
-        out.push('\n');
-    }
-    Reply::body(out)
+    Reply::of(super::reinstall(node, plan, journal).await)
 }
 
 /// The client side, for the CLI: sends `request`, returns the reply.
@@ -317,6 +167,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::lb::pool::Pools;
+    use crate::operator::perform::{journal_lines, lb_status};
     use crate::operator::wire::NodeOp;
 
     #[test]
@@ -340,20 +192,20 @@ mod tests {
     use arc_swap::ArcSwap;
 
     /// A load-balancer or journal request on bare pools (no pair, no orchestration) to its
-    /// reply text, as [`respond`] answers it. Inside the tokio runtime: a drain starts its
+    /// reply text, as [`perform`] answers it. Inside the tokio runtime: a drain starts its
     /// watchers there.
     fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
         let reply = match Request::parse(request) {
             Ok(Request::Node {
                 op: NodeOp::Drain,
                 node,
-            }) => reply(super::super::drain(&pools.load(), &node, journal)),
+            }) => Reply::of(super::super::drain(&pools.load(), &node, journal)),
             Ok(Request::Node {
                 op: NodeOp::Undrain,
                 node,
-            }) => reply(super::super::undrain(&pools.load(), &node, journal)),
-            Ok(Request::LbStatus) => status(&pools.load()),
-            Ok(Request::Journal) => journal_lines(journal),
+            }) => Reply::of(super::super::undrain(&pools.load(), &node, journal)),
+            Ok(Request::LbStatus) => Reply::body(lb_status(&pools.load())),
+            Ok(Request::Journal) => Reply::body(journal_lines(journal)),
             Ok(other) => panic!("not a load-balancer request: {other:?}"),
             Err(usage) => Reply::error(ErrorKind::Usage, usage),
         };
@@ -580,14 +432,14 @@ mod tests {
             unreachable!()
         };
         assert_eq!(
-            reply(super::super::record_machine(
+            Reply::of(super::super::record_machine(
                 &plan, &journal, &node, action, result
             ))
             .text(),
             "ok: master-0: start recorded\n"
         );
         assert_eq!(
-            reply(super::super::record_machine(
+            Reply::of(super::super::record_machine(
                 &plan,
                 &journal,
                 "nobody",

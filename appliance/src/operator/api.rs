@@ -15,9 +15,11 @@
 //! `GET /api/v1/events?page` is the status page's stream: besides the journal's events, a
 //! `page` event with the page's parts whenever they changed (checked every second).
 //!
-//! Architecture invariant: a front like the admin socket: it calls the [`Operator`]'s typed
-//! operations and answers an [`super::OpError`] with its own status
-//! ([`super::OpError::http_status`]); it holds no state of its own.
+//! Architecture invariant: a front like the admin socket: its operations (the status, the node
+//! actions) are decoded into the admin socket's request type (`wire::Request::from_api`) and
+//! done by the one dispatcher ([`super::perform::perform`]), and an [`super::OpError`] is
+//! answered with its own status ([`super::OpError::http_status`]); the page, the event stream
+//! and the metrics are its own routes, which change nothing. It holds no state of its own.
 
 use crate::isolate::Wire;
 use std::convert::Infallible;
@@ -39,9 +41,10 @@ use tokio::net::{TcpListener, UnixListener};
 
 use super::Clusters;
 use super::Operator as Parts;
+use super::perform::{Answer, perform};
 #[cfg(test)]
 use super::status_page;
-use super::wire::NodeOp;
+use super::wire::Request as Operation;
 use crate::service::Running;
 
 pub const SOCKET_NAME: &str = "api.sock";
@@ -386,12 +389,19 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
         (_, Err(e)) => return op_error(&e),
     };
     let parts = &parts;
+    // An operation goes where the admin socket's go, and is answered from its typed outcome.
+    if let ["api", "v1", path @ ..] = segments.as_slice()
+        && let Some(request) = Operation::from_api(req.method().as_str(), path)
+    {
+        return match perform(clusters, parts, request).await {
+            Ok(Answer::Json(json)) => full(StatusCode::OK, "application/json", json),
+            Ok(Answer::Done(done)) => text(StatusCode::OK, format!("{done}\n")),
+            Ok(Answer::Lines { body, .. }) => text(StatusCode::OK, body),
+            Err(e) => op_error(&e),
+        };
+    }
     match (req.method(), segments.as_slice()) {
         (&Method::GET, [""]) => page(parts, super::status_page::PageOf::ONLY),
-        (&Method::GET, ["api", "v1", "status"]) => match serde_json::to_vec(&parts.status()) {
-            Ok(json) => full(StatusCode::OK, "application/json", json),
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-        },
         (&Method::GET, ["api", "v1", "events"]) => events(
             parts,
             req.uri()
@@ -407,12 +417,6 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
             r.headers_mut()
                 .insert(header::VARY, HeaderValue::from_static("accept"));
             r
-        }
-        (&Method::POST, ["api", "v1", "nodes", node, op]) if let Some(op) = NodeOp::named(op) => {
-            match parts.node(op, node).await {
-                Ok(done) => text(StatusCode::OK, format!("{done}\n")),
-                Err(e) => op_error(&e),
-            }
         }
         (_, ["api", "v1", "nodes", _, _]) | (_, ["api", "v1", "status" | "events"]) => {
             text(StatusCode::METHOD_NOT_ALLOWED, "wrong method\n")

@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod api;
 pub mod health;
+pub mod perform;
 pub mod status;
 pub mod status_page;
 pub mod wire;

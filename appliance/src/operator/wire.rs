@@ -273,6 +273,17 @@ impl Request {
         }
     }
 
+    /// The operation the HTTP API's `method` on `path` (its segments after `/api/v1/`, a
+    /// cluster's prefix taken off) asks for: `GET status`, `POST nodes/NODE/OP`. `None`: no
+    /// operation (the API's own routes: the page, the event stream, the metrics).
+    pub fn from_api(method: &str, path: &[&str]) -> Option<Request> {
+        match (method, path) {
+            ("GET", ["status"]) => Some(Request::Status),
+            ("POST", ["nodes", node, op]) => NodeOp::named(op).map(|op| Request::node(op, node)),
+            _ => None,
+        }
+    }
+
     /// The request on `line` (without its `@ID`), or the error reply's reason (the requests
     /// there are).
     pub fn parse(line: &str) -> Result<Request, String> {
@@ -489,6 +500,24 @@ mod tests {
             all.push(Request::ignition(Err("step 2/6 failed".into()), 900));
         }
         all
+    }
+
+    #[test]
+    fn the_api_asks_for_the_same_operations() {
+        assert_eq!(Request::from_api("GET", &["status"]), Some(Request::Status));
+        assert_eq!(
+            Request::from_api("POST", &["nodes", "master-0", "reinstall"]),
+            Some(Request::node(NodeOp::Reinstall, "master-0"))
+        );
+        // Wrong method, unknown action, or one of the API's own routes: no operation.
+        for (method, path) in [
+            ("POST", &["status"][..]),
+            ("GET", &["nodes", "master-0", "drain"]),
+            ("POST", &["nodes", "master-0", "explode"]),
+            ("GET", &["events"]),
+        ] {
+            assert_eq!(Request::from_api(method, path), None, "{method} {path:?}");
+        }
     }
 
     #[test]
