@@ -15,6 +15,15 @@
 //! pipe draws from; the pool keeps the sum bounded even after a reload added listeners whose
 //! shares were divided again (running listeners keep theirs).
 //!
+//! The numbers: the reserve is 512 descriptors plus one per listening socket, at most half the
+//! limit; the fixed asks taken off the top are each DNS server's 512 forwards in flight and
+//! each TFTP listener's 64 transfers; the TCP listeners (the load balancer's frontends and the
+//! router, the boot server, DNS over TCP, the API, replication) share the rest. A fixed ask is
+//! held to its share too: past it, a forwarded query gets SERVFAIL at once and a TFTP request
+//! silence. `serve` logs the division at start (a warning when caps are cut), and `check`
+//! prints it for the unit's `LimitNOFILE` ([`UNIT_LIMIT`], about five clusters' caps in full),
+//! with a warning and a hint when the listeners don't fit (`supervisor/descriptors.rs`).
+//!
 //! Architecture invariant: no I/O; everything held is given back when its [`Ticket`] (or pipe
 //! permit) is dropped.
 

@@ -1,6 +1,14 @@
 //! The appliance's faults: a service that failed and is started again, a listener whose address
 //! is missing, a state file that can't be written. The supervisor and the services record them
-//! here; `status`, `status --json` and the page read them (`operator::status`).
+//! here; `status`, `status --json` (`appliance.faults`) and the page read them
+//! (`operator::status`).
+//!
+//! A state file that can't be written (a full or read-only state disk) is an `unwritable` fault
+//! of what owns it: a segment's `lease journal PATH`, a cluster's `install markers` or `install
+//! phases`. What depends on it is not done (no ACK for an unsynced lease; a 503 with
+//! `Retry-After` for a fetch whose marker can't be written; the leases' and markers' errors are
+//! logged at most once per 10 s), and the next write that succeeds clears it, without a
+//! restart.
 //!
 //! Architecture invariant: no I/O; a fault is cleared by whoever recorded it, when it is over.
 

@@ -1,8 +1,13 @@
 //! Entry points shared by the cargo-fuzz targets (tests/fuzz) and the tests that replay their
 //! saved corpora, so a crash found by the fuzzer stays a regression test.
 //!
+//! Compiled only for tests and with the `fuzzing` feature (which `tests/fuzz/Cargo.toml` turns
+//! on), so the product carries none of it; the unit tests here replay every saved corpus on
+//! every test run. `served` holds the targets that go through the listeners themselves.
+//!
 //! Architecture invariant: each function takes untrusted bytes and must never panic; they
-//! assert the properties a reply must have, so the fuzzer finds wrong answers too.
+//! assert the properties a reply must have (a DNS reply has the query's ID, QR set, every
+//! record it counts, and over UDP at most 1232 bytes), so the fuzzer finds wrong answers too.
 
 use std::path::Path;
 use std::sync::OnceLock;

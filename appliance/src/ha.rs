@@ -7,8 +7,15 @@
 //! on the virtual address (IP_FREEBIND), so the new active host serves the moment keepalived
 //! moves the address to it.
 //!
+//! Which host this is: the one of `ha.hosts` an interface here has, found at start. The flag is
+//! the host's, one for every cluster: `okd-appliance ha notify active|standby` (keepalived's
+//! notify hooks) sets it through the admin socket, and a change is recorded in every cluster's
+//! journal and log (`operator::Clusters::set_active`). DHCP answers, the boot server hands out
+//! ignition (503 otherwise) and the orchestration drives the install only while it is set.
+//!
 //! Architecture invariant: the [`Activity`] flag is the only state; services read it per
-//! message. A process outside a pair is always active. A leaf: services import it.
+//! message. A process outside a pair is always active. Below the services: it imports only the
+//! pair's plan (`plan::ha`), and the services import it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -6,7 +6,10 @@
 //! (`images/`) these files are written from the config at every start, so the config stays the
 //! one place that names them. A host file's clusters get one file per interface, holding every
 //! address its clusters put there (two clusters on one NIC: one file, both addresses; a file per
-//! cluster would have networkd apply only the first that matches).
+//! cluster would have networkd apply only the first that matches). Each file is
+//! `10-okd-appliance-<interface>.network`; the image's `prepare` step removes the file of an
+//! interface the config no longer names. `tests/e2e/networkd.rs` has that step and the real
+//! systemd-networkd bring a host file's addresses up.
 //!
 //! Architecture invariant: this reads the validated config's `network` sections only; it is not
 //! a renderer of the plan (the plan describes what is served, not how the host is set up).

@@ -10,7 +10,10 @@
 //! given), proxy, trust bundle and release-image mirrors. A single node (one master, no
 //! bootstrap) installs with bootstrap in place: `bootstrapInPlace.installationDisk` is its
 //! install disk. The pull secret, SSH key and trust bundle are read from the files the config
-//! names ([`Inputs::read`]); the pull secret's JSON goes in unchanged.
+//! names ([`Inputs::read`]; the pull secret through `crate::secrets`, owner-only); the pull
+//! secret's JSON goes in unchanged. A single node is the config's rule
+//! (`Config::single_node`), the one the boot path uses. The YAML is written by serde-saphyr's
+//! serializer, and the CLI writes the file owner-only.
 //!
 //! Field names and defaults are openshift-install's (openshift/installer at 6bc5c21f,
 //! `pkg/types/installconfig.go`, `pkg/types/defaults/installconfig.go`); the output is checked

@@ -1,12 +1,20 @@
 //! Prometheus metrics (prometheus-client), served at `/metrics` by the boot server and the API:
-//! in the Prometheus text format 0.0.4 by default, in OpenMetrics 1.0.0 when `Accept` asks.
+//! in the Prometheus text format 0.0.4 by default, in OpenMetrics 1.0.0 when `Accept` asks,
+//! chosen as Prometheus' Go client chooses (by quality; never 406). The text format is made
+//! from prometheus-client's OpenMetrics line by line (a counter family is named `_total` as its
+//! samples are; `# EOF`, `# UNIT`, exemplars and `_created` samples go).
+//! `appliance/tests/metrics.rs` checks the text with `promtool check metrics` and the
+//! OpenMetrics with the official Python client's parser.
 //!
 //! Counted where they happen: DNS answers by rcode and type, forwarder cache hits and misses,
 //! the upstream latency; DHCP messages by type, leases in use, free pool addresses; HTTP
 //! requests by route and status, bytes sent. Read at scrape time from what already keeps them:
 //! the load balancer's per-backend counters and health, and each node's install phase.
 //!
-//! Architecture invariant: a leaf the services import. The DNS answer path stays free of
+//! Also the panics `crate::isolate` caught, per wire path (`okd_appliance_panics_total{service}`).
+//!
+//! Architecture invariant: the services import it, and it imports only the leaf `isolate`
+//! (for those panic counters), nothing of theirs. The DNS answer path stays free of
 //! allocations and locks: its counters are resolved once, at start, into a table indexed by
 //! rcode and type, and counting is one atomic add.
 

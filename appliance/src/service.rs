@@ -4,10 +4,16 @@
 //! `start(sockets, &Context) -> anyhow::Result<Running>`, in the spirit of mini-redis's
 //! `server::run(listener, shutdown)`: its fallible set-up (files it opens, certificates it
 //! reads) happens in `start`, while the supervisor still has its privileges and before it
-//! reports readiness; the returned future serves until the shutdown token is cancelled.
+//! reports readiness; the returned future serves until the shutdown token is cancelled. The
+//! supervisor starts every service, then drops privileges, then spawns them.
 //!
-//! Architecture invariant: services depend on this module, the plan and the journal; never on
-//! the supervisor and never on each other. The tidy test (`appliance/tests/tidy.rs`) checks it.
+//! The [`Context`] is what a service shares with the rest of the appliance: the plan handle,
+//! the journal, the shutdown token, the pair's activity flag, the metrics, the descriptor
+//! budget and the faults record.
+//!
+//! Architecture invariant: services depend on this module, the plan, the journal and what the
+//! context carries (`ha`, `metrics`, `budget`, `faults`); never on the supervisor and never on
+//! each other. The tidy test (`appliance/tests/tidy.rs`) checks it.
 
 use std::future::Future;
 use std::pin::Pin;

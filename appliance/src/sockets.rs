@@ -1,6 +1,10 @@
-//! Binding every listening socket before anything is served: the services' listeners
-//! ([`bind_all`]), the operator API's and the replication's TCP listeners ([`bind_tcp`]) and
-//! the operator wing's owner-only Unix sockets ([`bind_unix_owner_only`]).
+//! Binding every listening socket before anything is served: the services' listeners (at
+//! start each on its own, [`bind_each`], so what binds serves and the rest is retried; for a
+//! cluster a reload adds, all or none, [`bind_all`]), the operator API's and the replication's
+//! TCP listeners ([`bind_tcp`], called by the supervisor) and the operator wing's owner-only
+//! Unix sockets ([`bind_unix_owner_only`], through `operator::admin::bind` and
+//! `operator::api::bind_local`: mode 0600, a stale socket replaced, the socket of another
+//! running appliance left alone). Each socket is labelled with the listener it is for.
 //!
 //! Architecture invariant: this is the only code in the program that binds a listener (the
 //! supervisor calls it; `appliance/tests/tidy.rs` checks). Services receive sockets that are

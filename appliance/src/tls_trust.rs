@@ -1,8 +1,9 @@
 //! TLS client trust, one implementation for every client of the appliance (the load balancer's
-//! HTTPS probes, the control module's provider APIs): a CA file the certificate must chain to,
-//! a pinned SHA-256 fingerprint of the certificate itself, or (HAProxy's `verify none`) any
-//! certificate. Whatever the trust, the handshake must be signed with the key of the
-//! certificate presented, so the peer holds that key.
+//! HTTPS probes, the control module's provider APIs, and replication's client, which takes any
+//! certificate because the pair's key proof authenticates the peer): a CA file the certificate
+//! must chain to, a pinned SHA-256 fingerprint of the certificate itself, or (HAProxy's
+//! `verify none`) any certificate. Whatever the trust, the handshake must be signed with the
+//! key of the certificate presented, so the peer holds that key.
 //!
 //! Architecture invariant: a leaf (rustls with the ring provider; nothing of the crate).
 

@@ -8,6 +8,19 @@
 //! `SSL_CERT_DIR` when set, else the distribution's bundle (Debian's
 //! /etc/ssl/certs/ca-certificates.crt, Fedora's, SUSE's, ...). They are read when the first request
 //! is sent, and only an https URL needs them.
+//!
+//! One connection per request, HTTP/1.1 only (a handful of large sequential downloads gains
+//! nothing from HTTP/2), `Accept-Encoding: identity` so that no mirror compresses what the
+//! digest covers. A proxy variable that is set but not an http(s) URL is an error, not a direct
+//! connection (hyper-util's matcher would skip it silently). Errors name the proxy a request
+//! went through and only the innermost cause (reqwest's and hyper's layers repeat each other).
+//!
+//! Why reqwest (0.13, `rustls-no-provider`, no default features) rather than hyper-util's
+//! client with glue of our own: lab networks need `HTTP(S)_PROXY` and `NO_PROXY` with curl's
+//! rules, forward proxying for http and CONNECT tunnels for https, and reqwest is the
+//! maintained composition of exactly that (hyper, hyper-util's proxy matcher and tunnel,
+//! hyper-rustls). What it adds is small and pure Rust; no OpenSSL and no aws-lc-rs (its default
+//! TLS provider, a C and cmake build), so the binary links no new shared library.
 
 use std::error::Error as StdError;
 use std::io;

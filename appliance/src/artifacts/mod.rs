@@ -3,7 +3,8 @@
 //! `serve` publishes them, each checked against the SHA-256 in the stream metadata first.
 //!
 //! Pure parts: [`stream`] (the metadata and which files it names), [`rules`] (redirects and
-//! what a response means for a partial file), [`sha256`], and the formatting in `progress`. I/O:
+//! what a response means for a partial file), the digests of `crate::digest`, the armor decoding
+//! and gpgv status reading of [`signature`], and the formatting in `progress`. I/O:
 //! `client` (HTTP GETs on reqwest, through the environment's proxies, trusting the platform's
 //! CAs), [`store`] (`.part` files, atomic rename), and this file, which runs one artifact after
 //! the other and reports each.
@@ -12,7 +13,16 @@
 //! `<name>.sig` beside an imported file) is checked too, by gpgv ([`signature`]), before the
 //! file is put in place, and is kept beside it as `<dest>.sig` (coreos-installer fetches
 //! `<image_url>.sig`). Without `--key` the SHA-256 from the stream metadata is all there is,
-//! so integrity is that of the stream's transport (HTTPS, or the operator's own file).
+//! so integrity is that of the stream's transport (HTTPS, or the operator's own file). With
+//! `--key`, a file already in place with the right SHA-256 is checked against its kept
+//! `<dest>.sig` too, and removed if that fails: nothing unverified stays published.
+//!
+//! Each file put in place (or found up to date) is written into the record beside the files
+//! (`crate::fetched`). The config is loaded without checking the ignition files: artifacts are
+//! usually fetched before `openshift-install create ignition-configs`, whose output expires in
+//! 24 hours. The metal image has no configured name: it keeps its upstream name, and the
+//! command prints the `coreos.inst.image_url=` kernel argument that uses it. Not done: two
+//! concurrent runs on the same directory are not locked against each other.
 
 mod client;
 mod progress;

@@ -1,5 +1,8 @@
 //! The HTTP decisions of a download, without sockets: where a redirect leads, and what a
-//! response means for a partial file (RFC 9110 sections 14 and 15.3.7).
+//! response means for a partial file (RFC 9110 sections 14 and 15.3.7). Redirects are followed
+//! at most [`MAX_REDIRECTS`] times and never from https to http. A transfer that breaks off
+//! keeps its `.part`, and the next run sends `Range: bytes=N-`: 206 appends after hashing what
+//! is held, 200 starts over, 416 means the `.part` may be complete, which its digest decides.
 
 use anyhow::{Context as _, bail};
 use hyper::StatusCode;

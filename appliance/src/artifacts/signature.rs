@@ -6,6 +6,9 @@
 //! here ([`dearmor`], pure) into a temporary keyring. gpgv's machine-readable status lines are
 //! interpreted by [`interpret`] (pure): a file counts as signed only when gpgv exits 0 *and*
 //! reports a valid signature, and a signature by an expired or revoked key does not count.
+//!
+//! Why gpgv and not a Rust OpenPGP crate: none can be had for this offline build, and
+//! coreos-installer likewise runs gpg for its image signatures.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

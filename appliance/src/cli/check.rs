@@ -2,6 +2,16 @@
 //! FILE`: validate a config and list every problem (and what the nodes' boots will fetch from
 //! here), print the secret files a config names, print a node's kernel-argument line.
 //!
+//! `check --install` reports everything an install would hit in one run. When the config's only
+//! errors are the install-time ones (ignition files, the kubeconfig `cluster up` reads, the
+//! provider's credentials), it loads the config again with them as warnings and goes on: the
+//! boot files, the recorded artifacts hashed, every machine asked of its provider (through
+//! `control::run`, as `nodes list` does, so a provider that can't be reached or refuses the
+//! token stops the preflight rather than the install) and this host's listener addresses; then
+//! it exits 1. Every command a message suggests runs as written, with the real file and
+//! directory, and miette's lines are not wrapped, so no command is broken across two
+//! (`tests/e2e/preflight.rs` runs each).
+//!
 //! Exit codes: 0 valid (or printed), 1 invalid config (with `--install`, also an ignition file,
 //! ISO or artifact that is missing or unusable; for `node kargs`, an unknown node), 2 usage.
 

@@ -3,7 +3,10 @@
 //! command talks to (`Target`), loading the config with its warnings, the error style, the
 //! tokio runtime. The families: `check.rs` (check, node kargs), `render.rs`, `serve.rs`,
 //! `artifacts.rs`, `admin.rs` (reload, lb, node reinstall, ha: one admin-socket request each),
-//! `cluster.rs`, `nodes.rs`, `status.rs`.
+//! `cluster.rs`, `nodes.rs`, `status.rs`. A family's subcommand types live in its file
+//! (`cluster.rs`'s `ClusterAction`), and the CLI reads the library's own types back from the
+//! admin socket (`orchestration::RunStatus`, `operator::status::Status`) rather than mirroring
+//! them.
 //!
 //! Exit codes shared by every command: 0 success, 1 invalid config (or a failure), 2 usage
 //! error; each family's file lists its own.

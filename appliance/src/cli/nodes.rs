@@ -1,5 +1,11 @@
 //! `okd-appliance nodes list|create|start|stop|reset|destroy [NAME...] FILE`: the control
-//! module from the command line, one progress line per node as each result comes.
+//! module from the command line, one progress line per node as each result comes. On a
+//! terminal that can redraw a line, an indicatif spinner on stderr says what is still waited
+//! for: the machines not done yet, the time so far and the longest each may take (for `stop`,
+//! the shutdown timeout after which a machine is forced off, and how much of it is left). It
+//! draws through `okd_appliance::terminal` rather than indicatif's stderr target, which hides
+//! bars under `NO_COLOR`. Each action is also told to a running appliance (its admin socket's
+//! `machine` request), whose journal, phases and status page then show it.
 //!
 //! Exit codes: 0 every node done, 1 invalid config or no provider, 2 usage (unknown node,
 //! destroy without --yes), and when nodes fail, the highest of: 3 an action failed (refused,

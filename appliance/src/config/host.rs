@@ -14,6 +14,11 @@
 //!
 //! `serve` runs every cluster of a host file in one process (`supervisor/layout.rs`); with a
 //! `shared_frontend`, [`routed`] points each cluster's names and frontends at the host's router.
+//! `check` and `render` take every cluster of it. The commands that act on one cluster
+//! (`node kargs`, `artifacts`, `installer fetch`, `ignition create`, `nodes` and the operator
+//! commands) read a host file too and take `--cluster ID` when it lists several (the CLI's
+//! `one_cluster`). Only [`super::load`] refuses a host file, by name and before reading what it
+//! lists ([`super::LoadError::HostFile`]); [`super::load_any`] reads either kind.
 //!
 //! Architecture invariant: as for a cluster file, nothing past this module sees YAML.
 

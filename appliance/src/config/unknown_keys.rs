@@ -10,6 +10,13 @@
 //! value skipped, and the struct only ever sees its own keys. The rest of the file is read as
 //! usual, so validation then runs and its problems are listed with the unknown keys.
 //!
+//! Each unknown key is reported with its section (`network`, `nodes[1].machine`) and, when a
+//! known key is close to it (strsim's Jaro-Winkler, at least 0.8, case and `-` for `_`
+//! ignored), that key as "did you mean". A value of the wrong type or a missing required key
+//! still stops serde: that is a syntax error, rendered after the unknown keys found before it.
+//! One map is read by hand rather than by a struct, `install.openshift_install`'s
+//! `{ release, mirror }` (`raw::RawInstaller`): an unknown key there is such an error too.
+//!
 //! Architecture invariant: this only changes which keys a struct is shown; every value is read
 //! by the struct's own `Deserialize`, through the YAML deserializer, as without the wrapper.
 //! Structs read through serde's buffering (`#[serde(flatten)]`, untagged enums) bypass it and

@@ -3,6 +3,15 @@
 //! file, a pinned fingerprint's own verifier), one bounded exchange per request, and transport
 //! failures sorted into "TLS refused" and "unreachable".
 //!
+//! Why reqwest rather than hyper-util's legacy client with hyper-rustls: what the providers need
+//! is all there. `ClientBuilder::tls_backend_preconfigured` takes the rustls `ClientConfig` of
+//! `control/provider_trust.rs` as it is, so a CA file, a pinned fingerprint's verifier and a
+//! BMC's `insecure: true` work unchanged; the pool's idle timeout, HTTP/1.1 only, HTTPS only, no
+//! redirect, no proxy from the environment and the reason phrase of an answer (for Proxmox's
+//! messages) are settings. One difference is handled: reqwest's connect timeout also covers the
+//! TLS handshake, and its expiry is reported as no answer within the request timeout, as the
+//! exchange's own bound reports it.
+//!
 //! Architecture invariant: every exchange is bounded by the caller's timeout, from connecting
 //! to the last byte of the body, and bodies are size-limited. No proxy from the environment,
 //! no redirect followed by the client (Redfish follows its own, on the same service), HTTPS

@@ -1,9 +1,19 @@
 //! The control module: creates, powers and destroys the cluster's machines through a provider's
-//! API (Proxmox VE today), from the machine specs of the plan.
+//! API (Proxmox VE's REST API, libvirt through `virsh`, a BMC's Redfish), from the machine specs
+//! of the plan.
 //!
-//! One closed set of [`Action`]s, one [`Provider`] trait whose `act` routes each action, and
-//! [`run`], which applies an action to a list of machines and publishes every result into the
-//! node-event journal.
+//! One closed set of [`Action`]s, one [`Provider`] trait whose `act` routes each action, the
+//! [`ControlError`] classes the CLI turns into exit codes, and [`run`], which applies an action
+//! to a list of machines (configuration changes one at a time, power and status in parallel)
+//! and publishes every result into the node-event journal.
+//!
+//! Where the providers differ: Proxmox has no one-time boot override, so `BootOnce` puts the
+//! device first in the persistent order and says so; a Redfish boot override the BMC reports as
+//! `Continuous` with the asked target counts as in effect (sushy-emulator keeps every override
+//! that way; some BMCs do too), so reruns stay idempotent; bare metal is never destroyed, only
+//! powered off with its media ejected. The `nodes` commands load the config without requiring
+//! the ignition files (machines are often made before `openshift-install create
+//! ignition-configs`), but check credential files for real.
 //!
 //! Architecture invariants:
 //! - Reads the plan ([`crate::plan::machines`]); derives nothing. What a VM gets (name, MAC,

@@ -2,7 +2,10 @@
 //! guarantees 576 bytes): options that do not fit in the options field go into the `file` and
 //! then the `sname` header fields under option 52 (option overload, RFC 2131 section 4.1,
 //! RFC 2132 section 9.3), as ISC dhcpd does; only optional options that still do not fit are
-//! left out.
+//! left out (search list, NTP, broadcast address, MTU: each stays, most wanted first, if room
+//! remains). The options the client asked for stay in the options field first, in its order;
+//! the message type, server identifier and relay agent information never move. A reply with a
+//! boot file name is trimmed, never overloaded (`spare_fields` says why).
 //!
 //! dhcproto encodes `file` and `sname` as opaque bytes and neither writes nor reads overloaded
 //! fields, so the fields' contents are encoded here, option by option, with dhcproto's own

@@ -1,5 +1,6 @@
 //! DHCPv4: reservations for the nodes, an optional dynamic pool, PXE and iPXE boot, and leases
-//! that are never lost.
+//! that are never lost. No DHCPv6: a dual-stack node gets its IPv6 address from kernel
+//! arguments (`plan::boot::ipv6_kernel_args` says why).
 //!
 //! Architecture invariant: `reply` decides, `fit` sizes the reply, `leases` remembers, the
 //! server layer does the I/O and syncs the leases before any ACK leaves.

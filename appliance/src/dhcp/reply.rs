@@ -3,7 +3,17 @@
 //!
 //! Reservations come first and are never touched by anything an unknown client does: they lie
 //! outside the pool (validation guarantees it) and a pool address is given only when no live
-//! lease, recent offer or recent DECLINE holds it. Without a pool, unknown clients get no answer.
+//! lease, recent offer or recent DECLINE holds it. Without a pool, unknown clients get no answer
+//! (the server names them in a log line at most every 10 s and in an `UnknownClient` event of
+//! the segment's cluster, with the reserved MAC each may be a typo of: `server::Stranger`).
+//! A request for a wrong address gets a NAK; a relayed one is answered through `giaddr` with
+//! option 82 echoed; optional options are limited by the parameter request list.
+//!
+//! Boot: iPXE (user class "iPXE", or option 175) gets its node's script URL; BIOS and UEFI PXE
+//! firmware get `undionly.kpxe` or `snponly.efi` from the TFTP server (why not `ipxe.efi`:
+//! `plan::boot::UEFI_BOOT_FILE`); UEFI HTTP boot gets an HTTP URL with the `HTTPClient` class.
+//! Replies go through the relay if there is one, renewals unicast to the client, everything
+//! else broadcast (no ARP injection: every client accepts broadcast).
 //!
 //! Architecture invariant: no sockets and no clock: the caller passes `now` and sends what comes
 //! back; lease changes are recorded in [`Leases`] and made durable by the caller before sending.

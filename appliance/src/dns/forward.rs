@@ -3,14 +3,16 @@
 //! An upstream reply is accepted only from the upstream asked (a connected socket), with the
 //! random ID sent and the question exactly as sent, case included. Truncated replies are
 //! fetched again over TCP. Every exchange is bounded in time: an unreachable upstream yields
-//! SERVFAIL, never a hang. Cached replies are served with their TTLs counted down; negative
-//! answers are cached for the SOA's negative TTL (RFC 2308) and SERVFAIL never.
+//! SERVFAIL within 3 s, never a hang. A cached reply is served as a copy with the client's ID
+//! and question case and its TTLs counted down; negative answers are cached for the SOA's
+//! negative TTL (RFC 2308) and SERVFAIL never.
 //!
 //! The cache is bounded in bytes (every entry weighs its reply, its TTL index and its key), not
-//! in entries: 64 KiB replies can't make it grow past [`MAX_CACHE_BYTES`]. Its key holds the
-//! CD bit besides name, type and class (RFC 4035 section 4.7: data fetched with checking
-//! disabled must not answer a client that wants it checked). Section counts of an upstream
-//! reply are only believed as far as its bytes go: they never size an allocation.
+//! in entries: 64 KiB replies can't make it grow past [`MAX_CACHE_BYTES`] (16 MiB; quick_cache's
+//! S3-FIFO evicts). Its key holds the CD bit besides name, type and class (RFC 4035 section
+//! 4.7: data fetched with checking disabled must not answer a client that wants it checked).
+//! Section counts of an upstream reply are only believed as far as its bytes go: they never
+//! size an allocation.
 //!
 //! Architecture invariant: knows upstreams and the cache; not who may recurse (the caller
 //! decided) and not the cluster zones (never forwarded).
@@ -31,7 +33,7 @@ const UDP_ATTEMPT: Duration = Duration::from_millis(1200);
 const TCP_ATTEMPT: Duration = Duration::from_secs(2);
 /// All attempts together; the client sees SERVFAIL after this at most.
 const DEADLINE: Duration = Duration::from_secs(3);
-/// What the cache may hold, counted as [`Entry::weight`] plus the key and [`ENTRY_OVERHEAD`].
+/// What the cache may hold, counted as `Entry::weight` plus the key and `ENTRY_OVERHEAD`.
 pub const MAX_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Per entry beyond its reply and key: the `Arc`, the heap headers, the map slot.
 const ENTRY_OVERHEAD: u64 = 128;
@@ -224,7 +226,7 @@ impl Forwarder {
         self.cache.len()
     }
 
-    /// The weight of everything cached, in bytes as [`EntryWeight`] counts them.
+    /// The weight of everything cached, in bytes as `EntryWeight` counts them.
     pub fn cached_bytes(&self) -> u64 {
         self.cache.weight()
     }

@@ -1,6 +1,28 @@
 //! DNS: authoritative for the cluster zone and the reverse zones of its subnets, and a careful
 //! forwarder for everything else.
 //!
+//! Answers follow Knot and NSD: minimal responses (`authority`); negative answers carry the
+//! SOA with TTL min(SOA TTL, MINIMUM) (RFC 2308); ANY gets one synthesized HINFO (RFC 8482),
+//! built once per zone; a CNAME chain is followed into any zone served here and stops at a
+//! name already in the answer; meta QTYPEs (MAILA, MAILB, OPT) are looked up like data and
+//! QCLASS `*` is answered from class IN; AXFR over UDP is NOTIMP, a transfer of a name that is
+//! no zone apex NOTAUTH, NOTIFY NOTAUTH. Every known difference from them is in
+//! docs/dns-conformance.md, checked by `tests/e2e/dns_differential.rs`.
+//!
+//! Who may recurse: the clients in `dns.recursion_allowed` (by default the cluster subnets and
+//! loopback). They get forwarding, and RA, when there are upstreams; everyone else gets REFUSED
+//! for names outside the cluster zones, and names inside them are never forwarded (`server`,
+//! `respond`). Response rate limiting (`rrl`) applies to the other clients only: the cluster's
+//! own nodes are trusted, and a reflection attack comes from spoofed outside addresses.
+//!
+//! Why not hickory-server (the crate the product's first design named): the zones are derived,
+//! small and replaced whole on reload, so they are indexed once into wire-form answers, and a
+//! query costs a lookup and a few copies. hickory-proto still reads every reply back in the
+//! tests. Measured in one run of `bench/dns.sh` (docs/performance.md, 2026-11-26), hickory-dns
+//! 0.26.3 with the same zone files and one worker spent 2.99 times okd-appliance's CPU per
+//! query and answered 0.41 times as many queries per second. The appliance does not need its
+//! DNSSEC, dynamic-update or storage back ends.
+//!
 //! Architecture invariant: protocol logic (`wire`, `authority`, `respond`) is pure and
 //! allocation-free on the answer path; the server layers hold the sockets, and the plan arrives
 //! through the supervisor's plan handle.

@@ -3,9 +3,21 @@
 //! Each UDP socket is served by blocking threads that take queries in batches (recvmmsg),
 //! answer authoritative questions and cache hits in place (no allocation per query or per
 //! batch) and send the batch's replies at once (sendmmsg); cache misses go to a task of their
-//! own. TCP
-//! connections are served until idle, with a cap on how many are open at once. One bad packet
-//! or connection never stops a listener.
+//! own. TCP connections are served until idle, with a cap on how many are open at once (the
+//! listener's share of the descriptor budget). One bad packet or connection never stops a
+//! listener.
+//!
+//! A UDP socket gets as many threads as the runtime has workers (one with
+//! `TOKIO_WORKER_THREADS=1`). Each takes up to 32 queries with one `recvmmsg` (`MSG_WAITFORONE`:
+//! it waits for the first, then takes what is queued), answers them into per-slot reply
+//! buffers made once per thread, and sends the batch with one `sendmmsg`: under load a
+//! fraction of a system call per query instead of a `recvfrom`, a `sendto` and the reactor's
+//! `epoll_wait` (docs/performance.md). The threads share the socket (the kernel wakes one waiter
+//! per datagram) and its rate limiter, one table and one clock, so a client gets the configured
+//! rate whichever thread answers it. Each wakes every 200 ms to see the shutdown token, and
+//! dropping the service's future stops them. A cache miss becomes a task that sends its reply
+//! itself with `MSG_DONTWAIT` (a full send buffer drops that reply; the client asks again), so
+//! no runtime worker ever blocks on the socket.
 
 #![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
 
@@ -121,7 +133,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// Serves one UDP socket until `token` is cancelled (or this future is dropped).
 ///
 /// The socket is read by blocking threads, as many as the runtime has workers: each takes up to
-/// [`BATCH`] queries with one recvmmsg(2), answers them in place and sends the replies with one
+/// `BATCH` queries with one recvmmsg(2), answers them in place and sends the replies with one
 /// sendmmsg(2), so a busy server makes a fraction of a system call per query (one recvfrom, one
 /// sendto and the readiness polling before). Cache misses become tasks on the runtime, which send
 /// their replies themselves.

@@ -10,9 +10,11 @@
 //! request the cache does not hold (its first request enters it), any other path, method or
 //! version, a query, a Range or conditional request, a body, `Expect`, `Upgrade`, a
 //! `Connection` other than `keep-alive`, a head it can't parse (hyper answers the error) or
-//! larger than [`MAX_HEAD`]. Hyper's limits hold here too: the head must be whole within
-//! [`HEADER_TIMEOUT`] of the wait for it starting (as hyper's `header_read_timeout`), and the
-//! connection's idle limit is the caller's.
+//! larger than `MAX_HEAD`. Hyper's limits hold here too: the head must be whole within
+//! `HEADER_TIMEOUT` of the wait for it starting (as hyper's `header_read_timeout`), and the
+//! connection's idle limit is the caller's. When the server stops, an idle keep-alive
+//! connection closes, a new one goes to hyper (which still answers its first request), and an
+//! answer given then says `connection: close`.
 
 #![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
 

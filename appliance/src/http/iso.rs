@@ -5,7 +5,20 @@
 //! The base ISO is parsed once per version of the file and plan, not per request: [`IsoCache`]
 //! keeps the parsed base and every node's patches, keyed by the file's identity (device, inode,
 //! size, modification time, taken from the descriptor the response is then sent from) and the
-//! plan's ISO arguments. A request costs an `open` and an `fstat`.
+//! plan's ISO arguments. A request costs an `open` and an `fstat`. Requests during a parse wait
+//! for it (one parse at a time). A watcher task compares the plan pointer and `stat`s the base
+//! file every 5 s and parses a new version at once, so a bad ISO or a node whose arguments no
+//! longer fit is logged when it appears, not at the first request.
+//!
+//! Every response is computed from (range, patches), so HEAD, `Range` (206, 416),
+//! `If-None-Match`/`If-Range` and `Content-Length` behave as for a file: BMCs and qemu's curl
+//! driver read virtual media in ranges of a few hundred KiB. The ETag is per node and per base
+//! file version (the base's size, modification time in ns and inode, and a digest of the
+//! node's arguments); there is no Last-Modified, since the image changes with the plan as well
+//! as with the file. An unusable base ISO is answered 500 with the reason (no embed area, areas
+//! that differ or overlap or run past the image, a node whose arguments do not fit its area);
+//! no base ISO, or an unknown node, 404. Reads are journaled once a minute per node and reader
+//! address: a boot is hundreds of range requests.
 //!
 //! Architecture invariant: the arguments come from the plan (`BootParams::iso_kernel_args`);
 //! this module only embeds them. The unchanged parts of the image go out with sendfile(2)

@@ -4,7 +4,8 @@
 //!
 //! - [`release`]: where an OKD release publishes its installer and checksums, and the fetch
 //!   into `openshift-install/<release>/` beside the config (verified against the release's
-//!   `sha256sum.txt`);
+//!   `sha256sum.txt`, through the same `.part`-and-rename path as the CoreOS files,
+//!   `artifacts::Fetcher::fetch_checked`);
 //! - [`create`]: `ignition create`, one step after the other in a work directory beside
 //!   `install.ignition_dir`, then one rename that puts the new set in place;
 //! - [`fresh`]: pure: whether a set can be used, must be made, or must not be replaced (a node
@@ -14,7 +15,9 @@
 //! ignition directory), never by `serve`, whose sandbox reads the ignition directory only, and
 //! only from a file no other account can replace ([`trusted`]): not from the state directory,
 //! which belongs to the service's account. What the installer did is told to a running
-//! appliance through its admin socket, which journals it.
+//! appliance through its admin socket (`ignition ok|failed TEXT`), which journals it as
+//! `IgnitionMade`. No library module imports this one: `appliance/tests/tidy.rs`'s map test
+//! would show the arrow.
 
 pub mod create;
 pub mod fresh;

@@ -3,9 +3,18 @@
 //! or closes those still open when the drain timeout passes, so that a drain always ends.
 //! Undrain cancels the timeout.
 //!
-//! The watcher polls the backend's active count (every [`POLL`]) rather than being told by the
-//! data path: a drain is rare and short-lived, and polling keeps every bit of drain bookkeeping
+//! The watcher polls the backend's active count (every `POLL`, 100 ms) rather than being told by
+//! the data path: a drain is rare and short-lived, and polling keeps every bit of drain bookkeeping
 //! out of the per-connection code, which only watches the backend's cut signal.
+//!
+//! `lb drain NODE` gives open connections at most `lb.drain_timeout` (default 5 minutes). The
+//! watcher journals that no connection is left, or at the timeout bumps the backend's cut
+//! signal (a `tokio::sync::watch` every connection subscribed to before connecting) and
+//! journals how many connections that closed. Undrain starts a new drain generation, which the
+//! watcher sees. A new connection is counted active before the backend's eligibility is
+//! checked again (`Backend::claim`), so a drain that sees no active connection misses none
+//! still connecting. `lb status` shows per backend its active connections and the seconds left
+//! before the timeout.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,22 @@
 //!
 //! Architecture invariant: `health` (the rise/fall state machine) and `pool` selection are
 //! pure; the data path (`proxy`) reads the pools through an `ArcSwap` without locks and never
-//! waits for the checker (`check`), which is the only writer of health.
+//! waits for the checker (`check`), which is the only writer of health; `lb drain`/`undrain`
+//! and the drain watchers are the only writers of drain state. The copy loop never locks: only
+//! a connection's start and end touch the mutexes inside tokio's stop and cut signals.
+//!
+//! `router` and `route` are a host's shared frontend: the router reads each connection's first
+//! bytes until `route`'s pure parsers find the server it names, picks that cluster's pools from
+//! a table swapped whole at reload, and hands the connection to `proxy::pass` with those bytes
+//! to send first; `proxy::accept` is the accept loop both share (one connection cap per
+//! listener).
+//!
+//! Why tokio rather than pingora: the data path is a plain TCP relay, and pingora's
+//! load-balancing crates would bring a large dependency tree (and its own runtime) for what
+//! `pool` and `health` do. The measured reason is splice: pingora's streams have no splice path
+//! (cloudflare/pingora#160, open), so its L4 proxy example copies every byte through user
+//! space; splicing measured about 1.5 times the throughput of that copy when it came in
+//! (`bench/lb.sh`, 2026-11-22).
 
 pub mod check;
 pub mod drain;

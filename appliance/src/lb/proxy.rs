@@ -1,7 +1,7 @@
 //! The TCP data path of one frontend: pick a backend, connect (trying the next one if the
 //! connect is refused or times out, before the client notices), then copy both ways until both
 //! sides are done: small messages are copied, bulk data goes with splice(2) through a pipe, so
-//! its bytes never pass through user space (see [`forward`]). Half-close is passed on (one side's
+//! its bytes never pass through user space (see `forward`). Half-close is passed on (one side's
 //! EOF becomes a `shutdown` of the other's write half); a connection idle in both directions for the idle timeout is closed, and so is
 //! one whose backend's drain timeout passes.
 //!
@@ -11,7 +11,21 @@
 //! stops, and aborts the relay in the last three cases. Selecting on those signals, or arming a
 //! timer, inside the relay would cost at every read of the copy loop: polling a
 //! `CancellationToken` takes its mutex, one shared by every connection, and a timer per read
-//! takes the timer wheel's.
+//! takes the timer wheel's. The timestamp is `crate::idle::Progress`, shared with the HTTP
+//! server.
+//!
+//! Each direction copies (`recv`, then at once `send`) until a read fills the 16 KiB copy
+//! buffer; from then on it carries bulk data and splices (pipes from `pipes`). A read shorter
+//! than the buffer took everything the socket had queued, so it clears the socket's readiness
+//! itself instead of reading once more only to hear "would block" (nginx's `ngx_unix_recv` and
+//! HAProxy's `raw_sock_to_buf` use the same rule; a FIN is not lost by it, since tokio never
+//! clears a "read closed" readiness): keep-alive requests measured 6.0 to 6.1 system calls each
+//! against 7.3 when every direction spliced from the first byte (HAProxy 7.4 to 8.4;
+//! `perf stat -e raw_syscalls:sys_enter` during wrk). The copy buffer is one per runtime
+//! thread, and only bytes the other side would not take yet are copied into a buffer of the
+//! connection's own, so an idle connection holds no buffer (`tests/e2e/lb.rs`
+//! `idle_connections_hold_no_copy_buffers` holds it under 12 KiB a connection; about 3 KiB
+//! measured, 34 KiB with a buffer per direction).
 
 use std::os::fd::AsRawFd as _;
 use std::sync::Arc;

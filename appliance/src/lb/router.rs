@@ -1,14 +1,37 @@
 //! The host's router at a shared frontend: one listener per port for every cluster. Each
-//! connection's first bytes are read until they name a server ([`route`]), then the
-//! connection goes to that cluster's pools and on through the same data path as a cluster's
-//! own frontend ([`proxy::pass`]), which sends the backend those bytes first. A connection that names no cluster's server goes to the default cluster,
-//! or is reset and counted (`okd_appliance_lb_unrouted_total`).
+//! connection's first bytes are read until they name a server ([`route`]), then the connection goes
+//! to that cluster's pools and on through the same data path as a cluster's own frontend
+//! (`proxy::pass`), which sends the backend those bytes first. A connection that names no cluster's
+//! server goes to the default cluster, or is reset and counted (`okd_appliance_lb_unrouted_total`).
 //!
 //! The read is bounded: at most [`route::TLS_PEEK_MAX`] (or [`route::HTTP_PEEK_MAX`]) bytes,
 //! within [`PEEK_TIME`] of the accept. Its buffer grows with what arrived, so a connection that
 //! sends nothing holds a page, not the whole bound; each byte is parsed once (a request head
 //! again at each line's end), so a client sending a byte at a time costs no more parsing than
 //! one sending it whole.
+//!
+//! At most `PENDING_MAX` (1024) connections at once are still naming their server, and
+//! `PENDING_PER_ADDRESS` (64) of them per client address (`crate::per_address`); one more is reset
+//! and counted as `busy`, so trickling clients can't make the router hold more than about
+//! 32 MiB of buffers, and one host can't take every slot from the rest. The names are exact
+//! (`route`): `api.<d>` and `api-int.<d>` on 6443 and 22623, a name under `apps.<d>` on 443
+//! and 80, case and one trailing dot ignored. A connection that names no cluster's server (no
+//! SNI: an IP literal; an unknown name; not the port's protocol; nothing routable in time) goes
+//! to `default_cluster` with every byte read so far, or is reset (`SO_LINGER` 0) and counted in
+//! `okd_appliance_lb_unrouted_total{port,reason}`; routed ones in
+//! `okd_appliance_lb_routed_total{port,cluster}`. Never a guess. A client that closes before
+//! its name is complete is closed too, uncounted: it can never be answered. A routed
+//! connection ends with its cluster's connections token, as on the cluster's own frontend. The
+//! router terminates nothing: the ClientHello passes to the backend untouched.
+//!
+//! What breaks with one shared address (docs/design/several-clusters.md, §3): clients that
+//! connect by IP literal without a default cluster (`oc login https://10.0.0.1:6443`; `check`
+//! already reports a pointer ignition whose merge source is not this cluster's `api-int` URL),
+//! prior-knowledge h2c on 80, HTTP/1.1 keep-alive requests for another cluster's name on one
+//! connection (routing is per connection, as HAProxy's `use_backend` in TCP mode), and HTTP/2
+//! coalescing across clusters. `render --format haproxy` of such a host file writes HAProxy's
+//! equivalent (`req_ssl_sni` and `req.hdr(host)` rules, `tcp-request inspect-delay 5s`). The
+//! `lb_peek` fuzz target checks that a decision on a prefix is the decision on the whole.
 
 #![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
 

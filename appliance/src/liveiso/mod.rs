@@ -6,7 +6,9 @@
 //! areas in [`embed`]) and checks it carries no embedded ignition. [`BaseIso::node_image`]
 //! makes a node's [`NodeImage`]: the few hundred bytes that differ, and [`NodeImage::pieces`]
 //! says, for any byte range, which parts come from the base file and which from those bytes.
-//! `testimage` builds small images in memory for the unit tests and the `live_iso` fuzz target.
+//! `testimage` builds small images in memory for the unit tests and the `live_iso` fuzz target;
+//! it is compiled only for tests and with the `fuzzing` feature, so the product carries none of
+//! it. A node's image is the base file plus one patch per embed area (each at most 2048 bytes).
 //!
 //! Architecture invariant: no network, no plan. The arguments come from the caller (the plan's
 //! `iso_kernel_args`), the bytes from the file; nothing here writes to the base ISO.

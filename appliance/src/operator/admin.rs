@@ -1,6 +1,7 @@
 //! The local admin socket (`<state_dir>/admin.sock`, owner-only): one request line, a reply,
-//! then the connection closes. It is how `okd-appliance lb drain NODE` (and later the control
-//! module) reach a running appliance.
+//! then the connection closes. It is how the CLI's `lb`, `node`, `reload`, `status`, `ha` and
+//! `cluster` commands reach a running appliance, and how `nodes` tells it each machine action.
+//! It is bound by [`bind`] at the supervisor's request.
 //!
 //! The requests and replies, and their grammar, are [`super::wire`]'s: a request may name its
 //! cluster first, `@ID REQUEST`, and must when the appliance serves several (a host file).

@@ -10,7 +10,8 @@
 //! bar; a token in the URL is accepted there only. The cookie alone reads; an action (a POST)
 //! with the cookie must also carry the page's action token in the `X-Okd-Appliance-Action`
 //! header (an HMAC under the key made at start, written into the page, which another site can
-//! neither read nor send). Anything else is answered 401 before it is looked at.
+//! neither read nor send). Anything else is answered 401 before it is looked at, with a body
+//! that names the token file (`api.token_file`) and the two ways to send it.
 //!
 //! `GET /api/v1/events?page` is the status page's stream: besides the journal's events, a
 //! `page` event with the page's parts whenever they changed (checked every second).

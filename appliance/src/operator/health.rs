@@ -1,8 +1,12 @@
 //! keepalived's check of a pair's host (`okd-appliance ha check`, through the admin socket):
 //! not only "is the process alive" but "does it answer": DNS at the host's own address, and on
-//! the active host every load-balancer and boot-server listener accepting connections.
+//! the active host every load-balancer and boot-server listener accepting connections, each
+//! probe bounded to 1 s. A listener on an address this host does not have now is skipped and
+//! named: after a reload that added a cluster, its address arrives only once keepalived's file
+//! is rendered again, and failing the check meanwhile would move every other cluster for
+//! nothing. Active with none of its listeners' addresses still fails.
 //!
-//! Architecture invariant: probes only, each bounded by [`PROBE_TIMEOUT`]; blocking, so the
+//! Architecture invariant: probes only, each bounded by `PROBE_TIMEOUT`; blocking, so the
 //! caller runs it on the blocking pool.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};

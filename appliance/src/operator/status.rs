@@ -2,7 +2,13 @@
 //! listeners, its place in a pair), each node (reservation, last DHCP exchange, script, kernel,
 //! ignition and role config fetched, install phase) and each load-balancer backend (state and
 //! since when, last health check, draining, connections and bytes); what each node and the
-//! cluster wait for, and every phase's time (the status page's timeline).
+//! cluster wait for, and every phase's time (the status page's timeline). A node's history
+//! comes from the journal, or from the persisted phase record after a restart. Its `problem` is
+//! the last file its boot asked for that the boot server couldn't serve (a missing artifact or
+//! iPXE binary, `FetchFailed`, with the fix; or an unusable ignition), until a later step shows
+//! it got past it. A backend's last check and the time of its state are kept in atomics the
+//! health checker and drain write (`Backend::record_check`, `Backend::state_since`); the data
+//! path writes none of them.
 //!
 //! Architecture invariant: reads only (the plan, the journal's history, the pools' counters,
 //! the phase record); [`collect`] builds the whole picture at one moment, and the admin socket

@@ -6,8 +6,12 @@
 //! A request is one line, `[@ID ]REQUEST` ([`Addressed`]): `lb drain NODE`, `lb undrain NODE`,
 //! `lb status`, `node reinstall NODE`, `reload`, `journal`, `status` (JSON), `clusters` (the
 //! ids served, one a line), `cluster up|status|down`, `cluster scale WORKERS`, `ha
-//! status|health`, `ha set active|standby`, and `machine NODE ACTION ok|failed TEXT` (what
-//! `okd-appliance nodes` did to a node's machine).
+//! status|health`, `ha set active|standby`, `machine NODE ACTION ok|failed TEXT` (what
+//! `okd-appliance nodes` did to a node's machine: the control module's own journal event, so a
+//! VM started from the command line moves the node's phase to powered-on, and nothing is said
+//! when no appliance runs) and `ignition ok|failed TEXT` (what `ignition create` did).
+//! The node operations ([`NodeOp`]: drain, undrain, reinstall) are one type for this socket and
+//! the API's `POST /api/v1/nodes/NODE/OP`.
 //!
 //! A reply is `ok[: LINE]` and data lines, or `error[(KIND)]: REASON` with KIND `usage` (a
 //! request, node or cluster the appliance does not know, or no cluster named where several

@@ -4,7 +4,10 @@
 //!
 //! Credentials and the cluster CA come from the admin kubeconfig `openshift-install` wrote; the
 //! address from the plan (the appliance's own API frontend unless configured), with TLS names
-//! checked against `api-int.<domain>` when that address is an IP, as the nodes do.
+//! checked against `api-int.<domain>` when that address is an IP, as the nodes do. The runner
+//! (`super`) compares the kubeconfig's content at every poll, so a file corrected in place is
+//! read again, and says an observation the API has not answered within 2 s while it waits
+//! (`answered`), not only at the request's 20 s timeout.
 //!
 //! Architecture invariant: reads and one write, the `/approval` subresource of a request
 //! [`super::csr`] accepted. Nothing here decides.

@@ -17,7 +17,18 @@
 //! A dual-stack node (one with `ipv6`) also gets two `ip=` arguments, in this order:
 //! `ip=[ADDR]::[GW]:PREFIX:NAME:MAC:none` (its IPv6 address, static) and `ip=MAC:dhcp` (IPv4
 //! from the appliance's DHCP, as every node). See [`ipv6_kernel_args`] for why these and why
-//! in this order.
+//! in this order. An operator's own `ip=` in `kernel_args` stands alone: no `ip=` is added for
+//! that node, and `check` warns that its IPv6 address is the operator's to give. The two
+//! arguments take 90 or 91 bytes for config/dual-stack.yml's nodes (about 200 at most, with the
+//! longest addresses and a 63-character name) of the live ISO's kernel-argument area, 1138
+//! usable bytes on Fedora CoreOS, which `check` and `serve` hold every node's ISO to
+//! (`appliance/tests/liveiso.rs` fits those nodes in it).
+//!
+//! A single-node cluster is a config whose only node is a master (`Config::single_node`): what
+//! `openshift-install create single-node-ignition-config` installs. One master beside workers,
+//! or beside a bootstrap node, stays an ordinary cluster. The single node's ignition merges
+//! `bootstrap-in-place-for-live-iso.ign` (`RoleConfig::SingleNode`, served only to that node,
+//! with bootstrap.ign's 24-hour lifetime).
 //!
 //! Architecture invariant: URLs and arguments only; iPXE syntax and file serving live in the
 //! HTTP boot service.

@@ -2,6 +2,8 @@
 //!
 //! A cluster file's pair moves its `appliance_ip` (and the IPv6 one); a host file's moves every
 //! cluster's, each on its cluster's interface, and the shared frontend's ([`HaPlan::of_host`]).
+//! In a pair, DNS also listens on each host's own address, and every listener is bound with
+//! IP_FREEBIND (`sockets.rs`), so the standby holds its sockets on the virtual addresses.
 //!
 //! Architecture invariant: pure, and the same on both hosts (one config for the pair); which
 //! host a process runs on is found at start (`crate::ha`), never here.

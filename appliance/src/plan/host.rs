@@ -3,9 +3,17 @@
 //! source address, a DNS question by the longest cluster domain it ends in, a load-balancer
 //! connection by the address it was made to.
 //!
+//! It also holds the host's zones: each cluster's forward zone, and the reverse zones of
+//! clusters on one subnet merged into one ([`zones::union`]: the first cluster's SOA and NS,
+//! every cluster's PTRs). A zone's serial moves only when its records change, compared with
+//! the previous `HostPlan`, so a secondary transfers only what changed and a serial never goes
+//! back when a cluster is removed. `render HOST_FILE` shows every cluster's plan and these
+//! zones (`--format bind` writes their master files).
+//!
 //! Architecture invariant: every index is injective. `check` proves it over the configs
-//! (`config/validate/host.rs`); [`HostPlan::assemble`] refuses what would break it rather than
-//! picking one cluster, so a service never guesses.
+//! (`config/validate/host/`) and assembles this plan for every host file;
+//! [`HostPlan::assemble`] refuses what would break it rather than picking one cluster, so a
+//! service never guesses.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

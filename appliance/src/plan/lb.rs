@@ -1,4 +1,6 @@
-//! Load-balancer frontends and the pools behind them, derived from node roles.
+//! Load-balancer frontends and the pools behind them, derived from node roles: the bootstrap
+//! node and the masters for the API (6443) and the machine config server (22623); the workers
+//! for ingress (443 and 80), or the masters when there are no workers (a compact cluster).
 //!
 //! Architecture invariant: who belongs in which pool and how to check them; not whether a
 //! backend is up right now (that is the LB service's live state).

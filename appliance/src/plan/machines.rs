@@ -4,6 +4,12 @@
 //! Architecture invariant: provider-neutral facts only (name, MAC, sizes, boot devices in
 //! order, the ISO URL). How Proxmox spells a NIC or a boot order is the provider's business in
 //! `control/`, which reads these specs and derives nothing itself.
+//!
+//! The ISO path boots the disk first, then the CD: a blank disk is not bootable, so the firmware
+//! falls through to the live ISO; after the install the disk boots, and the ISO (which installs
+//! whenever it boots) is not run again, even while it stays inserted. PXE machines boot the
+//! network first. Golden files pin every shipped config's specs
+//! (`appliance/tests/golden/*.machines`).
 
 use std::fmt;
 

@@ -5,7 +5,10 @@
 //! it (a /20 becomes sixteen /24 zones); a subnet longer than /24 (IPv4) or /124 (IPv6) is served
 //! from its enclosing zone. RFC 2317 classless delegation needs the parent zone's cooperation;
 //! the appliance is its nodes' own resolver, so it answers from the enclosing zone instead, for
-//! the subnet's own addresses only (`Zone::covers`; the rest of the zone is forwarded).
+//! the subnet's own addresses only (`Zone::covers`). The names of the zone's other addresses
+//! belong to whoever has the rest of it, so DNS treats them as outside its zones: forwarded, or
+//! refused to a client that may not recurse, never NXDOMAIN with authority
+//! (`dns::tests::a_subnet_narrower_than_its_zone_answers_only_for_its_addresses`).
 
 use std::net::{IpAddr, Ipv6Addr};
 

@@ -1,7 +1,8 @@
 //! The boot server's URL grammar, written once: the URLs the plan hands out (kernel arguments,
 //! iPXE scripts, ignition merge sources, ISO links) are formatted here, and the paths the boot
 //! server answers are parsed here ([`Route::parse`]), so what is handed out and what is
-//! answered can't drift apart. A test formats every kind and parses it back.
+//! answered can't drift apart. A test formats every kind and parses it back. The boot server's
+//! request counters take their label from the same parse ([`Family`]).
 //!
 //! Architecture invariant: pure; no other module writes or matches one of these paths.
 

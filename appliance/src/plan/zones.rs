@@ -1,5 +1,13 @@
 //! The forward zone of the cluster and the reverse zones of its subnets.
 //!
+//! ns1 resolves to the appliance. api, api-int and `*.apps` resolve to the appliance too (its
+//! load balancer forwards to the nodes), except for a single node reached directly
+//! (`lb.single_node: direct`, the default: they resolve to the node, as OpenShift's
+//! single-node requirements say) and on a host with a shared frontend (they resolve to its
+//! addresses). The appliance's address then has two PTRs, api and api-int, as the OpenShift
+//! docs' record table has; with a shared frontend its PTR is ns1 (the shared address, being
+//! every cluster's, has none), and a directly reached single node's address keeps its own name.
+//!
 //! Architecture invariant: zones are data. This module decides which records exist; how they are
 //! looked up, compressed or put on the wire is the DNS service's business.
 

@@ -3,7 +3,13 @@
 //! between the two hosts, a check script that asks the local appliance
 //! (`okd-appliance ha check`: DNS answering at the host's own address, and on the active host
 //! every load-balancer and boot-server listener accepting), and notify scripts that tell the
-//! appliance whether it is the active host.
+//! appliance whether it is the active host. The file holds the VRRP password (PASS
+//! authentication, 8 characters derived from the pair's secret by `secrets::PairKeys`), so it is
+//! written 0600; the hooks name the binary and the state directory by absolute paths. Up to 20
+//! IPv4 addresses are advertised on VRRP's interface, the rest move unadvertised
+//! (`virtual_ipaddress_excluded`), and every other address's interface is tracked with weight
+//! -60 (150 - 60 < 100: a cluster link down on the preferred host moves everything to its peer;
+//! down on both, the order stays).
 
 use std::fmt::Write as _;
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! Text views of a plan: for people, and as the configs of the tools okd-appliance replaces
 //! (zone files for NSD/Knot/BIND, dnsmasq, HAProxy), for migration and side-by-side tests, and
-//! keepalived's for a pair of appliances.
+//! keepalived's for a pair of appliances. The end-to-end tests load what they write in the
+//! tools themselves: nsd-checkzone, kzonecheck, named-checkzone, `dnsmasq --test` and
+//! `haproxy -c` (`tests/e2e/render_peers.rs`).
 //!
 //! Architecture invariant: renderers read the plan only; they never re-derive anything from the
 //! config, so what they print is exactly what the services serve.

@@ -11,7 +11,32 @@
 //! sockets are bound and its services started, and every other instance only gets its new
 //! plan, so its listeners, connections, leases and running `cluster up` go on. DNS and TFTP
 //! addresses stay bound until a restart: a removed cluster's address keeps answering for the
-//! others, and a cluster added back finds it bound.
+//! others, and a cluster added back finds it bound. A removed cluster's load-balanced
+//! connections end with its instance's `connections` token, cancelled its `lb.drain_timeout`
+//! later (at once when the appliance stops); its state directory stays. An added cluster's
+//! sockets are bound, all or none, before anything changes (the unit keeps
+//! `CAP_NET_BIND_SERVICE`, so ports 53, 67, 80 and 443 bind after the privilege drop): a socket
+//! that can't be bound refuses the reload and changes nothing.
+//!
+//! What a reload applies (the keys that take a restart are refused, each named: `needs_restart`
+//! in `mod.rs`, and `Layout::restart_keys` here):
+//!
+//! | keys | on reload |
+//! | --- | --- |
+//! | `cluster`, `nodes`, `dns.*`, `network.upstream_dns` | new zones, reservations, pools, boot scripts and forwarding policy for the next query |
+//! | `network`'s DHCP options (`gateway`, `ntp`, `mtu`, `lease_time`, `domain_search`, `dhcp_pool`), `network.subnet` | the next DHCP reply |
+//! | `install.*` | the next HTTP and TFTP request |
+//! | `lb.*` | at once: the checker swaps the pools when the plan is loaded (backends that stay keep their state and connections) |
+//! | `listen.*` (also when derived from `network.appliance_ip`), `network.interface` | refused, named: sockets are bound once |
+//! | `state_dir` | refused, named: the lease journal, admin socket and install markers are open there |
+//! | `run_as` | refused, named: privileges are dropped once |
+//! | `api` (added or removed; `listen`, `cert_file`, `key_file`, `token_file`) | refused, named: the listener, certificate, key and token are read once (new contents in the same files take a restart too) |
+//! | `ha` (added or removed; `hosts`, `secret_file`) | refused, named: which host this is, its peer, the replication secret and the IP_FREEBIND listeners are set up once |
+//! | `ha.router_id`, `install_config.*` | nothing to apply in `serve`: they are keepalived's and openshift-install's (`render`) |
+//! | `control.*`, each node's `machine` | the next machine action (`cluster up`, `scale`, `down`, retiring the bootstrap), each with a provider made from the current plan |
+//! | `orchestration.*` | the next poll of a running `up`; a changed `kubeconfig` or `api_url` gets a new API client there |
+//! | a host file's `clusters` | at once: an added cluster's sockets are bound and its services started, a removed one's instance is cancelled, the others get their new plans |
+//! | a host file's kind, `state_dir`, `run_as`, `shared_frontend.address`; a kept cluster's `listen.*` or `network.interface` | refused, named (with the cluster's id) |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,11 +1,25 @@
 //! `serve`: load, bind, drop privileges, start the services under one cancellation token,
 //! report readiness, reload on SIGHUP, stop on SIGTERM.
 //!
-//! Architecture invariant: the supervisor knows the order of things and which service gets
-//! which socket; it knows nothing of any protocol. Each service has one entry point of the same
-//! shape (`start(sockets, &service::Context)`); services see the plan only through a
-//! [`plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the plan
-//! it started with. Nothing imports the supervisor but `main`.
+//! In order: signal handlers; the config (ignition problems are warnings: they never stop DNS,
+//! DHCP or the load balancer); the `run_as` account and the state directory; the plan; the soft
+//! limit on open descriptors raised to the hard one (the unit's `LimitNOFILE` sets both) and
+//! divided among the listeners (`crate::budget`); every socket bound, each on its own (what
+//! can't be bound is retried: `unbound.rs`); each service started (its fallible set-up runs
+//! here, as root: the lease journal, the install markers' directory, the probe CA); the state
+//! directory handed to `run_as` and privileges dropped (`privileges.rs`); the services spawned;
+//! `READY=1`. SIGTERM and SIGINT cancel the token and give the services 10 s to finish.
+//!
+//! A reload (SIGHUP, or `okd-appliance reload`, which asks through the admin socket and exits 1
+//! when the previous plan stays; the unit's `ExecReload` uses it) re-reads and re-validates the
+//! config and swaps the plan in, or keeps the old plan and says why (`needs_restart`; what a
+//! reload applies is the table in `layout.rs`).
+//!
+//! Architecture invariant: the supervisor knows the order of things and which service gets which
+//! socket; it knows nothing of any protocol. Each service has one entry point of the same shape
+//! (`start(sockets, &service::Context)`); services see the plan only through a
+//! [`crate::plan::Handle`], so a reload is one atomic pointer swap and a query in flight keeps the
+//! plan it started with. Nothing imports the supervisor but `main`.
 
 mod adopt;
 pub mod descriptors;

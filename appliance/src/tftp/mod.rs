@@ -3,8 +3,9 @@
 //! the iPXE binary to chainload (undionly.kpxe, snponly.efi). Writes are refused.
 //!
 //! Architecture invariant: `packet` is pure (parse a request, build replies); `server` does the
-//! I/O. Each transfer runs on its own ephemeral port, as RFC 1350 section 4 requires; like the
-//! DNS forwarder's client sockets, those are the only sockets not bound by the supervisor.
+//! I/O. Each transfer runs on its own ephemeral port, as RFC 1350 section 4 requires: one of the
+//! three kinds of client socket not bound by `sockets.rs`, with the DNS forwarder's and
+//! keepalived's probe (`appliance/tests/tidy.rs`, `CLIENT_SOCKETS`).
 //! `admission` decides which requests get a transfer, so a flood of (spoofed) read requests
 //! can't keep PXE firmware out; `files` reads each boot file once, on the blocking pool, and
 //! shares it between transfers.

@@ -7,6 +7,10 @@
 //! a first packet nobody acknowledges is sent [`FIRST_TRIES`] times, so a spoofed request is
 //! forgotten within seconds; later blocks get [`RETRIES`] tries; a whole transfer ends after
 //! [`MAX_TRANSFER`].
+//!
+//! A request turned away (by [`Admission`], or because the process's descriptor budget is
+//! spent) gets silence, not an ERROR: an ERROR ends a PXE boot, while silence makes the
+//! firmware ask again.
 
 #![deny(clippy::indexing_slicing)] // wire-facing: no unchecked slice (see crate::isolate)
 

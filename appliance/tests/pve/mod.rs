@@ -14,6 +14,9 @@
 //! races, tasks that never end, a guest that ignores ACPI, failed creates, transient errors
 //! while a task is polled, and requests that are never answered.
 //!
+//! A Rust double rather than a Python one: it runs inside `cargo test` with nothing to install
+//! in CI, and tests inject faults and read VM state directly.
+//!
 //! Every behaviour cites the upstream file it follows (proxmox/<repository> and path; read at
 //! qemu-server e6352be, pve-manager 14a22df, pve-storage 0c56bad, pve-access-control 5ccd07d,
 //! pve-http-server 5c9e4ea, pve-cluster 7091d92, pve-guest-common 4a8f6cb, pve-common f665029).

@@ -1,5 +1,7 @@
-//! The values a config gets for what it leaves out. Every default is here, so a reader looking
-//! for "what happens if I don't set X" opens one file.
+//! The values a config gets for what it leaves out, so a reader looking for "what happens if I
+//! don't set X" opens one file. Not quite every default is here: the health check's interval,
+//! timeout, rise and fall are set in `lb.rs`, the install config's pod and service networks in
+//! `install_config.rs` and Proxmox's ISO storage in `control/proxmox.rs`, beside their rules.
 
 use std::time::Duration;
 

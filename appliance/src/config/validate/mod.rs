@@ -1,8 +1,13 @@
 //! Turns the raw YAML tree into a [`Config`], reporting every problem at once. One file per
 //! section of the YAML holds that section's rules (`network.rs`, `nodes.rs`, `install.rs`,
 //! `listen.rs`, `dns.rs`, `lb.rs`, `cluster.rs`, `install_config.rs`; `ignition.rs` compares the
-//! ignition directory's content with the validated config); `defaults.rs` holds every default; this file
-//! walks the sections in order and checks what spans them.
+//! ignition directory's content with the validated config); `control/` checks the `control:`
+//! section and each node's `machine:`, each provider in its own file. `defaults.rs` holds the
+//! defaults, but for those kept beside their rules: the health check's interval, timeout, rise
+//! and fall (`lb.rs`), the install config's pod and service networks (`install_config.rs`) and
+//! Proxmox's ISO storage (`control/proxmox.rs`). This file walks the sections in order and
+//! checks what spans them (a node address against the network's pool, listeners against the
+//! upstreams).
 //!
 //! Architecture invariant: validation reads the file system only through [`InstallFiles`] (the
 //! ignition files' presence, age and content, the clock) and writes nothing, so a bad config can never touch on-disk

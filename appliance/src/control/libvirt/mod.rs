@@ -9,7 +9,9 @@
 //! need libvirt-dev for; `virsh` is where libvirt is anyway (libvirt-clients), reaches remote
 //! hypervisors over `qemu+ssh://` with no code here, and the XML is the interface either way.
 //! The cost is reading virsh's text, which is kept to a few stable tables (`domstate`,
-//! `domiflist`, `domblklist`).
+//! `domiflist`, `domblklist`). `test:///default` could not stand in for libvirtd in the tests:
+//! its state lives in one client process, and every virsh run is a new one; the tests run a real
+//! libvirtd in a private mount namespace instead (`tests/e2e/libvirt.rs`).
 //!
 //! Architecture invariant: as every provider, it reads the plan and derives nothing; a domain
 //! with another MAC is never changed; every virsh run is bounded by the request timeout.

@@ -21,7 +21,17 @@
 //! [`Cluster::etcd_bootstrap_member_removed`](super::cluster::Cluster::etcd_bootstrap_member_removed));
 //! installed is the
 //! ClusterVersion Available and neither Failing nor Progressing (`waitForInitializedCluster`),
-//! then stable operators (`waitForStableOperators`), made stricter in [`unsettled`].
+//! then stable operators (`waitForStableOperators`), made stricter in [`unsettled`]: every
+//! ClusterOperator Available=True, Progressing=False and Degraded=False for
+//! `orchestration.settle`, at least one listed (upstream checks only Progressing=False for
+//! 30 s). The settle period counts from each of those conditions' `lastTransitionTime`, as
+//! upstream counts, and from this run's own polls, which an API error starts over.
+//!
+//! A single-node cluster skips the bootstrap phases: no bootstrap ConfigMap or etcd member is
+//! waited for (there is no bootstrap machine to retire, and openshift-install's single-node docs
+//! wait only for install-complete). A run waits in the bootstrap phase for
+//! `orchestration.bootstrap_timeout`, then for `install_timeout` (openshift-install's limits by
+//! default), and past them stops as failed with what it waited for.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,6 +1,20 @@
 //! The clusters of a host file against each other: what one services host can't serve twice.
 //! Each cluster file passed its own rules first; a conflict is reported once, in the later
-//! file, with the earlier file's place drawn under it (docs/design/several-clusters.md, 1.2).
+//! file, with the earlier file's place drawn under it (docs/design/several-clusters.md, 1.2):
+//! a [`Problem`] carries related problems in other files ([`Problem::related_at`]), which
+//! miette draws at their own file, line and column.
+//!
+//! What is compared: this file's ids, domains (equal or nested), MACs, addresses (two clusters
+//! whose api and `*.apps` would share one appliance address is `host::frontend-collision`) and
+//! `ignition_dir`s; the network (`network.rs`: one subnet on one interface, no overlapping
+//! subnets, a segment's gateway, MTU, NTP and lease time stated one way, pools clear of every
+//! cluster's addresses, no socket two clusters would both listen on); the machines
+//! (`machines.rs`: one Proxmox VM ID or BMC system for one cluster; VM names embed the cluster
+//! domain, so they can't collide); the pair (`ha.rs`, `host::ha`), the shared frontend
+//! (`shared.rs`, `host::shared-frontend`) and the host's secrets under a cluster's
+//! `artifacts_dir` (`exposure.rs`). The host's own keys (`state_dir`, `run_as`, `api`, `ha`)
+//! stated in a cluster file are `host::host-key-in-cluster`; a file listed twice is one error
+//! (`host::listed-twice`, `config/host.rs`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
