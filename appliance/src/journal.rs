@@ -1,5 +1,18 @@
 //! The node-event journal: what happened to which node, published by every service.
 //!
+//! The events ([`EventKind`]): DHCP acks, a node's fetches and install news (announced from
+//! `install_state`'s transitions, [`Journal::announce`]), refusals, backend health, drains, plan
+//! loads, machine actions, phase changes and more. A bounded history (`HISTORY`, kept on disk
+//! by [`kept`]) plus a broadcast channel. Signals between services
+//! ([`EventKind::is_signal`]: the install state recorded, for a pair's replication) only go to
+//! the live subscribers.
+//!
+//! Refusals are limited per source address (`EventKind::refused_source`: refused and failed
+//! fetches, unavailable ignition, unknown DHCP clients): a token bucket per address, what was
+//! left out counted in the next line, so a flood can't push real events out or make subscribers
+//! lag; the events that move an install are never limited
+//! (`a_flood_of_refusals_from_one_address_does_not_fill_the_journal`).
+//!
 //! Architecture invariant: the journal records and fans out; it never acts on an event. Readers
 //! (status, the control module) subscribe or read the recent history. Publishing never blocks:
 //! a slow subscriber loses old events (and is told how many), the publisher never waits.

@@ -4,7 +4,7 @@
 //! - the one-way house: a service module (`dns`, `dhcp`, `tftp`, `http`, `lb`, `control`) imports neither
 //!   the supervisor, nor another service, nor the config (services read the plan); nothing in
 //!   the library imports the supervisor; the top-level modules form no cycle;
-//! - nothing below the operator wing imports it (only the supervisor and the CLI do);
+//! - nothing below the operator wing imports it (only the supervisor, the CLI and the fuzz targets do);
 //! - the command line is the binary's own: no library module names `cli::` and lib.rs
 //!   declares no `cli` module (only main.rs and `appliance/src/cli/` do); main.rs stays a
 //!   screen of dispatch (at most 150 lines);

@@ -115,7 +115,7 @@ impl Authority {
     /// Answers `qname` (lowercase wire form) / `qtype` into `reply`; sets the rcode.
     ///
     /// A CNAME is followed into any zone served here (as NSD does; RFC 1034 section 4.3.2
-    /// step 3a restarts the lookup with the canonical name), for at most [`MAX_CNAME_CHAIN`]
+    /// step 3a restarts the lookup with the canonical name), for at most `MAX_CNAME_CHAIN`
     /// links, and never to a name already in the answer: a loop ends the chain as Knot and
     /// NSD end it, each CNAME once.
     pub fn answer(&self, qname: &[u8], qtype: u16, reply: &mut Reply<'_>) -> Outcome {

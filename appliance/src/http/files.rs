@@ -250,7 +250,7 @@ pub fn read_range(file: &File, start: u64, len: u64) -> io::Result<Vec<u8>> {
 /// kernel refuse an escape while it walks the path, instead of two `canonicalize` calls that
 /// read every component of both paths per request. Whatever the fast path cannot decide (an
 /// absolute symlink, a kernel or seccomp filter without `openat2`) goes the canonicalize way
-/// ([`resolve_relative`]).
+/// (`resolve_relative`).
 /// Opened with `O_NONBLOCK`, so a FIFO planted in `root` can't stall the caller: it is not a
 /// regular file and so a 404.
 pub fn open_beneath(root: &Path, rest: &str) -> Option<(PathBuf, Opened)> {

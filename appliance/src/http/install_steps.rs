@@ -1,7 +1,14 @@
-//! What a node's fetches do to its install: its iPXE script chosen by its install phase (and
-//! the one "boot your disk" offer recorded, only for the node's own address), why its
-//! ignition can't be served now, what a marker write that failed means for the request, and
-//! the journal events of a node's artifact fetches (begun, or failed with its fix).
+//! What a node's fetches do to its install: each script, ignition and role-config fetch is
+//! reported to the node's install lifecycle ([`observe`]: `install_state`'s rule decides, with
+//! the fetch's address, and picks the script); why an ignition can't be served now; and the
+//! journal events of a node's artifact fetches (begun, or failed with its fix).
+//!
+//! A step that can't be recorded (a full or read-only state disk) refuses the ignition fetch,
+//! and the installed system's role-config fetch, with a 503 and `Retry-After` (a step the
+//! appliance can't remember is not taken), while a script still goes out unrecorded (the disk
+//! is the safe answer). Each is an `install markers` fault of its cluster, a refused fetch on
+//! the node's events, and an error logged at most once per 10 s; the next write that succeeds
+//! clears the fault (`tests/e2e/state_disk.rs`).
 //! The boot server (`super::server`) and its fast path (`super::fastpath`) both call these,
 //! and they know nothing of either's connections, so neither imports the other's internals.
 

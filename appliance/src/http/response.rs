@@ -1,6 +1,6 @@
 //! The boot server's plain responses: the body type every route answers with, the small text
 //! and empty answers, what a file answer's range decision (`files::decide`) means on the
-//! wire, and the file answer itself ([`file`]). Its own module so that `server` and `iso` both
+//! wire, and the file answer itself ([`file()`]). Its own module so that `server` and `iso` both
 //! use it without one depending on the other.
 
 use std::io;
@@ -101,7 +101,7 @@ pub enum Source {
     Read(bytes::Bytes, files::Validators),
 }
 
-/// `opened` (by `server::open_file` or `files::open_relative`) as a [`file`] answer's source.
+/// `opened` (by `server::open_file` or `files::open_relative`) as a [`file()`] answer's source.
 pub fn from_disk(opened: files::Opened) -> io::Result<(Source, FileMeta)> {
     opened.and_then(|(f, m)| {
         Ok((

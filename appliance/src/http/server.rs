@@ -2,10 +2,29 @@
 //! the nodes it belongs to), the CoreOS artifacts, streamed from disk with Range, HEAD and
 //! conditional requests, and the per-node live ISOs (`iso`).
 //!
-//! Hardening: the request head must arrive within 10 s (slowloris) and fit in 16 KiB; at most
-//! 512 connections (more wait in the listen backlog); a connection on which nothing moves for
-//! 60 s is closed; only GET and HEAD; paths are percent-decoded before they are checked and
-//! never leave their directory. Ignition content is never logged.
+//! The socket layer on hyper's HTTP/1.1 server connection. Each path is parsed once into a
+//! `plan::route::Route` (the request counters' label comes from the same parse), and `handle`
+//! is a match on it: `/boot/<mac>.ipxe`, `/ignition/<node>.ign`, `/ignition/roles/<file>`,
+//! `/artifacts/...`, `/iso/<node>.iso`, the iPXE binaries, `/healthz`, `/metrics`. Which file a
+//! route answers with is decided here; `response.rs` makes the answer.
+//!
+//! Access: a node's ignition only to that node's reserved addresses, a role's config only to
+//! nodes of that role, both only on the active host of a pair; anyone else gets 403, journaled
+//! without content. What a permitted fetch means for the install is `install_state`'s to decide
+//! (`install_steps::observe`).
+//!
+//! Hardening: the request head must arrive within 10 s (slowloris) and fit in 16 KiB; the
+//! listener's share of the descriptor budget caps its connections (512, and 32 per address, when
+//! they fit: `budget.rs`; more wait in the listen backlog); a connection on which nothing moves
+//! for 60 s is closed (`crate::idle::Watched`); only GET and HEAD; paths are percent-decoded
+//! before they are checked and never leave their directory. Ignition content is never logged. A
+//! client that half-closes after its request (busybox `nc` in a boot environment) still gets its
+//! answer, which hyper otherwise drops (`appliance/tests/http_boot.rs`
+//! `a_client_that_half_closes_after_its_request_gets_the_answer`).
+//!
+//! Invariant (not enforced by a test): the handler reads the plan from the `ArcSwap` once per
+//! request and the node's install state from its marker files, so a reload or a `node
+//! reinstall` applies to the next request without any lock.
 
 use std::convert::Infallible;
 use std::io;

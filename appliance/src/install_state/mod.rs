@@ -22,7 +22,26 @@
 //!
 //! Only the last one makes a node installed: a failed install (a wrong `install_dev`) fetches
 //! its ignition and then never boots an installed system, and marking it installed at that
-//! point sent it to a blank disk at every boot. `okd-appliance node reinstall NAME` starts over.
+//! point sent it to a blank disk at every boot. `okd-appliance node reinstall NAME` starts over
+//! (through the admin socket or the API; it changes no machine, so it needs no provider).
+//!
+//! While installing, the node's next script is the first-boot script: boot the disk (it was
+//! probably just written), and install again when it does not boot. On BIOS, iPXE's `sanboot`
+//! returns on a disk that is not bootable and the same script goes on to the install. On UEFI,
+//! iPXE hands the machine back to the firmware with `exit 1`: an EFI error, so the boot manager
+//! tries its next boot option (EDK2's `BootBootOptions` stops walking BootOrder and opens its
+//! menu on EFI_SUCCESS, which `exit 0` returned; `plan/documents.rs` cites both sides). The
+//! appliance does not move the disk first in the boot order of machines it controls: this rule
+//! works for every machine, the ones nobody controls included. A node that fetches its
+//! ignition again is installing again ("installing again" is journaled after a failed install
+//! and after an installed one alike), and its phase goes back to `ignition` with that time,
+//! which the CSR approval window counts from (`orchestration::phases`).
+//!
+//! A single node's live system merges `bootstrap-in-place-for-live-iso.ign` before it installs
+//! itself: not an installed system's first boot, so it marks nothing installed, and every later
+//! network boot gets the first-boot script (BIOS boots the disk and falls back to the live
+//! system; UEFI returns to the firmware's next boot option), never an automatic reinstall,
+//! because the installed system builds its own config and never reports here.
 //!
 //! **One answer per power-on.** Between the installer's ignition fetch and the installed
 //! system's report, the node's next network boot is told to try its disk, and a network boot

@@ -48,7 +48,7 @@ pub fn take(budget: &Budget) -> Result<Pipe, &'static str> {
     })
 }
 
-/// Gives back a pipe that is empty; past [`KEPT`] idle pipes it is closed.
+/// Gives back a pipe that is empty; past `KEPT` idle pipes it is closed.
 pub fn give_back(pipe: Pipe) {
     let mut idle = idle();
     if idle.len() < KEPT {

@@ -1,18 +1,24 @@
 //! The operator wing: what people (and keepalived) ask a running appliance, as typed
 //! operations on one [`Operator`] handle, and the fronts that carry them.
 //!
-//! - [`Operator`]: drain and undrain a node's backends, reinstall a node, reload, the whole
-//!   status, the install orchestration, the pair's role. Each returns a typed result or an
-//!   [`OpError`]; the fronts only parse requests and print results.
+//! - [`Operator`]: drain and undrain a node's backends, reinstall a node (each refused on the
+//!   standby of a pair, naming the active host), reload, the whole status, the install
+//!   orchestration, the pair's role. Each returns a typed result (whose `Display` is the reply
+//!   line) or an [`OpError`]; the fronts only parse requests and print results.
+//! - [`perform`]: the one dispatcher, a decoded [`wire::Request`] done with a typed outcome.
 //! - [`admin`]: the local admin socket's line protocol (`okd-appliance lb drain NODE`, ...).
-//! - [`api`]: the HTTP API and the status page ([`status_page`]); it maps [`OpError`] variants
-//!   to status codes ([`OpError::http_status`]) and never reads a reply's text.
+//! - [`api`]: the HTTP API and the status page ([`status_page`]); its operations are the same
+//!   requests, and it answers [`OpError`] with [`OpError::http_status`] (404 an unknown node,
+//!   backend or cluster; 409 the standby, no pair, a refusal, or no cluster named where several
+//!   are served; 503 stopping or no orchestration; 500 a failure here); it never reads a
+//!   reply's text.
 //! - [`status`]: the whole status as data (and the metrics' samples); [`health`]: the probe
 //!   keepalived runs on each host of a pair.
 //!
 //! Architecture invariants: the wing holds no state of its own (the pools, the journal, the
 //! plan and the orchestrator are the services'); nothing below it imports it (only the
-//! supervisor, which builds it, and the CLI, which talks to the admin socket); an operation's
+//! supervisor, which builds it, the fuzz targets, which build it as the supervisor does, and
+//! the CLI, which talks to the admin socket); an operation's
 //! outcome is parsed by no one (no text is read back to decide anything).
 
 pub mod admin;

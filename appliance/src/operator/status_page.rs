@@ -12,7 +12,7 @@
 //! No external asset: the page works offline on the cluster network.
 //!
 //! Architecture invariant: renders a [`Status`]; reads nothing itself. Every value put into
-//! the HTML or SVG is escaped ([`esc`]): names and reasons come from the config and the network.
+//! the HTML or SVG is escaped (`esc`): names and reasons come from the config and the network.
 
 mod timeline;
 

@@ -10,8 +10,12 @@
 //! The whole record is kept in `<state_dir>/install-phases.json` (written durably: a temporary
 //! file synced and renamed, then the directory synced, so a crash leaves the old or the new
 //! record, never half of one, and a power cut loses no record that was saved) and read back
-//! at start, reconciled with the install markers (`install_state`), which the HTTP service keeps
-//! whether or not this record was written.
+//! at start, reconciled with the nodes' install state (`install_state`: installing is at least
+//! `ignition`, installed at least `installed`), which the boot server records whether or not
+//! this record was written, and again whenever its journal subscription lagged. It is written on
+//! the blocking pool, one writer at a time, so the file ends with the newest record
+//! (`concurrent_saves_leave_the_newest_record`); a write that fails is an `install phases` fault
+//! of its cluster until one succeeds (`a_record_that_cant_be_written_is_a_fault_until_it_can`).
 //!
 //! Architecture invariant: [`Progress`] is plain data with pure transitions ([`Progress::apply`]
 //! and [`Progress::advance_cluster`]); the file and the journal are handled by [`Phases`].

@@ -3,9 +3,47 @@
 //! What: dynamic DHCP leases (reservations are the same on both by construction), each node's
 //! install markers, the install phase record, and load-balancer drains. How: on connecting, a
 //! full copy (the lease journal's live leases, every node's markers, the phase record, the
-//! drained nodes), then each change as the journal announces it, one JSON line per update.
-//! Direction: from whichever host is active to the other; a host applies updates only while
-//! it is the standby.
+//! drained nodes), then each change as the journal announces it, one JSON line per update:
+//! `LeaseRecorded` from the DHCP server in a pair, `DrainRequested` from `lb::drain`, phase
+//! changes, and `InstallRecorded`, a node's install state as `install_state::step` recorded it,
+//! shipped as its markers (never read back from disk). Direction: from whichever host is active
+//! to the other; a host applies updates only while it is the standby: markers through
+//! `install_state::write_markers`, phases through the orchestration's record, drains through
+//! `lb::drain::drain_quietly`, leases as `LeaseReplicated` journal events that its DHCP server
+//! records (it subscribes when it is set up, so a lease replicated before its task first runs is
+//! not missed). Node lists and the state directory are read from the current plan at each use,
+//! so a node added by `reload` is replicated like the others.
+//!
+//! Failures: the link drops, and the active host reconnects every second and sends a full copy
+//! again; a silent link (a heartbeat every 2 s, `TCP_USER_TIMEOUT` and a read timeout of 10 s),
+//! the same; a lagging journal subscription, the same. Both hosts active (split brain): each
+//! ignores the other's updates except leases of the other's half of the pool. New pool
+//! addresses come from each host's own half (`dhcp::reply::share`), so none is offered twice; at
+//! every new session the standby sends its own live leases back and the active host records
+//! those of the standby's half, so a lease the standby granted during a split brain is renewed
+//! after the heal. `ha status` counts only authenticated sessions in this host's direction.
+//!
+//! A host file's pair replicates over one listener ([`Hub`], bound by the supervisor) with a
+//! channel per cluster and per DHCP segment, each its own session: the sender's first line after
+//! the proofs is `{"channel":"cluster/<id>"}` or `{"channel":"segment/<interface>"}`, and the
+//! receiver applies that channel's updates through that instance's plan, journal, pools and
+//! orchestrator only ([`Carries`]; an update a channel does not carry is dropped with a
+//! warning). A cluster file's one channel sends no hello, as before channels existed, so a pair
+//! of cluster files can be upgraded one host at a time. A channel opens and closes with its
+//! instance (a reload adding or removing a cluster); a channel opened again is not closed by its
+//! previous opening's end, and a receiving session ends when its channel closes. A named
+//! channel is acknowledged before the sender counts its session. `connected` means every channel
+//! this host serves has a session in its direction (`ha.rs`
+//! `connected_means_every_channel_has_a_session_in_this_hosts_direction`).
+//!
+//! Its connections are bounded in all (256) and per address (128, so a stranger can take at
+//! most half), through the descriptor budget (`budget.rs` `Kind::Replication`), since the port is
+//! on the cluster network. Failed handshakes are logged at most once per 10 s. Under hostile
+//! input: the served `replication` fuzz target (`fuzzing/served.rs`
+//! `replication_applies_after_the_proof_only`), and `tests/e2e/ha.rs`
+//! `a_pair_moves_the_virtual_address_when_the_active_appliance_dies`, which sends the standby's
+//! listener 2,000 malformed inputs and 100 sessions with a wrong proof, then holds 140
+//! connections while the real session stays connected.
 //!
 //! The channel is TLS 1.3 (rustls) on port [`PORT`] of each host's own address. Each host's
 //! certificate is made at start and is not what authenticates it: both ends prove they hold the
@@ -74,7 +112,7 @@ pub enum Update {
         node: String,
         draining: bool,
     },
-    /// Nothing changed: the sender is there (every [`HEARTBEAT`]).
+    /// Nothing changed: the sender is there (every `HEARTBEAT`).
     Alive,
 }
 

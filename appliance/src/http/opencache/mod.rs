@@ -29,7 +29,7 @@
 //! byte more than its cached length: a file shorter or longer than that (changed in place
 //! between the last event read and the read) is dropped and the request goes the uncached way,
 //! before anything is sent. Then its content is served from memory (at most [`ENTRIES`] times
-//! [`files::SMALL_BODY`] bytes) for [`CONTENT_VALID`] and read again with the same check: any
+//! [`files::SMALL_BODY`] bytes) for `CONTENT_VALID` and read again with the same check: any
 //! change made through this kernel is an event, read before the next lookup, so most hits cost
 //! the one `read` of the inotify queue and no file system call; the time bound is for changes
 //! inotify never reports (another host writing to a network file system). The check against the
@@ -38,7 +38,7 @@
 //! length and falls in the same tick of the file system's clock). Not seen: writes
 //! through a shared memory mapping (inotify reports none) and a file system mounted over a
 //! directory on the way (nor does nginx's cache see either); a change inotify does not report
-//! is seen within [`CONTENT_VALID`] only when it changes the file's length.
+//! is seen within `CONTENT_VALID` only when it changes the file's length.
 //!
 //! Bounded: at most [`ENTRIES`] files; a new one beyond that evicts the least recently used.
 //! Watches are bounded by [`WATCHES`]: beyond it everything is dropped and the cache starts
