@@ -492,15 +492,15 @@ impl Journal {
         }
     }
 
-    /// Records and fans out an event. Refusals (requests answered 403 or 404/410 for ignition)
-    /// are limited per source address; what is left out is counted in the next one journaled.
-    /// Publishes a node's install transition: its news, in order, and the state when it was
-    /// `written` (`InstallRecorded`).
-    pub fn announce(&self, node: &str, transition: &Transition, written: bool) {
+    /// Publishes a node's install transition: its news, in order, and, when the state after is
+    /// `recorded` (on disk, whether this step wrote it or found it there), that state
+    /// (`InstallRecorded`), which a pair ships to its standby at every step, so a standby that
+    /// missed one is mended by the next.
+    pub fn announce(&self, node: &str, transition: &Transition, recorded: bool) {
         for news in &transition.news {
             self.publish(Some(node.to_owned()), EventKind::from(*news));
         }
-        if written {
+        if recorded {
             self.publish(
                 Some(node.to_owned()),
                 EventKind::InstallRecorded {
@@ -510,6 +510,8 @@ impl Journal {
         }
     }
 
+    /// Records and fans out an event. Refusals (requests answered 403 or 404/410 for ignition)
+    /// are limited per source address; what is left out is counted in the next one journaled.
     pub fn publish(&self, node: Option<String>, kind: EventKind) {
         if let Some(ip) = kind.refused_source() {
             let admitted = self
@@ -608,7 +610,7 @@ mod tests {
                 state: transition.after
             }
         );
-        // Not written: no state to ship.
+        // Not recorded: no state to ship.
         journal.announce("m0", &transition, false);
         assert!(matches!(
             live.try_recv().unwrap().kind,

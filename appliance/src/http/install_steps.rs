@@ -193,29 +193,33 @@ pub(super) enum Unrecorded {
 /// pool (`install_state::step`), then its news is announced, and the state recorded
 /// (`EventKind::InstallRecorded`, what a pair replicates). A step that can't be recorded is a
 /// fault in `status` and an event on the node, and its news is not announced when the fetch is
-/// refused; the next write that succeeds clears the fault.
+/// refused; the next step that is recorded clears the fault.
 pub(super) async fn observe(
     (plan, journal, faults): (&Plan, &Journal, &crate::faults::Faults),
     node: &str,
     observation: Observation,
 ) -> Result<Transition, Unrecorded> {
     const SERVICE: &str = "install markers";
-    let (dir, name) = (plan.state_dir.clone(), node.to_owned());
+    let (dir, name, announcer) = (plan.state_dir.clone(), node.to_owned(), journal.clone());
     let now = SystemTime::now();
     let Stepped {
         transition,
         recorded,
         ..
-    } = tokio::task::spawn_blocking(move || install_state::step(&dir, &name, observation, now))
-        .await
-        .unwrap_or_else(|e| Stepped::not_taken(observation, now, io::Error::other(e)));
+    } = tokio::task::spawn_blocking(move || {
+        install_state::step_then(&dir, &name, observation, now, |s| {
+            if s.recorded.is_ok() {
+                announcer.announce(&name, &s.transition, true);
+            }
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Stepped::not_taken(observation, now, io::Error::other(e)));
     let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
     match recorded {
-        Ok(written) => {
-            if written {
-                faults.clear(SERVICE, scope.as_deref());
-            }
-            journal.announce(node, &transition, written);
+        // Announced in the step (see `install_state::step_then`).
+        Ok(_) => {
+            faults.clear(SERVICE, scope.as_deref());
             Ok(transition)
         }
         Err(e) => {

@@ -68,7 +68,7 @@ impl Markers {
     }
 
     /// The state these markers keep. A time that can't be read is long past (a disk offer's
-    /// power-on is over).
+    /// power-on is over); an offer with no text at all (one that could not be read) is none.
     pub fn state(&self) -> NodeState {
         let when = |text: &Option<String>, prefix: &str| {
             text.as_deref()
@@ -85,7 +85,8 @@ impl Markers {
                 ignition_fetched: when(&self.ignition_fetched, "ignition fetched"),
                 disk_boot_offered: self
                     .disk_boot_offered
-                    .is_some()
+                    .as_ref()
+                    .is_some_and(|text| !text.is_empty())
                     .then(|| when(&self.disk_boot_offered, "disk boot offered")),
             }
         } else {
@@ -112,9 +113,40 @@ pub struct Stepped {
 }
 
 /// Takes `observation` at `now` for `node`: reads its markers, applies [`observe`], and makes
-/// the markers keep the state after, writing only what changed. Markers that can't be read
-/// count as none (the step is then not recorded, and says why).
+/// the markers keep the state after, writing only what changed. A state directory that can't
+/// be looked into counts as nothing recorded (the step is then not recorded, and says why).
 pub fn step(state_dir: &Path, node: &str, observation: Observation, now: SystemTime) -> Stepped {
+    step_then(state_dir, node, observation, now, |_| {})
+}
+
+/// [`step`], then `then` on what it did, before any other step of the same node begins: the
+/// node's steps read, decide and write one at a time, and what `then` publishes of them (the
+/// journal's news and the recorded state a pair replicates) comes in the order they were taken.
+pub fn step_then(
+    state_dir: &Path,
+    node: &str,
+    observation: Observation,
+    now: SystemTime,
+    then: impl FnOnce(&Stepped),
+) -> Stepped {
+    let _one_at_a_time = one_at_a_time(node);
+    let stepped = take(state_dir, node, observation, now);
+    then(&stepped);
+    stepped
+}
+
+/// The lock a node's steps take: one of a few, by the node's name (two nodes may share one;
+/// a step holds it for a few small file operations).
+fn one_at_a_time(node: &str) -> std::sync::MutexGuard<'static, ()> {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    static LOCKS: [std::sync::Mutex<()>; 16] = [const { std::sync::Mutex::new(()) }; 16];
+    let at = BuildHasherDefault::<DefaultHasher>::default().hash_one(node) as usize % LOCKS.len();
+    LOCKS[at]
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn take(state_dir: &Path, node: &str, observation: Observation, now: SystemTime) -> Stepped {
     let on_disk = match read_markers(state_dir, node) {
         Ok(markers) => markers,
         Err(e) => return Stepped::not_taken(observation, now, e),
@@ -210,16 +242,41 @@ fn remove(state_dir: &Path, kind: &str, node: &str) -> io::Result<bool> {
     crate::durable::remove(&marker(state_dir, kind, node))
 }
 
-/// The node's state as its markers keep it (none readable: not installed).
+/// Markers there but unreadable, logged once per 10 s.
+static UNREADABLE: crate::isolate::LogGate = crate::isolate::LogGate::new();
+
+/// The node's state as its markers keep it (a state directory that can't be looked into:
+/// not installed).
 pub fn load(state_dir: &Path, node: &str) -> NodeState {
     read_markers(state_dir, node).unwrap_or_default().state()
 }
 
+/// The node's markers with their text. A marker that is there but can't be read (its
+/// permissions, text that is not UTF-8, a directory in its place) counts by its presence, as
+/// one whose text is empty: an `installed` node stays installed (its time unknown), and an
+/// offer whose time is unknown is none (the next script offers the disk again). A state
+/// directory that can't be looked into (or is not a directory) is an error.
 pub fn read_markers(state_dir: &Path, node: &str) -> io::Result<Markers> {
-    let read = |kind| match std::fs::read_to_string(marker(state_dir, kind, node)) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    let read = |kind| {
+        let path = marker(state_dir, kind, node);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => match std::fs::symlink_metadata(&path) {
+                Ok(_) => {
+                    if let Some(n) = UNREADABLE.admit(std::time::Instant::now()) {
+                        tracing::warn!(
+                            "{}: can't be read ({e}); counted as there, its time unknown (+{n} unlogged)",
+                            path.display()
+                        );
+                    }
+                    Ok(Some(String::new()))
+                }
+                // Removed in between.
+                Err(m) if m.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(_) => Err(e),
+            },
+        }
     };
     Ok(Markers {
         ignition_fetched: read(IGNITION_FETCHED)?,
@@ -228,14 +285,22 @@ pub fn read_markers(state_dir: &Path, node: &str) -> io::Result<Markers> {
     })
 }
 
-/// Makes the node's markers exactly `markers` (a pair's standby, from the active host).
+/// Makes the node's markers exactly `markers` (a pair's standby, from the active host),
+/// writing only those whose text differs (writes before removals, as a step's), so a state
+/// shipped again changes nothing on disk.
 pub fn write_markers(state_dir: &Path, node: &str, markers: &Markers) -> io::Result<()> {
-    for (kind, text) in markers.kinds() {
-        match text {
-            Some(text) => write(state_dir, kind, node, text)?,
-            None => {
-                remove(state_dir, kind, node)?;
-            }
+    let _one_at_a_time = one_at_a_time(node);
+    let on_disk = read_markers(state_dir, node)?;
+    for ((kind, want), (_, have)) in markers.kinds().into_iter().zip(on_disk.kinds()) {
+        if let Some(text) = want
+            && have.as_ref() != Some(text)
+        {
+            write(state_dir, kind, node, text)?;
+        }
+    }
+    for ((kind, want), (_, have)) in markers.kinds().into_iter().zip(on_disk.kinds()) {
+        if want.is_none() && have.is_some() {
+            remove(state_dir, kind, node)?;
         }
     }
     Ok(())
@@ -404,6 +469,64 @@ mod tests {
         );
         let s = step(d, "m0", script(), SystemTime::now());
         assert_eq!(s.transition.script, Some(BootScript::Install));
+    }
+
+    #[test]
+    fn a_marker_that_can_t_be_read_counts_by_its_presence() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let garbled = |kind| {
+            let path = marker(d, kind, "m0");
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, [0xff, 0xfe, b'\n']).unwrap();
+        };
+        // An installed node whose marker is not text stays installed: its disk is not wiped.
+        garbled(INSTALLED);
+        assert_eq!(
+            load(d, "m0"),
+            NodeState::Installed {
+                since: SystemTime::UNIX_EPOCH
+            }
+        );
+        let s = step(d, "m0", script(), at(1_000));
+        assert_eq!(s.transition.script, Some(BootScript::LocalBoot));
+        assert!(!s.recorded.unwrap());
+        // And a reinstall still removes it.
+        let s = step(d, "m0", Observation::ReinstallRequested, at(2_000));
+        assert!(s.recorded.unwrap());
+        assert!(!marker(d, INSTALLED, "m0").exists());
+        // An offer that can't be read is none: the disk is offered again, the offer rewritten.
+        step(d, "m0", ignition(), at(3_000));
+        garbled(DISK_BOOT_OFFERED);
+        let s = step(d, "m0", script(), at(4_000));
+        assert_eq!(s.transition.script, Some(BootScript::TryDisk));
+        assert!(s.recorded.unwrap());
+        assert_eq!(
+            load(d, "m0"),
+            NodeState::Installing {
+                ignition_fetched: at(3_000),
+                disk_boot_offered: Some(at(4_000))
+            }
+        );
+    }
+
+    #[test]
+    fn markers_shipped_again_are_not_written_again() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let installing = Markers::of(&NodeState::Installing {
+            ignition_fetched: at(1_000),
+            disk_boot_offered: Some(at(2_000)),
+        });
+        write_markers(d, "m0", &installing).unwrap();
+        let inode = |kind| std::fs::metadata(marker(d, kind, "m0")).unwrap().ino();
+        let before = inode(IGNITION_FETCHED);
+        write_markers(d, "m0", &installing).unwrap();
+        assert_eq!(inode(IGNITION_FETCHED), before);
+        let installed = Markers::of(&NodeState::Installed { since: at(3_000) });
+        write_markers(d, "m0", &installed).unwrap();
+        assert_eq!(read_markers(d, "m0").unwrap(), installed);
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //!
 //! Who calls it: the boot server reports each script, ignition and role-config fetch
 //! (`http::install_steps::observe`), `node reinstall` reports the operator's request
-//! (`operator::reinstall`); both run [`markers::step`] (read the markers, [`observe`], write
-//! what changed) and then announce the transition's news and the state recorded
-//! (`EventKind::InstallRecorded`). A pair's replication ships that recorded state, not the
+//! (`operator::reinstall`); both run [`markers::step_then`] (read the markers, [`observe`],
+//! write what changed, one step of a node at a time) and, still in that step, announce the
+//! transition's news and the state recorded (`EventKind::InstallRecorded`, changed or not). A pair's replication ships that recorded state, not the
 //! files read back; the orchestration's phase record reaches its floor from the same state
 //! (`orchestration::phases`), and `status` reads that record.
 //!
@@ -75,7 +75,7 @@ pub mod markers;
 
 pub use markers::{
     DIRECTORIES, Markers, Stepped, drained, keep_drained, load, marked_at, prepare, read_markers,
-    step, write_markers,
+    step, step_then, write_markers,
 };
 
 /// How long one power-on of a machine may take to walk its firmware's network boot entries

@@ -234,23 +234,23 @@ pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Result<Rei
     if !plan.boot.iter().any(|b| b.node == node) {
         return Err(OpError::NoNode(node.to_owned()));
     }
-    let (state_dir, name) = (plan.state_dir.clone(), node.to_owned());
+    let (state_dir, name, announcer) = (plan.state_dir.clone(), node.to_owned(), journal.clone());
     let now = std::time::SystemTime::now();
     let asked = install_state::Observation::ReinstallRequested;
-    let stepped =
-        tokio::task::spawn_blocking(move || install_state::step(&state_dir, &name, asked, now))
-            .await
-            .unwrap_or_else(|e| {
-                install_state::Stepped::not_taken(asked, now, std::io::Error::other(e))
-            });
+    let stepped = tokio::task::spawn_blocking(move || {
+        install_state::step_then(&state_dir, &name, asked, now, |s| {
+            if s.recorded.is_ok() {
+                announcer.announce(&name, &s.transition, true);
+            }
+        })
+    })
+    .await
+    .unwrap_or_else(|e| install_state::Stepped::not_taken(asked, now, std::io::Error::other(e)));
     match stepped.recorded {
-        Ok(written) => {
-            journal.announce(node, &stepped.transition, written);
-            Ok(Reinstalled {
-                node: node.to_owned(),
-                was_installed: matches!(stepped.before, install_state::NodeState::Installed { .. }),
-            })
-        }
+        Ok(_) => Ok(Reinstalled {
+            node: node.to_owned(),
+            was_installed: matches!(stepped.before, install_state::NodeState::Installed { .. }),
+        }),
         Err(e) => Err(OpError::Failed(format!("can't reset {node}: {e}"))),
     }
 }
