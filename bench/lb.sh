@@ -39,6 +39,13 @@
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
 #   HAPROXY_MATRIX ["splice-auto=on nbthread=1 conn-log=on", the same with splice-auto=off, and
 #                  splice-auto=off with conn-log=off (see WHY), one a line]
+#   TCP_TW_REUSE [1] the client namespace's net.ipv4.tcp_tw_reuse (see the topology)
+#   BIN_B      a second okd-appliance binary, run as balancer okd-appliance-b in every round
+#              beside BIN (an A/B of two builds in one run, the order rotating); the report
+#              pairs the two round by round
+#   SYSCALLS=1 after the rounds, one more run of each balancer under `strace -f -c` during the
+#              conn/s load: its system calls per connection go into the report (slowed down
+#              by strace: not in the figures; needs strace)
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
 #              the top functions go into the report (needs perf: apt-get install linux-perf)
@@ -75,6 +82,10 @@ declare -A WHY=(
 )
 declare -A HAPROXY_CONF
 SERVERS=(okd-appliance)
+if [[ -n ${BIN_B:-} ]]; then
+  [[ -x $BIN_B ]] || die "BIN_B=$BIN_B is not an executable"
+  SERVERS+=(okd-appliance-b)
+fi
 matrix_configs haproxy "$HAPROXY_MATRIX" SERVERS HAPROXY_CONF
 
 [[ $EUID -eq 0 ]] || die "run as root: sudo bash bench/lb.sh"
@@ -84,6 +95,9 @@ for tool in curl taskset haproxy nginx wrk iperf3 python3; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing (apt-get install haproxy nginx-light wrk iperf3)"
 done
 
+if [[ ${SYSCALLS:-0} == 1 ]]; then
+  command -v strace >/dev/null 2>&1 || die "SYSCALLS=1 needs strace (apt-get install strace)"
+fi
 if [[ ${PROFILE:-0} == 1 ]]; then
   command -v perf >/dev/null 2>&1 || die "PROFILE=1 needs perf (apt-get install linux-perf)"
 fi
@@ -105,6 +119,14 @@ chmod 755 "$W" # nginx's workers read the docroot
 bench_netns_with_resolv "$SRV_NS"
 bench_netns_with_resolv "$CLI_NS"
 bench_veth "$SRV_NS" "$SRV_IF" "$LB_IP/24" "$CLI_NS" "$CLI_IF" "$CLI_IP/24"
+# The conn/s load opens some 50,000 connections in 5 s from one client address to one balancer
+# address, and the side that closes first keeps each in TIME_WAIT for 60 s. When the client
+# closes first (it does with a balancer that closes both sockets at once after both FINs, as
+# HAProxy does), its ports run out: connect(2) searches the whole range for a free one, and the
+# rate falls by half or more in some rounds, the balancer's doing nothing. Reusing TIME_WAIT
+# ports (with timestamps, as a load generator's host is set up) makes the figure the
+# balancer's, whichever side closes first. TCP_TW_REUSE=2 (Linux's default) shows the effect.
+ip netns exec "$CLI_NS" sysctl -q -w net.ipv4.tcp_tw_reuse="${TCP_TW_REUSE:-1}"
 for b in "${BACKENDS[@]}"; do ip -n "$CLI_NS" addr add "$b/24" dev "$CLI_IF"; done
 
 # --- backends --------------------------------------------------------------------------------
@@ -174,6 +196,7 @@ start_lb() {
   local cmd
   case $1 in
     okd-appliance) cmd=("$BIN" serve "$W/cluster.yml") ;;
+    okd-appliance-b) cmd=("$BIN_B" serve "$W/cluster.yml") ;;
     haproxy*) cmd=(haproxy -db -f "$W/$1.cfg") ;;
   esac
   (cd "$W" && exec ip netns exec "$SRV_NS" taskset -c $SRV_CPU "${cmd[@]}") >"$W/$1.log" 2>&1 &
@@ -252,7 +275,7 @@ latency() {
 failover() {
   local lb=$1 pattern t0 t1 gone loop victim=${BACKENDS[1]}
   case $lb in
-    okd-appliance) pattern="worker-1: ingress-http backend $victim:80 is down" ;;
+    okd-appliance*) pattern="worker-1: ingress-http backend $victim:80 is down" ;;
     haproxy*) pattern="ingress-http/worker-1 is DOWN" ;;
   esac
   # One line per request: when it started (s.us) and its HTTP status (000: no answer).
@@ -369,6 +392,61 @@ DIRECT50=$(median ${ALL[direct,p50]})
 # shellcheck disable=SC2086
 DIRECT99=$(median ${ALL[direct,p99]})
 
+# --- system calls ----------------------------------------------------------------------------
+# Each balancer's system calls per connection under the conn/s load: `strace -f -c` attached to
+# all its threads while wrk opens a connection per request, the calls (and errors) divided by
+# the requests wrk completed. Health checks run meanwhile (a few calls a probe, 2 probes/s):
+# under 0.01 a connection.
+SYSCALLS_MD=$W/syscalls.md
+if [[ ${SYSCALLS:-0} == 1 ]]; then
+  for s in "${SERVERS[@]}"; do
+    log "system calls: $s under the conn/s load"
+    start_lb "$s"
+    strace -f -c -q -o "$W/strace.$s" -p "$LB_PID" &
+    st=$!
+    sleep 1 # attached to every thread
+    r=$(wrk_rate close)
+    n=$(awk '/requests in/ {print $1}' "$W/wrk.out")
+    kill -INT "$st"
+    wait "$st" || true
+    stop_pid "$LB_PID" 5 || true
+    # strace -c: % time, seconds, usecs/call, calls, [errors,] syscall.
+    awk -v n="$n" -v s="$s" '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+        name = $NF; calls = $4; errors = (NF == 6 ? $5 : 0)
+        printf "%s\t%s\t%.2f\t%.2f\n", s, name, calls / n, errors / n
+      }' "$W/strace.$s" >>"$W/syscalls.tsv"
+    log "system calls: $s: $n connections under strace ($r conn/s)"
+  done
+  {
+    echo "### System calls per connection (conn/s load, under strace)"
+    echo
+    echo "\`sudo SYSCALLS=1 bash bench/lb.sh\`: \`strace -f -c -p PID\` on each balancer during wrk \`-t1 -c$CONNS -d${SECS}s -H 'Connection: close'\`, the calls divided by wrk's completed requests (errors in brackets, EAGAIN and EINPROGRESS among them)."
+    echo
+    python3 - "$W/syscalls.tsv" "${SERVERS[@]}" <<'PY'
+import collections, sys
+rows = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    server, name, calls, errors = line.rstrip("\n").split("\t")
+    rows[name][server] = (float(calls), float(errors))
+servers = sys.argv[2:]
+print("| syscall | " + " | ".join(servers) + " |")
+print("| --- |" + " ---: |" * len(servers))
+def cell(v):
+    if v is None:
+        return "0"
+    calls, errors = v
+    return f"{calls:.2f}" + (f" ({errors:.2f})" if errors else "")
+order = sorted(rows, key=lambda name: -max(c for c, _ in rows[name].values()))
+for name in order:
+    if max(c for c, _ in rows[name].values()) < 0.01:
+        continue
+    print(f"| {name} | " + " | ".join(cell(rows[name].get(s)) for s in servers) + " |")
+totals = [sum(rows[name].get(s, (0, 0))[0] for name in rows) for s in servers]
+print("| **total** | " + " | ".join(f"**{t:.1f}**" for t in totals) + " |")
+PY
+  } >"$SYSCALLS_MD"
+fi
+
 # --- profile ---------------------------------------------------------------------------------
 # Where okd-appliance's CPU goes under the conn/s load: samples of its threads (user and kernel
 # stacks) while wrk opens a connection per request, summed by binary, system call and function.
@@ -409,9 +487,24 @@ REPORT=$W/lb.md
   echo
   echo "okd-appliance vs HAProxy at its best per figure: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "$(hbest "req/s keep-alive+")") ($(hbestconf "req/s keep-alive+")), CPU per request $(ratio "${KCPU[okd-appliance]}" "$(hbest "CPU us per req-")") (lower is better; $(hbestconf "CPU us per req-")), conn/s $(ratio "${RATE[okd-appliance]}" "$(hbest "conn/s+")") ($(hbestconf "conn/s+")), CPU per connection $(ratio "${CPU[okd-appliance]}" "$(hbest "CPU us per conn-")") ($(hbestconf "CPU us per conn-")), throughput with iperf3 $(ratio "${IPERF[okd-appliance]}" "$(hbest "iperf3 MiB/s+")") ($(hbestconf "iperf3 MiB/s+")), with curl $(ratio "${TPUT[okd-appliance]}" "$(hbest "curl MiB/s+")") ($(hbestconf "curl MiB/s+"))."
   echo
+  if [[ -n ${BIN_B:-} ]]; then
+    # Round by round, okd-appliance-b's figure over okd-appliance's: the median and the range.
+    paired() {
+      python3 -c 'import statistics, sys
+a, b = ([float(x) for x in arg.split()] for arg in sys.argv[1:3])
+r = sorted(y / x for x, y in zip(a, b) if x > 0)
+print(f"{statistics.median(r):.3f}x ({r[0]:.2f}-{r[-1]:.2f})")' "$1" "$2"
+    }
+    echo "okd-appliance-b (\`BIN_B\`) over okd-appliance (\`BIN\`), paired by round: conn/s $(paired "${ALL[okd-appliance,rate]}" "${ALL[okd-appliance-b,rate]}"), CPU per connection $(paired "${ALL[okd-appliance,cpu]}" "${ALL[okd-appliance-b,cpu]}"), req/s keep-alive $(paired "${ALL[okd-appliance,keep]}" "${ALL[okd-appliance-b,keep]}"), CPU per request $(paired "${ALL[okd-appliance,kcpu]}" "${ALL[okd-appliance-b,kcpu]}"), iperf3 $(paired "${ALL[okd-appliance,iperf]}" "${ALL[okd-appliance-b,iperf]}"), curl $(paired "${ALL[okd-appliance,tput]}" "${ALL[okd-appliance-b,tput]}")."
+    echo
+  fi
   matrix_md "$W/matrix.tsv" "$WHYFILE"
   echo
   echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch). A request that started before the backend was gone may have been in flight on it, where neither balancer can save it (its bytes were already relayed); one that started after it should never fail."
+  if [[ -s $SYSCALLS_MD ]]; then
+    echo
+    cat "$SYSCALLS_MD"
+  fi
   if [[ -s $PROFILE_MD ]]; then
     echo
     cat "$PROFILE_MD"
