@@ -37,6 +37,7 @@ bench_netns_with_resolv() {
 #   bench_veth NS_A IF_A CIDR_A NS_B IF_B CIDR_B
 # Returns once NS_B reaches A's address.
 bench_veth() {
+  command -v ping >/dev/null 2>&1 || die "ping missing (apt-get install iputils-ping): it tells when a veth pair is up"
   ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
   ip -n "$1" addr add "$3" dev "$2"
   ip -n "$4" addr add "$6" dev "$5"
