@@ -25,7 +25,7 @@ use std::time::SystemTime;
 
 use tokio::sync::broadcast;
 
-use crate::install_state::{News, NodeState, Transition};
+use crate::install_state::{News, NodeState, Stepped, Transition};
 use crate::vocabulary::MacAddr;
 
 pub mod kept;
@@ -492,10 +492,20 @@ impl Journal {
         }
     }
 
-    /// Publishes a node's install transition: its news, in order, and, when the state after is
-    /// `recorded` (on disk, whether this step wrote it or found it there), that state
-    /// (`InstallRecorded`), which a pair ships to its standby at every step, so a standby that
-    /// missed one is mended by the next.
+    /// Publishes a step that was recorded (nothing, if it was not): its news, and the state
+    /// after when the step wrote it or had news (an install event: a standby that missed an
+    /// earlier one is mended by the next). A step with neither, a script read by another
+    /// address, ships nothing, so a stranger's requests make no traffic to the standby.
+    pub fn announce_step(&self, node: &str, stepped: &Stepped) {
+        if let Ok(written) = stepped.recorded {
+            let ships = written || !stepped.transition.news.is_empty();
+            self.announce(node, &stepped.transition, ships);
+        }
+    }
+
+    /// Publishes a node's install transition: its news, in order, and, when `recorded` (on
+    /// disk, whether this step wrote it or found it there), the state after
+    /// (`InstallRecorded`), which a pair ships to its standby.
     pub fn announce(&self, node: &str, transition: &Transition, recorded: bool) {
         for news in &transition.news {
             self.publish(Some(node.to_owned()), EventKind::from(*news));
@@ -616,6 +626,49 @@ mod tests {
             live.try_recv().unwrap().kind,
             EventKind::IgnitionFetched { .. }
         ));
+        assert!(live.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_step_ships_its_state_at_an_install_event_and_not_for_a_stranger_s_read() {
+        use crate::install_state::{Observation, Stepped};
+        let journal = Journal::new();
+        let mut live = journal.subscribe();
+        let from: SocketAddr = "10.0.0.9:4000".parse().unwrap();
+        let script = |by_node| Observation::Script {
+            from,
+            by_node,
+            get: true,
+            single_node: false,
+        };
+        let unchanged = |observation| Stepped {
+            before: NodeState::NotInstalled,
+            transition: crate::install_state::observe(
+                NodeState::NotInstalled,
+                observation,
+                SystemTime::UNIX_EPOCH,
+            ),
+            recorded: Ok(false),
+        };
+        // Another address read the script: no news, nothing written, nothing shipped.
+        journal.announce_step("m0", &unchanged(script(false)));
+        assert!(live.try_recv().is_err());
+        // The node's own fetch is an install event: its state goes out though unchanged.
+        journal.announce_step("m0", &unchanged(script(true)));
+        assert!(matches!(
+            live.try_recv().unwrap().kind,
+            EventKind::ScriptFetched { .. }
+        ));
+        assert_eq!(
+            live.try_recv().unwrap().kind,
+            EventKind::InstallRecorded {
+                state: NodeState::NotInstalled
+            }
+        );
+        // A step that was not recorded announces nothing.
+        let mut failed = unchanged(script(true));
+        failed.recorded = Err(std::io::Error::other("read-only"));
+        journal.announce_step("m0", &failed);
         assert!(live.try_recv().is_err());
     }
 

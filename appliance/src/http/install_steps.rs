@@ -7,7 +7,7 @@
 //! and the installed system's role-config fetch, with a 503 and `Retry-After` (a step the
 //! appliance can't remember is not taken), while a script still goes out unrecorded (the disk
 //! is the safe answer). Each is an `install markers` fault of its cluster, a refused fetch on
-//! the node's events, and an error logged at most once per 10 s; the next write that succeeds
+//! the node's events, and an error logged at most once per 10 s; the next step that is recorded
 //! clears the fault (`tests/e2e/state_disk.rs`).
 //! The boot server (`super::server`) and its fast path (`super::fastpath`) both call these,
 //! and they know nothing of either's connections, so neither imports the other's internals.
@@ -208,9 +208,7 @@ pub(super) async fn observe(
         ..
     } = tokio::task::spawn_blocking(move || {
         install_state::step_then(&dir, &name, observation, now, |s| {
-            if s.recorded.is_ok() {
-                announcer.announce(&name, &s.transition, true);
-            }
+            announcer.announce_step(&name, s);
         })
     })
     .await

@@ -8,8 +8,9 @@
 //! (`http::install_steps::observe`), `node reinstall` reports the operator's request
 //! (`operator::reinstall`); both run [`markers::step_then`] (read the markers, [`observe`],
 //! write what changed, one step of a node at a time) and, still in that step, announce the
-//! transition's news and the state recorded (`EventKind::InstallRecorded`, changed or not). A pair's replication ships that recorded state, not the
-//! files read back; the orchestration's phase record reaches its floor from the same state
+//! transition's news and the state recorded (`EventKind::InstallRecorded`, at each install
+//! event, changed or not). A pair's replication ships that recorded state, not the files read
+//! back; the orchestration's phase record reaches its floor from the same state
 //! (`orchestration::phases`), and `status` reads that record.
 //!
 //! The states:

@@ -239,9 +239,7 @@ pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Result<Rei
     let asked = install_state::Observation::ReinstallRequested;
     let stepped = tokio::task::spawn_blocking(move || {
         install_state::step_then(&state_dir, &name, asked, now, |s| {
-            if s.recorded.is_ok() {
-                announcer.announce(&name, &s.transition, true);
-            }
+            announcer.announce_step(&name, s);
         })
     })
     .await

@@ -6,8 +6,8 @@
 //! drained nodes), then each change as the journal announces it, one JSON line per update:
 //! `LeaseRecorded` from the DHCP server in a pair, `DrainRequested` from `lb::drain`, phase
 //! changes, and `InstallRecorded`, a node's install state as `install_state::step` recorded it,
-//! shipped as its markers (never read back from disk) at every step, changed or not, so a
-//! standby that missed one is mended by the next (it writes only markers that differ). Direction: from whichever host is active
+//! shipped as its markers (never read back from disk) at every install event, changed or not,
+//! so a standby that missed one is mended by the next (it writes only markers that differ). Direction: from whichever host is active
 //! to the other; a host applies updates only while it is the standby: markers through
 //! `install_state::write_markers`, phases through the orchestration's record, drains through
 //! `lb::drain::drain_quietly`, leases as `LeaseReplicated` journal events that its DHCP server
