@@ -200,19 +200,15 @@ pub(super) async fn observe(
     observation: Observation,
 ) -> Result<Transition, Unrecorded> {
     const SERVICE: &str = "install markers";
-    let (dir, name, announcer) = (plan.state_dir.clone(), node.to_owned(), journal.clone());
-    let now = SystemTime::now();
+    let announcer = journal.clone();
     let Stepped {
         transition,
         recorded,
         ..
-    } = tokio::task::spawn_blocking(move || {
-        install_state::step_then(&dir, &name, observation, now, |s| {
-            announcer.announce_step(&name, s);
-        })
+    } = install_state::step_blocking(plan.state_dir.clone(), node, observation, move |node, s| {
+        announcer.announce_step(node, s);
     })
-    .await
-    .unwrap_or_else(|e| Stepped::not_taken(observation, now, io::Error::other(e)));
+    .await;
     let scope = plan.host_cluster.as_ref().map(|c| format!("cluster {c}"));
     match recorded {
         // Announced in the step (see `install_state::step_then`).

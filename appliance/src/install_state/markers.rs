@@ -135,6 +135,24 @@ pub fn step_then(
     stepped
 }
 
+/// [`step_then`] on the blocking pool (file operations, fsyncs), for async callers: the boot
+/// server's fetches and `node reinstall`. `then` gets the node's name and what the step did; a
+/// step whose task died is not taken (`Stepped::not_taken`) and `then` is not called.
+pub async fn step_blocking(
+    state_dir: PathBuf,
+    node: &str,
+    observation: Observation,
+    then: impl FnOnce(&str, &Stepped) + Send + 'static,
+) -> Stepped {
+    let now = SystemTime::now();
+    let name = node.to_owned();
+    tokio::task::spawn_blocking(move || {
+        step_then(&state_dir, &name, observation, now, |s| then(&name, s))
+    })
+    .await
+    .unwrap_or_else(|e| Stepped::not_taken(observation, now, io::Error::other(e)))
+}
+
 /// The lock a node's steps take: one of a few, by the node's name (two nodes may share one;
 /// a step holds it for a few small file operations).
 fn one_at_a_time(node: &str) -> std::sync::MutexGuard<'static, ()> {

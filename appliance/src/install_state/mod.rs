@@ -76,7 +76,7 @@ pub mod markers;
 
 pub use markers::{
     DIRECTORIES, Markers, Stepped, drained, keep_drained, load, marked_at, prepare, read_markers,
-    step, step_then, write_markers,
+    step, step_blocking, step_then, write_markers,
 };
 
 /// How long one power-on of a machine may take to walk its firmware's network boot entries

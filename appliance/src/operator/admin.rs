@@ -193,8 +193,9 @@ mod tests {
     use arc_swap::ArcSwap;
 
     /// A load-balancer or journal request on bare pools (no pair, no orchestration) to its
-    /// reply text, as [`perform`] answers it. Inside the tokio runtime: a drain starts its
-    /// watchers there.
+    /// reply text, through the same functions [`perform`] calls for it (not `perform` itself,
+    /// which needs a whole `Operator`). Inside the tokio runtime: a drain starts its watchers
+    /// there.
     fn execute(request: &str, pools: &ArcSwap<Pools>, journal: &Journal) -> String {
         let reply = match Request::parse(request) {
             Ok(Request::Node {

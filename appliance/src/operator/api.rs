@@ -397,7 +397,12 @@ async fn handle(req: Request<Incoming>, clusters: &Clusters, access: &Access) ->
         return match perform(clusters, parts, request).await {
             Ok(Answer::Json(json)) => full(StatusCode::OK, "application/json", json),
             Ok(Answer::Done(done)) => text(StatusCode::OK, format!("{done}\n")),
-            Ok(Answer::Lines { body, .. }) => text(StatusCode::OK, body),
+            Ok(Answer::Lines { line: None, body }) => text(StatusCode::OK, body),
+            // As the admin socket's reply reads: the summary, then the lines.
+            Ok(Answer::Lines {
+                line: Some(line),
+                body,
+            }) => text(StatusCode::OK, format!("{line}\n{body}")),
             Err(e) => op_error(&e),
         };
     }

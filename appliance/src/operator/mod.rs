@@ -229,21 +229,18 @@ pub fn undrain(pools: &Pools, node: &str, journal: &Journal) -> Result<Undrained
 }
 
 /// Forgets that `node` installed, so its next iPXE script installs it again: the operator's
-/// request is an install step (`install_state::step`, on the blocking pool).
+/// request is an install step (`install_state::step_blocking`).
 pub async fn reinstall(node: &str, plan: &Plan, journal: &Journal) -> Result<Reinstalled, OpError> {
     if !plan.boot.iter().any(|b| b.node == node) {
         return Err(OpError::NoNode(node.to_owned()));
     }
-    let (state_dir, name, announcer) = (plan.state_dir.clone(), node.to_owned(), journal.clone());
-    let now = std::time::SystemTime::now();
+    let announcer = journal.clone();
     let asked = install_state::Observation::ReinstallRequested;
-    let stepped = tokio::task::spawn_blocking(move || {
-        install_state::step_then(&state_dir, &name, asked, now, |s| {
-            announcer.announce_step(&name, s);
+    let stepped =
+        install_state::step_blocking(plan.state_dir.clone(), node, asked, move |node, s| {
+            announcer.announce_step(node, s);
         })
-    })
-    .await
-    .unwrap_or_else(|e| install_state::Stepped::not_taken(asked, now, std::io::Error::other(e)));
+        .await;
     match stepped.recorded {
         Ok(_) => Ok(Reinstalled {
             node: node.to_owned(),
