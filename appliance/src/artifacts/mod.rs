@@ -256,8 +256,10 @@ impl Fetcher {
             return Ok(Outcome::UpToDate.line(label, dest, "sha256 verified"));
         }
         let mut part = Partial::resume(&store::part_path(dest))?;
+        let opened = open(&self.client, url, sha256, &mut part).await?;
+        // After `open`: a server that ignores the range starts the file over.
         let resumed = part.len();
-        let (moved, elapsed) = match open(&self.client, url, sha256, &mut part).await? {
+        let (moved, elapsed) = match opened {
             None => (0, Duration::ZERO),
             Some((response, total)) => transfer(response, total, &mut part, url, dest).await?,
         };

@@ -277,7 +277,12 @@ fn fresh_dir(dir: &Path, previous: &Path, report: &mut dyn Report) -> Result<(),
         .try_exists()
         .map_err(|e| format!("can't read {}: {e}", dir.display()))?;
     if dir.is_dir() && !marked {
-        keep_as(dir, previous)?;
+        keep_as(dir, previous).map_err(|e| {
+            format!(
+                "{} holds the set an earlier run replaced; it can't be kept: {e}",
+                dir.display()
+            )
+        })?;
         report.note(&format!(
             "{}: the set an interrupted run replaced, kept",
             previous.display()
@@ -315,7 +320,7 @@ fn keep_as(dir: &Path, previous: &Path) -> Result<(), String> {
             let _ = std::fs::rename(&aside, previous);
         }
         return Err(format!(
-            "{} holds the set an earlier run replaced; it can't be kept as {}: {e}",
+            "can't rename {} to {}: {e}",
             dir.display(),
             previous.display()
         ));
@@ -421,7 +426,11 @@ fn run(
                 .try_wait()
                 .map_err(|e| format!("`{shown}`: can't wait for it: {e}"))?;
         }
-        if exited.is_none() && started.elapsed() > STEP_LIMIT {
+        if started.elapsed() > STEP_LIMIT {
+            // Exited, and a program of its still writing: not waited for any longer.
+            if let Some(status) = exited {
+                break status;
+            }
             timed_out = true;
             let _ = child.kill();
             break child
@@ -567,21 +576,11 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
     unmark(ignition_dir).map_err(|e| (e, false))?;
     let in_place = |why: String| (why, false);
     let previous = previous_dir(ignition_dir);
-    match std::fs::remove_dir_all(&previous) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(in_place(format!(
-                "the new set is in place; the one it replaced is in {} ({} can't be removed: {e})",
-                work.display(),
-                previous.display()
-            )));
-        }
-        _ => {}
-    }
-    std::fs::rename(work, &previous).map_err(|e| {
+    // The earlier `.previous` is deleted only once this one is in its place.
+    keep_as(work, &previous).map_err(|e| {
         in_place(format!(
-            "the new set is in place; the one it replaced is in {} (can't rename it to {}: {e})",
-            work.display(),
-            previous.display()
+            "the new set is in place; the one it replaced is in {} ({e})",
+            work.display()
         ))
     })?;
     sync_parent();
@@ -590,16 +589,10 @@ fn replace(work: &Path, ignition_dir: &Path) -> Result<Option<PathBuf>, (String,
 
 /// Removes the work mark from the set in `dir`, durably.
 fn unmark(dir: &Path) -> Result<(), String> {
-    match std::fs::remove_file(dir.join(WORK_MARK)) {
-        Ok(()) => std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| format!("can't sync {}: {e}", dir.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!(
-            "can't remove {}: {e}",
-            dir.join(WORK_MARK).display()
-        )),
-    }
+    let mark = dir.join(WORK_MARK);
+    crate::durable::remove(&mark)
+        .map(drop)
+        .map_err(|e| format!("can't remove {}: {e}", mark.display()))
 }
 
 /// Gives `dir` and everything in it the group `gid`.
