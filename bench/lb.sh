@@ -12,7 +12,8 @@
 # is the rendered one, which has `option splice-auto` and `option redispatch`.
 # HAProxy runs in every configuration of its matrix (HAPROXY_MATRIX): `option splice-auto` on
 # (as rendered) and off, each with `nbthread 1`, and splice off with per-connection logging off
-# (`option dontlog-normal`, the quickest for short connections); okd-appliance is compared with HAProxy's best
+# (`option dontlog-normal`, the quickest for short connections), and that with
+# `option tcp-smart-accept` and `option tcp-smart-connect`; okd-appliance is compared with HAProxy's best
 # configuration per figure and the whole matrix is printed. The script fails when HAProxy's best
 # and worst configurations differ by more than 2x in a figure and no option that tells them
 # apart has a note in WHY (printed with the matrix).
@@ -37,8 +38,9 @@
 #   ROUNDS [3] (each: okd-appliance and every HAProxy configuration, order rotating; the table has the medians)
 #   CONNS [32]  SECS [5]  PARALLEL [4]  BIG_MB [512]  LAT_SECS [4]
 #   SKIP_BUILD=1  NO_DOC=1  DOC [docs/performance.md]  KEEP=1  BIN [built unless SKIP_BUILD=1]
-#   HAPROXY_MATRIX ["splice-auto=on nbthread=1 conn-log=on", the same with splice-auto=off, and
-#                  splice-auto=off with conn-log=off (see WHY), one a line]
+#   HAPROXY_MATRIX ["splice-auto=on nbthread=1 conn-log=on", the same with splice-auto=off,
+#                  splice-auto=off with conn-log=off, and that with tcp-smart=on (see WHY), one
+#                  a line]
 #   TCP_TW_REUSE [1] the client namespace's net.ipv4.tcp_tw_reuse (see the topology)
 #   BIN_B      a second okd-appliance binary, run as balancer okd-appliance-b in every round
 #              beside BIN (an A/B of two builds in one run, the order rotating); the report
@@ -46,6 +48,9 @@
 #   SYSCALLS=1 after the rounds, one more run of each balancer under `strace -f -c` during the
 #              conn/s load: its system calls per connection go into the report (slowed down
 #              by strace: not in the figures; needs strace)
+#   PROFILE_SYS=1 every conn/s run under `perf record -a` (both CPUs: where the load's core
+#              goes), kept as sys-BALANCER-ROUND.data with KEEP=1 (read with `perf report
+#              --sort cpu,comm` or `--cpu 1 --sort sym`; not in the report)
 #   PROFILE=1  after the rounds, one more okd-appliance run under `perf record` (cpu-clock
 #              samples: this VM has no PMU) during the conn/s load; the shares by binary and
 #              the top functions go into the report (needs perf: apt-get install linux-perf)
@@ -73,11 +78,13 @@ SRV_CPU=0
 LOAD_CPU=1
 HAPROXY_MATRIX=${HAPROXY_MATRIX:-"splice-auto=on nbthread=1 conn-log=on
 splice-auto=off nbthread=1 conn-log=on
-splice-auto=off nbthread=1 conn-log=off"}
+splice-auto=off nbthread=1 conn-log=off
+splice-auto=off nbthread=1 conn-log=off tcp-smart=on"}
 # Why each option can move HAProxy's figures (what it does; the matrix shows by how much).
 declare -A WHY=(
   [splice-auto]="on: HAProxy moves a connection's data from socket to socket with splice(2) through a kernel pipe once it judges the transfer big enough, instead of copying it through its buffers: fewer copies on bulk streams (iperf3, downloads), pipes and extra calls that small exchanges don't need."
   [nbthread]="threads of the one process; held at 1 (okd-appliance runs on one CPU with one worker too)."
+  [tcp-smart]="on: \`option tcp-smart-accept\` and \`option tcp-smart-connect\` (HAProxy's defaults in HTTP mode only): accepted sockets and server connections start in delayed-ACK mode (TCP_QUICKACK off), so the client's request and the server's SYN-ACK are not acknowledged by packets of their own but by the next data sent: up to 2 packets fewer a connection, the options its users reach for when the session rate matters."
   [conn-log]="on: every connection logged (the bench logs to stderr for the failover step: getsockname, getsockopt, getpid and a writev per connection); off: \`option tcplog\` with \`option dontlog-normal\`, HAProxy's advice for busy sites: only abnormal connections and server state changes are logged (okd-appliance logs connections at debug level only)."
 )
 declare -A HAPROXY_CONF
@@ -180,15 +187,18 @@ grep -q 'option splice-auto' "$W/haproxy.cfg" || die "the rendered HAProxy confi
 for s in "${!HAPROXY_CONF[@]}"; do
   conf=${HAPROXY_CONF[$s]}
   nbt=$(matrix_opt nbthread "$conf")
-  quiet=()
+  edits=()
   if [[ $(matrix_opt conn-log "$conf") == off ]]; then
-    quiet=(-e 's/^defaults$/defaults\n    option tcplog\n    option dontlog-normal/')
+    edits=(-e 's/^defaults$/defaults\n    option tcplog\n    option dontlog-normal/')
+  fi
+  if [[ $(matrix_opt tcp-smart "$conf") == on ]]; then
+    edits+=(-e 's/^defaults$/defaults\n    option tcp-smart-accept\n    option tcp-smart-connect/')
   fi
   if [[ $(matrix_opt splice-auto "$conf") == off ]]; then
     sed -e '/option splice-auto/d' "$W/haproxy.cfg"
   else
     cat "$W/haproxy.cfg"
-  fi | sed -e "s/^    nbthread 1$/    nbthread ${nbt:-1}/" "${quiet[@]}" >"$W/$s.cfg"
+  fi | sed -e "s/^    nbthread 1$/    nbthread ${nbt:-1}/" "${edits[@]}" >"$W/$s.cfg"
   haproxy -c -f "$W/$s.cfg" >/dev/null || die "haproxy -c rejected $s.cfg ($conf)"
 done
 
@@ -206,6 +216,13 @@ start_lb() {
   wait_until 15 bash -c "for i in 1 2 3 4; do ip netns exec $CLI_NS curl -sf -o /dev/null http://$LB_IP/small.bin || exit 1; done" ||
     die "$1 did not start serving (log: $W/$1.log)"
   sleep 2.5 # both backends past `rise`
+}
+
+# Packets both ways over the veth pair, which every packet of the load crosses (client to
+# balancer, balancer to backends).
+veth_packets() {
+  local d=/sys/class/net/$SRV_IF/statistics
+  echo $(($(ip netns exec "$SRV_NS" cat "$d/rx_packets") + $(ip netns exec "$SRV_NS" cat "$d/tx_packets")))
 }
 
 # wrk through the balancer: prints requests/s. $1: keep-alive or close.
@@ -310,11 +327,12 @@ failover() {
   if [[ -n $t1 ]]; then DOWN_MS[$lb]=$(((t1 - t0) / 1000000)); else DOWN_MS[$lb]=-; fi
 }
 
-declare -A RATE CPU KEEP KCPU TPUT IPERF P50 P99 DOWN_MS FAILED FAILED_NEW ALL
+declare -A PKTS SLEEPS LBUSY RATE CPU KEEP KCPU TPUT IPERF P50 P99 DOWN_MS FAILED FAILED_NEW ALL
 declare -A FAILED_ROUNDS
 sum() { printf '%s\n' "$@" | awk '{s += $1} END {print s + 0}'; }
 # Median of the numbers in the arguments ("-" when there are none).
 median() { printf '%s\n' "$@" | grep -E '^-?[0-9]+$' | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
+median_f() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "-"}'; }
 : >"$W/matrix.tsv"
 DIRECT_IPERF=$(iperf_rate "${BACKENDS[0]}")
 log "direct: iperf3 $DIRECT_IPERF MiB/s"
@@ -331,9 +349,23 @@ for ((round = 1; round <= ROUNDS; round++)); do
     # The balancer's CPU (user+system) per request, in microseconds.
     kc=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (k * SECS)))
     ticks0=$(proc_tree_ticks "$LB_PID")
+    srv0=$(cpu_ticks $SRV_CPU) load0=$(cpu_ticks $LOAD_CPU) sleeps0=$(proc_tree_sleeps "$LB_PID") pkts0=$(veth_packets)
+    if [[ ${PROFILE_SYS:-0} == 1 ]]; then
+      perf record -q -a -e cpu-clock -F 999 -g -o "$W/sys-$s-$round.data" -- sleep "$SECS" >/dev/null 2>&1 &
+      sys_pid=$!
+    fi
     r=$(wrk_rate close)
+    [[ ${PROFILE_SYS:-0} == 1 ]] && wait "$sys_pid"
+    srv1=$(cpu_ticks $SRV_CPU) load1=$(cpu_ticks $LOAD_CPU) sleeps1=$(proc_tree_sleeps "$LB_PID") pkts1=$(veth_packets)
     ticks1=$(proc_tree_ticks "$LB_PID")
     c=$(((ticks1 - ticks0) * 1000000 / $(getconf CLK_TCK) / (r * SECS)))
+    # How busy each core was meanwhile (the one that is full sets the rate), how often the
+    # balancer went to sleep (each a wake-up another core pays for) and the packets each
+    # connection took, both ways on both sides.
+    lbusy=$(cpu_busy_pct "$load0" "$load1")
+    sleeps=$(awk -v s=$((sleeps1 - sleeps0)) -v n=$((r * SECS)) 'BEGIN {printf "%.2f", n ? s / n : 0}')
+    pkts=$(awk -v s=$((pkts1 - pkts0)) -v n=$((r * SECS)) 'BEGIN {printf "%.1f", n ? s / n : 0}')
+    busy="CPU $SRV_CPU $(cpu_busy_pct "$srv0" "$srv1")% CPU $LOAD_CPU $lbusy%, $sleeps sleeps and $pkts packets a connection"
     t=$(throughput)
     ip=$(iperf_rate "$LB_IP")
     # Straight to the backend just before, so the machine's drift cancels out.
@@ -345,9 +377,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
         matrix_add "$W/matrix.tsv" haproxy "${HAPROXY_CONF[$s]}" "${f%=*}" "${f##*=}"
       done
     fi
-    log "round $round, $s${HAPROXY_CONF[$s]:+ (${HAPROXY_CONF[$s]})}: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - d50)) us p99 $((p99 - d99)) us (direct $d50 / $d99 us), down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
+    log "round $round, $s${HAPROXY_CONF[$s]:+ (${HAPROXY_CONF[$s]})}: $k req/s keep-alive ($kc us CPU each), $r conn/s ($c us CPU each; $busy), $t MiB/s curl, $ip MiB/s iperf3, added p50 $((p50 - d50)) us p99 $((p99 - d99)) us (direct $d50 / $d99 us), down after ${DOWN_MS[$s]} ms, ${FAILED[$s]} failed (${FAILED_NEW[$s]} after the backend was gone)"
     ALL[$s,rate]+=" $r"
     ALL[$s,cpu]+=" $c"
+    ALL[$s,pkts]+=" $pkts"
+    ALL[$s,sleeps]+=" $sleeps"
+    ALL[$s,lbusy]+=" $lbusy"
     ALL[$s,keep]+=" $k"
     ALL[$s,kcpu]+=" $kc"
     ALL[$s,tput]+=" $t"
@@ -367,6 +402,9 @@ for s in "${SERVERS[@]}"; do
   {
     RATE[$s]=$(median ${ALL[$s,rate]})
     CPU[$s]=$(median ${ALL[$s,cpu]})
+    PKTS[$s]=$(median_f ${ALL[$s,pkts]})
+    SLEEPS[$s]=$(median_f ${ALL[$s,sleeps]})
+    LBUSY[$s]=$(median ${ALL[$s,lbusy]})
     KEEP[$s]=$(median ${ALL[$s,keep]})
     KCPU[$s]=$(median ${ALL[$s,kcpu]})
     TPUT[$s]=$(median ${ALL[$s,tput]})
@@ -480,10 +518,10 @@ REPORT=$W/lb.md
   echo
   echo "Medians of $ROUNDS rounds (order rotating); every round's figures are in the log lines the script prints."
   echo
-  echo "| balancer | configuration | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | iperf3 MiB/s | curl MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests, all rounds (rounds with any) | of them started after the backend was gone |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| balancer | configuration | req/s keep-alive | CPU us per req | conn/s | CPU us per conn | packets a conn | balancer sleeps a conn | load CPU busy % | iperf3 MiB/s | curl MiB/s | added p50 us | added p99 us | failover: down after ms | failed requests, all rounds (rounds with any) | of them started after the backend was gone |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for s in "${SERVERS[@]}"; do
-    echo "| ${s%%[0-9]*} | ${HAPROXY_CONF[$s]:--} | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${IPERF[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} (${FAILED_ROUNDS[$s]} of $ROUNDS) | ${FAILED_NEW[$s]} |"
+    echo "| ${s%%[0-9]*} | ${HAPROXY_CONF[$s]:--} | ${KEEP[$s]} | ${KCPU[$s]} | ${RATE[$s]} | ${CPU[$s]} | ${PKTS[$s]} | ${SLEEPS[$s]} | ${LBUSY[$s]} | ${IPERF[$s]} | ${TPUT[$s]} | ${P50[$s]} | ${P99[$s]} | ${DOWN_MS[$s]} | ${FAILED[$s]} (${FAILED_ROUNDS[$s]} of $ROUNDS) | ${FAILED_NEW[$s]} |"
   done
   echo
   echo "okd-appliance vs HAProxy at its best per figure: req/s keep-alive $(ratio "${KEEP[okd-appliance]}" "$(hbest "req/s keep-alive+")") ($(hbestconf "req/s keep-alive+")), CPU per request $(ratio "${KCPU[okd-appliance]}" "$(hbest "CPU us per req-")") (lower is better; $(hbestconf "CPU us per req-")), conn/s $(ratio "${RATE[okd-appliance]}" "$(hbest "conn/s+")") ($(hbestconf "conn/s+")), CPU per connection $(ratio "${CPU[okd-appliance]}" "$(hbest "CPU us per conn-")") ($(hbestconf "CPU us per conn-")), throughput with iperf3 $(ratio "${IPERF[okd-appliance]}" "$(hbest "iperf3 MiB/s+")") ($(hbestconf "iperf3 MiB/s+")), with curl $(ratio "${TPUT[okd-appliance]}" "$(hbest "curl MiB/s+")") ($(hbestconf "curl MiB/s+"))."
@@ -501,7 +539,7 @@ print(f"{statistics.median(r):.3f}x ({r[0]:.2f}-{r[-1]:.2f})")' "$1" "$2"
   fi
   matrix_md "$W/matrix.tsv" "$WHYFILE"
   echo
-  echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch). A request that started before the backend was gone may have been in flight on it, where neither balancer can save it (its bytes were already relayed); one that started after it should never fail."
+  echo "Reading the figures: wrk and both nginx backends share CPU $LOAD_CPU, so when the balancer's CPU is not saturated the rates partly measure that core: compare the CPU per request and per connection. Under the conn/s load that core is the full one (*load CPU busy*), and what the balancer makes it do counts: every packet it sends is received within its own system call (a veth pair delivers on the sender's core), but every packet wrk or nginx sends, and every wake-up of a balancer that went to sleep in epoll_wait (*balancer sleeps*: voluntary context switches of its threads, from /proc), is paid for on CPU $LOAD_CPU. *packets a conn*: both ways over the veth pair (client and backend sides), divided by the connections. Failover: the time from killing a backend until the balancer logs it down, with TCP checks every 1 s and fall 2; both balancers retry a refused connect on the other backend (HAProxy through redispatch). A request that started before the backend was gone may have been in flight on it, where neither balancer can save it (its bytes were already relayed); one that started after it should never fail."
   if [[ -s $SYSCALLS_MD ]]; then
     echo
     cat "$SYSCALLS_MD"

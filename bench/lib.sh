@@ -80,6 +80,16 @@ proc_tree_ticks() {
   echo $((user + sys))
 }
 
+# Voluntary context switches (a thread going to sleep: in epoll_wait, mostly) of a PID and all
+# its descendants, every thread of each.
+proc_tree_sleeps() {
+  local total=0 p
+  for p in $(proc_tree "$1"); do
+    total=$((total + $(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {s += $2} END {print s + 0}')))
+  done
+  echo "$total"
+}
+
 # Resident KiB (VmRSS) of a PID and all its descendants.
 proc_tree_rss_kb() {
   local total=0 p
@@ -240,6 +250,20 @@ busy_pct() {
   awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
     -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
     'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
+}
+
+# "busy total" clock ticks of one CPU ($1: its number) from /proc/stat: busy is user, nice,
+# system, irq and softirq (softirq is where a veth pair's receiving end does its work).
+cpu_ticks() {
+  awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat
+}
+
+# cpu_busy_pct "BUSY0 TOTAL0" "BUSY1 TOTAL1": the CPU's busy share between two cpu_ticks, in percent.
+cpu_busy_pct() {
+  local a b
+  read -r -a a <<<"$1"
+  read -r -a b <<<"$2"
+  awk -v u=$((b[0] - a[0])) -v t=$((b[1] - a[1])) 'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
 }
 
 # --- profiles (PROFILE=1 in lb.sh, dhcp.sh and http.sh) ----------------------------------------
