@@ -27,15 +27,14 @@
 //! `idle_connections_hold_no_copy_buffers` holds it under 12 KiB a connection; about 3 KiB
 //! measured, 34 KiB with a buffer per direction).
 //!
-//! A short connection costs a packet and a system call fewer than it did: the client's first
-//! bytes are not acknowledged by a packet of their own but by the answer (the listener's
-//! TCP_QUICKACK off, HAProxy's `option tcp-smart-accept`, see `tune`), and a read that comes
-//! with the peer's FIN ends its direction without one more read to hear the EOF
-//! (`read_through`). The backend's side keeps its handshake ACK: holding it for the first bytes
-//! sent (`tcp-smart-connect`) needs to know at connect time that the client has sent some, or a
-//! backend that speaks first waits for the kernel's timer, 200 ms (tried: the greeting backends
-//! of `tests/e2e/lb.rs` `reload_under_load_drops_nothing` did; tokio's readiness of a socket
-//! just accepted did not tell a silent client from one that had sent).
+//! A read that comes with the peer's FIN ends its direction without one more read to hear the
+//! EOF (`read_through`): a system call fewer a short connection. Delayed ACKs that would save a
+//! packet or two were tried and not kept (see `tune`); on the backend's side, holding the
+//! handshake's last ACK for the first bytes sent (`tcp-smart-connect`) needs to know at connect
+//! time that the client has sent some, or a backend that speaks first waits for the kernel's
+//! timer, 200 ms (the greeting backends of `tests/e2e/lb.rs` `reload_under_load_drops_nothing`
+//! did; tokio's readiness of a socket just accepted did not tell a silent client from one that
+//! had sent).
 
 use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
@@ -126,19 +125,16 @@ where
 }
 
 /// The listener's options, which every accepted socket inherits (Linux copies them into the
-/// child socket): TCP_NODELAY, so that the relay needs no setsockopt on the client's side; and
-/// delayed-ACK mode (TCP_QUICKACK off; HAProxy's `option tcp-smart-accept`, set the same way
-/// on its listeners): the kernel does not answer the client's first bytes with an ACK of their
-/// own, the backend's first answer carries it (or the delayed-ACK timer, 40 ms at most, if the
-/// backend is slow), one packet fewer a connection (bench/lb.sh: 22.6 packets a connection
-/// before, 21.7 after).
+/// child socket): TCP_NODELAY, so that the relay needs no setsockopt on the client's side.
+/// Not delayed-ACK mode (TCP_QUICKACK off, HAProxy's `option tcp-smart-accept`), tried: it
+/// saves the bare ACK of the client's first bytes (22.7 → 21.5 packets a connection, 1.06x the
+/// conn/s in bench/lb.sh), but a client with Nagle's algorithm on that sends its first message
+/// in two writes then waits for the delayed ACK, 44 ms a connection measured against 0.2 ms;
+/// HAProxy turns it on in HTTP mode only, where it knows when a request is incomplete and
+/// turns quick ACKs back on.
 fn tune(listener: &TcpListener, kind: FrontendKind) {
-    let socket = socket2::SockRef::from(listener);
-    if let Err(e) = socket.set_tcp_nodelay(true) {
+    if let Err(e) = socket2::SockRef::from(listener).set_tcp_nodelay(true) {
         tracing::warn!("lb/{}: TCP_NODELAY on the listener: {e}", kind.name());
-    }
-    if let Err(e) = socket.set_tcp_quickack(false) {
-        tracing::warn!("lb/{}: TCP_QUICKACK on the listener: {e}", kind.name());
     }
 }
 
@@ -504,15 +500,12 @@ async fn splice_pump(
 mod tests {
     use super::*;
 
-    /// The listener is in delayed-ACK mode and its accepted sockets have TCP_NODELAY. (Linux's
-    /// getsockopt(TCP_QUICKACK) does not show the mode an accepted socket inherits; the ACK it
-    /// saves is counted by bench/lb.sh, in packets a connection.)
+    /// Accepted sockets have TCP_NODELAY from the listener, and quick ACKs (see `tune`).
     #[tokio::test]
-    async fn the_listener_delays_acks_and_accepted_sockets_have_no_delay() {
+    async fn accepted_sockets_have_no_delay_and_quick_acks() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         tune(&listener, FrontendKind::IngressHttp);
-        let tuned = socket2::SockRef::from(&listener);
-        assert!(!tuned.tcp_quickack().unwrap(), "TCP_QUICKACK is still on");
+        assert!(socket2::SockRef::from(&listener).tcp_quickack().unwrap());
         let addr = listener.local_addr().unwrap();
         let _client = TcpStream::connect(addr).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
