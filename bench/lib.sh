@@ -241,19 +241,9 @@ noise_count() {
     pgrep -f '^[^ ]*(qemu-system|e2e-)' || true; } 2>/dev/null | sort -u | wc -l
 }
 
-# The machine's CPU use over one second, in percent.
-busy_pct() {
-  local a b
-  read -r -a a < <(head -n 1 /proc/stat)
-  sleep 1
-  read -r -a b < <(head -n 1 /proc/stat)
-  awk -v u=$((b[1] + b[2] + b[3] + b[6] + b[7] - a[1] - a[2] - a[3] - a[6] - a[7])) \
-    -v t=$((b[1] + b[2] + b[3] + b[4] + b[5] + b[6] + b[7] - a[1] - a[2] - a[3] - a[4] - a[5] - a[6] - a[7])) \
-    'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
-}
-
-# "busy total" clock ticks of one CPU ($1: its number) from /proc/stat: busy is user, nice,
-# system, irq and softirq (softirq is where a veth pair's receiving end does its work).
+# "busy total" clock ticks of one CPU ($1: its number; empty: the whole machine) from
+# /proc/stat: busy is user, nice, system, irq and softirq (softirq is where a veth pair's
+# receiving end does its work).
 cpu_ticks() {
   awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat
 }
@@ -264,6 +254,14 @@ cpu_busy_pct() {
   read -r -a a <<<"$1"
   read -r -a b <<<"$2"
   awk -v u=$((b[0] - a[0])) -v t=$((b[1] - a[1])) 'BEGIN {printf "%.0f", t ? u / t * 100 : 0}'
+}
+
+# The machine's CPU use over one second, in percent.
+busy_pct() {
+  local a
+  a=$(cpu_ticks "")
+  sleep 1
+  cpu_busy_pct "$a" "$(cpu_ticks "")"
 }
 
 # --- profiles (PROFILE=1 in lb.sh, dhcp.sh and http.sh) ----------------------------------------

@@ -500,7 +500,8 @@ async fn splice_pump(
 mod tests {
     use super::*;
 
-    /// Accepted sockets have TCP_NODELAY from the listener, and quick ACKs (see `tune`).
+    /// Accepted sockets have TCP_NODELAY from the listener, and the listener keeps quick ACKs
+    /// (see `tune`: an accepted socket's getsockopt does not show the mode it inherits).
     #[tokio::test]
     async fn accepted_sockets_have_no_delay_and_quick_acks() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
