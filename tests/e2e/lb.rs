@@ -7,7 +7,8 @@
 //! namespace of their own: a drain lets established connections go on and closes them at the
 //! drain timeout (or reports the drain complete, or is cancelled by undrain); 500 concurrent
 //! clients each exchange checksummed data; a reload that adds and removes backends under load
-//! drops no connection and fails no new one.
+//! drops no connection and fails no new one; a client with Nagle's algorithm on that sends its
+//! first message in pieces is not held by the balancer's delayed ACKs.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -738,5 +739,71 @@ fn idle_connections_hold_no_copy_buffers() {
         "{per_connection} KiB per idle connection ({before} -> {during} KiB)"
     );
     drop(conns);
+    c.assert_peers_running();
+}
+
+/// The balancer's sockets hold the ACK of a client's first message for the answer to carry
+/// (delayed-ACK listeners), and turn quick ACKs back on when the message is not whole: a
+/// client with Nagle's algorithm on (no TCP_NODELAY) that writes its first message in two
+/// pieces would otherwise wait for the kernel's delayed-ACK timer (40 ms) before its second
+/// piece leaves. Two shapes, each over 7 connections, the backend answering only once its
+/// line is whole: bytes that are not TLS, and a TLS handshake record cut in two (the API
+/// frontend speaks TLS). Each exchange takes well under a millisecond here; the median must
+/// stay under 20 ms (every connection waits 40 ms or more when the ACK is held).
+#[test]
+fn a_client_sending_its_first_message_in_pieces_does_not_wait() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    if !require_root() || !require_tools(&["python3"]) {
+        return;
+    }
+    let mut c = LbCluster::new(1);
+    let config = c.write_config(&[0], "");
+    c.start(&config, &[0]);
+    let mut record = vec![22, 3, 1, 0, 40, 1, 0, 0, 36];
+    record.extend_from_slice(&[b'x'; 36]);
+    // lb_peer.py answers a line.
+    record.push(b'\n');
+    let shapes: [(&str, &[u8], &[u8]); 2] = [
+        ("not TLS", b"PI", b"NG\n"),
+        (
+            "a handshake record cut in two",
+            &record[..20],
+            &record[20..],
+        ),
+    ];
+    for (shape, head, tail) in shapes {
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            let stream = c
+                .client
+                .run(|| std::net::TcpStream::connect(crate::lb_support::API))
+                .unwrap()
+                .expect("connect through the balancer");
+            assert!(!stream.nodelay().unwrap(), "Nagle's algorithm is on");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("the backend's greeting");
+            let started = Instant::now();
+            let mut writer = &stream;
+            writer.write_all(head).unwrap();
+            writer.write_all(tail).unwrap();
+            line.clear();
+            reader.read_line(&mut line).expect("the backend's answer");
+            assert!(
+                line == "PONG mst0\n" || line == "ERR\n",
+                "{shape}: {line:?}"
+            );
+            times.push(started.elapsed());
+        }
+        times.sort();
+        assert!(
+            times[times.len() / 2] < Duration::from_millis(20),
+            "{shape}: {times:?}"
+        );
+        eprintln!("{shape}: {times:?}");
+    }
     c.assert_peers_running();
 }

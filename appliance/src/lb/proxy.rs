@@ -28,8 +28,9 @@
 //! measured, 34 KiB with a buffer per direction).
 //!
 //! A read that comes with the peer's FIN ends its direction without one more read to hear the
-//! EOF (`read_through`): a system call fewer a short connection. Delayed ACKs that would save a
-//! packet or two were tried and not kept (see `tune`); on the backend's side, holding the
+//! EOF (`read_through`): a system call fewer a short connection. The client's first message is
+//! acknowledged by the answer when it came whole, by a quick ACK at once when not (see
+//! `tune`: a packet fewer a connection); on the backend's side, holding the
 //! handshake's last ACK for the first bytes sent (`tcp-smart-connect`) needs to know at connect
 //! time that the client has sent some, or a backend that speaks first waits for the kernel's
 //! timer, 200 ms (the greeting backends of `tests/e2e/lb.rs` `reload_under_load_drops_nothing`
@@ -51,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipes::{self, Pipe};
 use super::pool::{Claim, Pools};
+use super::route;
 use crate::budget::{Budget, Gate};
 use crate::idle::Progress;
 use crate::plan::FrontendKind;
@@ -125,16 +127,30 @@ where
 }
 
 /// The listener's options, which every accepted socket inherits (Linux copies them into the
-/// child socket): TCP_NODELAY, so that the relay needs no setsockopt on the client's side.
-/// Not delayed-ACK mode (TCP_QUICKACK off, HAProxy's `option tcp-smart-accept`), tried: it
-/// saves the bare ACK of the client's first bytes (22.7 → 21.5 packets a connection, 1.06x the
-/// conn/s in bench/lb.sh), but a client with Nagle's algorithm on that sends its first message
-/// in two writes then waits for the delayed ACK, 44 ms a connection measured against 0.2 ms;
-/// HAProxy turns it on in HTTP mode only, where it knows when a request is incomplete and
-/// turns quick ACKs back on.
+/// child socket): TCP_NODELAY, so that the relay needs no setsockopt on the client's side, and
+/// delayed-ACK mode (TCP_QUICKACK off, HAProxy's `option tcp-smart-accept`, set on its
+/// listeners the same way): the client's first message is acknowledged by the answer relayed
+/// back instead of by a bare ACK of its own, which the load's side pays to send and to take
+/// (22.7 → 21.5 packets a connection in bench/lb.sh). A client with Nagle's algorithm on that
+/// sends its first message in pieces would wait for that ACK, 40 ms of the kernel's timer,
+/// before its next piece leaves; so as HAProxy does in HTTP mode, quick ACKs go back on for a
+/// client whose first bytes are not a whole message (`route::first_message_whole`: a
+/// ClientHello, or an HTTP request with its body), at once (`forward`, and `router` while it
+/// reads the name).
 fn tune(listener: &TcpListener, kind: FrontendKind) {
-    if let Err(e) = socket2::SockRef::from(listener).set_tcp_nodelay(true) {
+    let socket = socket2::SockRef::from(listener);
+    if let Err(e) = socket.set_tcp_nodelay(true) {
         tracing::warn!("lb/{}: TCP_NODELAY on the listener: {e}", kind.name());
+    }
+    if let Err(e) = socket.set_tcp_quickack(false) {
+        tracing::warn!("lb/{}: delayed ACKs on the listener: {e}", kind.name());
+    }
+}
+
+/// Turns quick ACKs back on for `client`, which also sends the ACK its socket holds now.
+pub(super) fn quick_acks(client: &TcpStream) {
+    if let Err(e) = socket2::SockRef::from(client).set_tcp_quickack(true) {
+        tracing::debug!("lb: TCP_QUICKACK on a client's socket: {e}");
     }
 }
 
@@ -173,8 +189,13 @@ pub(super) async fn pass(
         backend
             .bytes_to_backend
             .fetch_add(first.len() as u64, Ordering::Relaxed);
+        if !route::first_message_whole(kind, first) {
+            quick_acks(&client);
+        }
     }
-    keep(kind, peer, (client, upstream), budget, token).await;
+    // The relay looks at the client's first message if nobody has.
+    let first = first.is_empty().then_some(kind);
+    keep(kind, peer, (client, upstream, first), budget, token).await;
 }
 
 /// A connection made to a backend, counted on it, with the backend's cut signal.
@@ -189,7 +210,7 @@ struct Upstream {
 async fn keep(
     kind: FrontendKind,
     peer: std::net::SocketAddr,
-    (client, upstream): (TcpStream, Upstream),
+    (client, upstream, first): (TcpStream, Upstream, Option<FrontendKind>),
     budget: Budget,
     token: &CancellationToken,
 ) {
@@ -202,7 +223,7 @@ async fn keep(
     let progress = Progress::new();
     let ends = Ends { kind, peer, addr };
     let mut relay = tokio::spawn(relay(
-        (client, stream),
+        (client, stream, first),
         claim,
         progress.clone(),
         budget,
@@ -267,7 +288,7 @@ async fn connect(kind: FrontendKind, pools: &ArcSwap<Pools>) -> Option<Upstream>
 
 /// Copies both ways until both are done; the claim keeps the connection counted meanwhile.
 async fn relay(
-    (client, upstream): (TcpStream, TcpStream),
+    (client, upstream, first): (TcpStream, TcpStream, Option<FrontendKind>),
     claim: Claim,
     progress: Progress,
     budget: Budget,
@@ -287,7 +308,7 @@ async fn relay(
                 (&client, &upstream),
                 &backend.bytes_to_backend,
                 &progress,
-                &budget,
+                (&budget, first),
             )
             .await?;
             half_close(
@@ -302,7 +323,7 @@ async fn relay(
                 (&upstream, &client),
                 &backend.bytes_to_client,
                 &progress,
-                &budget,
+                (&budget, None),
             )
             .await?;
             half_close(
@@ -342,10 +363,23 @@ async fn forward(
     (from, to): (&TcpStream, &TcpStream),
     counter: &AtomicU64,
     progress: &Progress,
-    budget: &Budget,
+    (budget, first): (&Budget, Option<FrontendKind>),
 ) -> std::io::Result<()> {
+    // `first`: `from` is a client whose first message is still to come, to a frontend of
+    // that kind; its ACKs wait for the answer only if it comes whole (see `tune`).
+    let mut first = first;
     loop {
-        let Some(Moved { n, rest, last }) = read_through(from, to).await? else {
+        let mut whole = true;
+        let moved = read_through(from, to, |bytes| {
+            if let Some(kind) = first {
+                whole = route::first_message_whole(kind, bytes);
+            }
+        })
+        .await?;
+        if first.take().is_some() && !whole {
+            quick_acks(from);
+        }
+        let Some(Moved { n, rest, last }) = moved else {
             return Ok(());
         };
         if let Some(rest) = rest {
@@ -385,7 +419,11 @@ thread_local! {
 /// only say "would block": the next data or the FIN raises it again (epoll is edge-triggered,
 /// and tokio never clears a "closed" readiness). nginx's `ngx_unix_recv` and HAProxy's
 /// `raw_sock_to_buf` rely on the same rule.
-async fn read_through(from: &TcpStream, to: &TcpStream) -> std::io::Result<Option<Moved>> {
+async fn read_through(
+    from: &TcpStream,
+    to: &TcpStream,
+    mut seen: impl FnMut(&[u8]),
+) -> std::io::Result<Option<Moved>> {
     loop {
         let ready = from.ready(Interest::READABLE).await?;
         // The peer's FIN is in already (and no error): a read shorter than the buffer takes
@@ -401,6 +439,7 @@ async fn read_through(from: &TcpStream, to: &TcpStream) -> std::io::Result<Optio
                     return Ok(None);
                 }
                 let last = closing && n < buf.len();
+                seen(&buf[..n]);
                 let sent = match to.try_write(&buf[..n]) {
                     Ok(k) => k,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
@@ -500,13 +539,15 @@ async fn splice_pump(
 mod tests {
     use super::*;
 
-    /// Accepted sockets have TCP_NODELAY from the listener, and the listener keeps quick ACKs
-    /// (see `tune`: an accepted socket's getsockopt does not show the mode it inherits).
+    /// Accepted sockets have TCP_NODELAY from the listener, and the listener is in delayed-ACK
+    /// mode (see `tune`: an accepted socket's getsockopt does not show the mode it inherits;
+    /// `tests/e2e/lb.rs` `a_client_sending_its_first_message_in_pieces_does_not_wait` checks
+    /// the ACKs on the wire).
     #[tokio::test]
-    async fn accepted_sockets_have_no_delay_and_quick_acks() {
+    async fn accepted_sockets_have_no_delay_and_delayed_acks() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         tune(&listener, FrontendKind::IngressHttp);
-        assert!(socket2::SockRef::from(&listener).tcp_quickack().unwrap());
+        assert!(!socket2::SockRef::from(&listener).tcp_quickack().unwrap());
         let addr = listener.local_addr().unwrap();
         let _client = TcpStream::connect(addr).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();

@@ -128,6 +128,63 @@ fn head_host(bytes: &[u8]) -> Peeked {
     }
 }
 
+/// Whether `bytes`, the first a client sent to `kind`'s port, hold its first message whole:
+/// on 6443, 22623 and 443 a TLS handshake record holding its first handshake message (the
+/// ClientHello) whole, on 80 an HTTP/1 request head and all of the body its `Content-Length`
+/// gives. Anything else is not: a message in pieces, a chunked body, bytes that are not what
+/// the port speaks. A client that sent a whole message waits for the answer; one that did not
+/// may be waiting to send the rest (the load balancer's delayed ACKs, `proxy::tune`).
+pub fn first_message_whole(kind: FrontendKind, bytes: &[u8]) -> bool {
+    match kind {
+        FrontendKind::IngressHttp => http_request_whole(bytes),
+        FrontendKind::Api | FrontendKind::MachineConfig | FrontendKind::IngressHttps => {
+            tls_handshake_whole(bytes)
+        }
+    }
+}
+
+/// A handshake record (type 22, RFC 8446 section 5.1: type, version, 2-byte length) whose
+/// first handshake message (type, 3-byte length, section 4) ends within it.
+fn tls_handshake_whole(bytes: &[u8]) -> bool {
+    let [22, _, _, r0, r1, rest @ ..] = bytes else {
+        return false;
+    };
+    let Some(record) = rest.get(..usize::from(u16::from_be_bytes([*r0, *r1]))) else {
+        return false;
+    };
+    let [_, m0, m1, m2, message @ ..] = record else {
+        return false;
+    };
+    let length = u32::from_be_bytes([0, *m0, *m1, *m2]);
+    usize::try_from(length).is_ok_and(|length| message.len() >= length)
+}
+
+/// A request head, then at least the body its `Content-Length` gives (none without one); a
+/// `Transfer-Encoding` body's end is not looked for.
+fn http_request_whole(bytes: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    let Ok(httparse::Status::Complete(head)) = request.parse(bytes) else {
+        return false;
+    };
+    let mut body = 0;
+    for header in request.headers.iter() {
+        if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            return false;
+        }
+        if header.name.eq_ignore_ascii_case("content-length") {
+            let length = std::str::from_utf8(header.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            match length {
+                Some(length) => body = length,
+                None => return false,
+            }
+        }
+    }
+    bytes.len().saturating_sub(head) >= body
+}
+
 /// `host[:port]` or `[v6]:port` without the port.
 fn without_port(host: &str) -> &str {
     if let Some(v6) = host.strip_prefix('[') {

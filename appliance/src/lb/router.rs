@@ -204,6 +204,7 @@ async fn first_bytes(
     let mut head = route::HttpHead::default();
     let mut buf = vec![0u8; FIRST_PEEK.min(max)];
     let mut len = 0;
+    let mut acks_quick = false;
     loop {
         if len == buf.len() {
             if len == max {
@@ -234,6 +235,13 @@ async fn first_bytes(
         if peeked != Peeked::More {
             buf.truncate(len);
             return Ok((peeked, buf));
+        }
+        // An incomplete message: a client with Nagle's algorithm on may hold its next write
+        // for the ACK of this one, which the listener's delayed-ACK mode would hold 40 ms
+        // (`proxy::tune`; HAProxy's HTTP mode does the same).
+        if !acks_quick {
+            proxy::quick_acks(client);
+            acks_quick = true;
         }
     }
 }

@@ -283,3 +283,49 @@ fn fed_a_byte_at_a_time_each_parser_answers_at_the_last_byte() {
         Peeked::Unparsable
     );
 }
+
+#[test]
+fn a_first_message_is_whole_only_with_its_last_byte() {
+    let hello = client_hello("api.okd.lab.example.com", Vec::new());
+    for kind in [
+        FrontendKind::Api,
+        FrontendKind::MachineConfig,
+        FrontendKind::IngressHttps,
+    ] {
+        assert!(first_message_whole(kind, &hello), "{kind:?}");
+        for cut in 0..hello.len() {
+            assert!(!first_message_whole(kind, &hello[..cut]), "cut at {cut}");
+        }
+        // A ClientHello over two records is not whole with the first record only.
+        let two = reframed(&hello, hello.len() / 2);
+        let first_record = 5 + hello.len() / 2;
+        assert!(!first_message_whole(kind, &two[..first_record]));
+        // A request on the TLS port, or a TLS record that is not a handshake, is not.
+        assert!(!first_message_whole(kind, b"GET / HTTP/1.1\r\n\r\n"));
+        assert!(!first_message_whole(kind, &[23, 3, 3, 0, 1, 0]));
+    }
+    let http = FrontendKind::IngressHttp;
+    let get = b"GET /small.bin HTTP/1.1\r\nHost: a.apps.okd.test\r\nConnection: close\r\n\r\n";
+    assert!(first_message_whole(http, get));
+    for cut in 0..get.len() {
+        assert!(!first_message_whole(http, &get[..cut]), "cut at {cut}");
+    }
+    let post = b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello";
+    assert!(first_message_whole(http, post));
+    for cut in 0..post.len() {
+        assert!(!first_message_whole(http, &post[..cut]), "cut at {cut}");
+    }
+    // What follows a whole message changes nothing.
+    let mut pipelined = get.to_vec();
+    pipelined.extend_from_slice(b"GET / HT");
+    assert!(first_message_whole(http, &pipelined));
+    // A body whose end is not looked for, a length that is not one, bytes that are not HTTP.
+    let chunked = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert!(!first_message_whole(http, chunked));
+    assert!(!first_message_whole(
+        http,
+        b"POST /x HTTP/1.1\r\nContent-Length: x\r\n\r\n"
+    ));
+    assert!(!first_message_whole(http, &hello));
+    assert!(!first_message_whole(http, b"HHHHHHHHHH"));
+}
