@@ -356,9 +356,11 @@ pub fn live_iso(data: &[u8]) {
 /// A connection's first bytes at the shared frontend's router, as a TLS port and as the HTTP
 /// port peek them (`lb::route`): never a panic; a name is lowercase, without a trailing dot
 /// (or a port, for `Host`); and a decision made on a prefix (the first byte says where to cut)
-/// is the decision on the whole, since the router acts on the bytes it has seen so far.
+/// is the decision on the whole, since the router acts on the bytes it has seen so far; a first
+/// message whole in a prefix is whole in the whole.
 pub fn lb_peek(data: &[u8]) {
-    use crate::lb::route::{Peeked, http_host, tls_server_name};
+    use crate::lb::route::{Peeked, first_message_whole, http_host, tls_server_name};
+    use crate::plan::FrontendKind;
 
     for parse in [tls_server_name as fn(&[u8]) -> Peeked, http_host] {
         let whole = parse(data);
@@ -372,6 +374,16 @@ pub fn lb_peek(data: &[u8]) {
         let prefix = parse(&data[..cut]);
         if prefix != Peeked::More {
             assert_eq!(prefix, whole, "decided at {cut} of {}", data.len());
+        }
+    }
+    // A first message found whole in a prefix is whole with what follows it (the relay looks
+    // at the first bytes it reads, which any later ones extend).
+    let cut = data
+        .first()
+        .map_or(0, |b| usize::from(*b) * data.len() / 256);
+    for kind in [FrontendKind::IngressHttp, FrontendKind::Api] {
+        if first_message_whole(kind, &data[..cut]) {
+            assert!(first_message_whole(kind, data), "{kind:?}, whole at {cut}");
         }
     }
 }
