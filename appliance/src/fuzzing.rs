@@ -362,15 +362,15 @@ pub fn lb_peek(data: &[u8]) {
     use crate::lb::route::{Peeked, first_message_whole, http_host, tls_server_name};
     use crate::plan::FrontendKind;
 
+    let cut = data
+        .first()
+        .map_or(0, |b| usize::from(*b) * data.len() / 256);
     for parse in [tls_server_name as fn(&[u8]) -> Peeked, http_host] {
         let whole = parse(data);
         if let Peeked::Name(name) = &whole {
             assert!(!name.ends_with('.'), "{name:?}");
             assert_eq!(*name, name.to_ascii_lowercase());
         }
-        let cut = data
-            .first()
-            .map_or(0, |b| usize::from(*b) * data.len() / 256);
         let prefix = parse(&data[..cut]);
         if prefix != Peeked::More {
             assert_eq!(prefix, whole, "decided at {cut} of {}", data.len());
@@ -378,9 +378,6 @@ pub fn lb_peek(data: &[u8]) {
     }
     // A first message found whole in a prefix is whole with what follows it (the relay looks
     // at the first bytes it reads, which any later ones extend).
-    let cut = data
-        .first()
-        .map_or(0, |b| usize::from(*b) * data.len() / 256);
     for kind in [FrontendKind::IngressHttp, FrontendKind::Api] {
         if first_message_whole(kind, &data[..cut]) {
             assert!(first_message_whole(kind, data), "{kind:?}, whole at {cut}");

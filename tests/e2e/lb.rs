@@ -776,7 +776,12 @@ fn a_client_sending_its_first_message_in_pieces_does_not_wait() {
         for _ in 0..7 {
             let stream = c
                 .client
-                .run(|| std::net::TcpStream::connect(crate::lb_support::API))
+                .run(|| {
+                    std::net::TcpStream::connect_timeout(
+                        &crate::lb_support::API.parse().unwrap(),
+                        Duration::from_secs(10),
+                    )
+                })
                 .unwrap()
                 .expect("connect through the balancer");
             assert!(!stream.nodelay().unwrap(), "Nagle's algorithm is on");
